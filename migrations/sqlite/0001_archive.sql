@@ -1,0 +1,50 @@
+-- The archive: one row per dead letter as delivered, body kept apart so that list
+-- queries never read message bytes.
+CREATE TABLE messages (
+    id                   INTEGER PRIMARY KEY,
+    -- sha-256 of exactly what the broker delivered (queue, routing, properties, headers, body);
+    -- occurrence tells apart genuinely separate deliveries of identical content.
+    fingerprint          BLOB    NOT NULL,
+    occurrence           INTEGER NOT NULL,
+    queue                TEXT    NOT NULL,
+    archived_at          INTEGER NOT NULL, -- Unix milliseconds
+    exchange             TEXT    NOT NULL, -- as delivered into the DLQ
+    routing_key          TEXT    NOT NULL,
+    redelivered          INTEGER NOT NULL,
+    message_id           TEXT,
+    correlation_id       TEXT,
+    content_type         TEXT,
+    content_encoding     TEXT,
+    body_size            INTEGER NOT NULL,
+    properties           TEXT    NOT NULL, -- typed JSON, every basic property but headers
+    headers              TEXT,             -- typed JSON table; NULL when the message had none
+    deaths               TEXT    NOT NULL, -- decoded x-death, broker order
+    death_problems       TEXT,             -- JSON array of what could not be decoded
+    first_death_queue    TEXT,
+    first_death_reason   TEXT,
+    first_death_exchange TEXT,
+    replay_exchange      TEXT,
+    replay_routing_key   TEXT,
+    status               TEXT    NOT NULL DEFAULT 'archived'
+);
+
+CREATE UNIQUE INDEX messages_fingerprint ON messages (fingerprint, occurrence);
+CREATE INDEX messages_queue ON messages (queue, id);
+CREATE INDEX messages_first_death_reason ON messages (first_death_reason, id);
+CREATE INDEX messages_status ON messages (status, id);
+CREATE INDEX messages_archived_at ON messages (archived_at);
+
+CREATE TABLE message_bodies (
+    message_id INTEGER PRIMARY KEY REFERENCES messages (id),
+    body       BLOB NOT NULL
+);
+
+-- Kept in the same transaction as each insert, so totals never need a table scan.
+CREATE TABLE queue_reason_counts (
+    queue     TEXT    NOT NULL,
+    reason    TEXT    NOT NULL,
+    messages  INTEGER NOT NULL,
+    oldest_at INTEGER NOT NULL,
+    newest_at INTEGER NOT NULL,
+    PRIMARY KEY (queue, reason)
+) WITHOUT ROWID;

@@ -1,0 +1,62 @@
+//! Opening broker connections, classifying broker errors, and the reconnect backoff.
+
+use std::time::Duration;
+
+use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+use lapin::{Connection, ConnectionProperties, ErrorKind};
+
+/// Opens a connection that shows up in the management UI under `name`.
+pub async fn connect(amqp_url: &str, name: &str) -> Result<Connection, lapin::Error> {
+    let properties = ConnectionProperties::default().with_connection_name(name.into());
+    Connection::connect(amqp_url, properties).await
+}
+
+/// Whether the broker answered NOT_FOUND (a passive declare of a queue that does not exist).
+pub fn is_not_found(error: &lapin::Error) -> bool {
+    matches!(error.kind(), ErrorKind::ProtocolError(e)
+        if matches!(e.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
+}
+
+/// Exponential backoff between reconnect attempts: doubles from `min` up to `max`.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The delay to wait before the next attempt.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        delay
+    }
+
+    /// Back to the shortest delay, after a success.
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_max_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(500));
+        let delays: Vec<u64> = (0..5).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, [100, 200, 400, 500, 500]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+}

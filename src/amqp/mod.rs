@@ -1,0 +1,6 @@
+//! Everything that talks AMQP: connections with backoff, the DLQ consumers, and the typed
+//! header representation shared with the archive.
+
+pub mod connection;
+pub mod consumer;
+pub mod headers;

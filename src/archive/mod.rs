@@ -1,0 +1,190 @@
+//! The archive: the [`Archive`] trait every backend implements, the records it stores and
+//! returns, list filters and keyset pages. The backend is chosen from the database URL.
+
+mod record;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::amqp::headers::{MessageProperties, Table};
+use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
+
+pub use record::{fingerprint, IncomingMessage, PreparedMessage};
+pub use sqlite::SqliteArchive;
+
+/// Largest page the list API returns, whatever `limit` asks for.
+pub const MAX_PAGE_SIZE: u32 = 500;
+/// Page size when `limit` is not given.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("stored record {id} is unreadable: {reason}")]
+    Corrupt { id: i64, reason: String },
+    #[error("unsupported database URL {0:?}: use sqlite://path (PostgreSQL is not supported yet)")]
+    UnsupportedUrl(String),
+}
+
+/// What became of one stored batch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOutcome {
+    pub inserted: u64,
+    /// Redeliveries of messages already archived (a crash or reconnect before the ack).
+    pub duplicates: u64,
+}
+
+/// What has happened to an archived message since it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    Archived,
+    Replayed,
+    ReplayFailed,
+    Dismissed,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Archived => "archived",
+            MessageStatus::Replayed => "replayed",
+            MessageStatus::ReplayFailed => "replay_failed",
+            MessageStatus::Dismissed => "dismissed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Archived,
+            Self::Replayed,
+            Self::ReplayFailed,
+            Self::Dismissed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+    }
+}
+
+/// One archived message as the list shows it (the API's `MessageSummary`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageSummary {
+    #[serde(serialize_with = "id_as_string")]
+    pub id: i64,
+    pub queue: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub archived_at: OffsetDateTime,
+    pub message_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub body_size: i64,
+    pub first_death: Option<FirstDeath>,
+    pub deaths: Vec<DeathRecord>,
+    pub replay_target: Option<ReplayTarget>,
+    pub status: MessageStatus,
+}
+
+fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+/// One archived message with everything needed to show or replay it, except the body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArchivedMessage {
+    #[serde(flatten)]
+    pub summary: MessageSummary,
+    /// The exchange and routing key it was delivered into the DLQ with.
+    pub delivered_exchange: String,
+    pub delivered_routing_key: String,
+    pub redelivered: bool,
+    pub properties: MessageProperties,
+    pub headers: Option<Table>,
+    /// What could not be decoded from the death headers (empty when all was well).
+    pub death_problems: Vec<String>,
+}
+
+/// The stored body bytes and what the message said about them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredBody {
+    pub bytes: Vec<u8>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+}
+
+/// Filters of the message list; every field narrows the result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageFilter {
+    /// The DLQ it was archived from.
+    pub queue: Option<String>,
+    /// The reason of its first death.
+    pub reason: Option<String>,
+    /// The exchange of its first death (its replay target exchange).
+    pub exchange: Option<String>,
+    /// The routing key of its replay target.
+    pub routing_key: Option<String>,
+    pub status: Option<MessageStatus>,
+    /// Archived at or after.
+    pub since: Option<OffsetDateTime>,
+    /// Archived before.
+    pub until: Option<OffsetDateTime>,
+}
+
+/// Newest first; `before` is the cursor (an id) the previous page ended at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    pub limit: u32,
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessagePage {
+    pub messages: Vec<MessageSummary>,
+    /// Pass back as `cursor` for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Archived messages for one DLQ and first-death reason (`none` without death history).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueReasonCount {
+    pub queue: String,
+    pub reason: String,
+    pub messages: i64,
+}
+
+/// The durable archive of dead letters. One implementation per database backend.
+#[async_trait]
+pub trait Archive: Send + Sync + 'static {
+    /// Stores a batch in one durable transaction; a redelivered message already archived
+    /// is skipped. Returns only once the commit is on disk.
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<MessagePage, ArchiveError>;
+    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError>;
+    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
+    /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
+    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
+    /// Checks the database answers.
+    async fn ping(&self) -> Result<(), ArchiveError>;
+}
+
+/// Opens (and migrates) the archive the URL names.
+pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> {
+    if database_url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteArchive::open(database_url).await?))
+    } else {
+        Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(
+            database_url,
+        )))
+    }
+}

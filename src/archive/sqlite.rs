@@ -1,0 +1,330 @@
+//! The SQLite archive: WAL with `synchronous=FULL`, so a committed batch survives power loss.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use time::OffsetDateTime;
+
+use super::{
+    Archive, ArchiveError, ArchivedMessage, MessageFilter, MessagePage, MessageStatus,
+    MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, StoreOutcome, StoredBody,
+};
+use crate::death::{FirstDeath, ReplayTarget};
+
+/// Counts and filters file the messages without death history under this reason.
+pub const NO_REASON: &str = "none";
+
+#[derive(Debug, Clone)]
+pub struct SqliteArchive {
+    pool: SqlitePool,
+}
+
+impl SqliteArchive {
+    pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL syncs the WAL on every commit: an acked message is on disk.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        Ok(SqliteArchive { pool })
+    }
+
+    /// The pool, for tests and tools that inspect the file directly.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn millis(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn from_millis(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+const INSERT_MESSAGE: &str = "INSERT INTO messages (fingerprint, occurrence, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, occurrence) DO NOTHING RETURNING id";
+
+const SUMMARY_COLUMNS: &str = "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, status";
+
+async fn insert_one(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    m: &PreparedMessage,
+    occurrence: i64,
+    archived_at: i64,
+) -> Result<Option<i64>, sqlx::Error> {
+    let msg = &m.message;
+    let first = m.history.first_death.as_ref();
+    let target = m.history.replay_target.as_ref();
+    let id: Option<i64> = sqlx::query_scalar(INSERT_MESSAGE)
+        .bind(&m.fingerprint[..])
+        .bind(occurrence)
+        .bind(&msg.queue)
+        .bind(archived_at)
+        .bind(&msg.exchange)
+        .bind(&msg.routing_key)
+        .bind(msg.redelivered)
+        .bind(&msg.properties.message_id)
+        .bind(&msg.properties.correlation_id)
+        .bind(&msg.properties.content_type)
+        .bind(&msg.properties.content_encoding)
+        .bind(msg.body.len() as i64)
+        .bind(&m.properties_json)
+        .bind(&m.headers_json)
+        .bind(&m.deaths_json)
+        .bind(&m.problems_json)
+        .bind(first.map(|f| &f.queue))
+        .bind(first.map(|f| &f.reason))
+        .bind(first.map(|f| &f.exchange))
+        .bind(target.map(|t| &t.exchange))
+        .bind(target.map(|t| &t.routing_key))
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(id)
+}
+
+#[async_trait]
+impl Archive for SqliteArchive {
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
+        let mut outcome = StoreOutcome::default();
+        let mut tx = self.pool.begin().await?;
+        for m in batch {
+            let archived_at = millis(m.message.received_at);
+            let id = if m.message.redelivered {
+                // May be a copy already archived before a crash or reconnect: the unique
+                // key (fingerprint, 0) finds it.
+                insert_one(&mut tx, m, 0, archived_at).await?
+            } else {
+                // Never delivered before, so never archived: identical content is a
+                // separate message and takes the next occurrence number.
+                let mut occurrence: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE fingerprint = ?")
+                        .bind(&m.fingerprint[..])
+                        .fetch_one(&mut *tx)
+                        .await?;
+                loop {
+                    if let Some(id) = insert_one(&mut tx, m, occurrence, archived_at).await? {
+                        break Some(id);
+                    }
+                    occurrence += 1;
+                }
+            };
+            let Some(id) = id else {
+                outcome.duplicates += 1;
+                continue;
+            };
+            sqlx::query("INSERT INTO message_bodies (message_id, body) VALUES (?, ?)")
+                .bind(id)
+                .bind(&m.message.body[..])
+                .execute(&mut *tx)
+                .await?;
+            let reason = m
+                .history
+                .first_death
+                .as_ref()
+                .map_or(NO_REASON, |f| f.reason.as_str());
+            sqlx::query(
+                "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, 1, ?, ?) \
+                 ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + 1, \
+                 oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
+            )
+            .bind(&m.message.queue)
+            .bind(reason)
+            .bind(archived_at)
+            .bind(archived_at)
+            .execute(&mut *tx)
+            .await?;
+            outcome.inserted += 1;
+        }
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<MessagePage, ArchiveError> {
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE 1 = 1"
+        ));
+        if let Some(queue) = &filter.queue {
+            q.push(" AND queue = ").push_bind(queue);
+        }
+        if let Some(reason) = &filter.reason {
+            if reason == NO_REASON {
+                q.push(" AND first_death_reason IS NULL");
+            } else {
+                q.push(" AND first_death_reason = ").push_bind(reason);
+            }
+        }
+        if let Some(exchange) = &filter.exchange {
+            q.push(" AND first_death_exchange = ").push_bind(exchange);
+        }
+        if let Some(key) = &filter.routing_key {
+            q.push(" AND replay_routing_key = ").push_bind(key);
+        }
+        if let Some(status) = filter.status {
+            q.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(since) = filter.since {
+            q.push(" AND archived_at >= ").push_bind(millis(since));
+        }
+        if let Some(until) = filter.until {
+            q.push(" AND archived_at < ").push_bind(millis(until));
+        }
+        if let Some(before) = page.before {
+            q.push(" AND id < ").push_bind(before);
+        }
+        let limit = page.limit.clamp(1, super::MAX_PAGE_SIZE);
+        q.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let mut messages = rows
+            .iter()
+            .map(summary_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if messages.len() > limit as usize {
+            messages.truncate(limit as usize);
+            messages.last().map(|m| m.id.to_string())
+        } else {
+            None
+        };
+        Ok(MessagePage {
+            messages,
+            next_cursor,
+        })
+    }
+
+    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SUMMARY_COLUMNS}, exchange, routing_key, redelivered, properties, headers, death_problems FROM messages WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let corrupt = |reason: serde_json::Error| ArchiveError::Corrupt {
+            id,
+            reason: reason.to_string(),
+        };
+        let headers: Option<String> = row.try_get("headers")?;
+        let problems: Option<String> = row.try_get("death_problems")?;
+        Ok(Some(ArchivedMessage {
+            summary: summary_from_row(&row)?,
+            delivered_exchange: row.try_get("exchange")?,
+            delivered_routing_key: row.try_get("routing_key")?,
+            redelivered: row.try_get("redelivered")?,
+            properties: serde_json::from_str(row.try_get("properties")?).map_err(corrupt)?,
+            headers: headers
+                .map(|h| serde_json::from_str(&h))
+                .transpose()
+                .map_err(corrupt)?,
+            death_problems: problems
+                .map(|p| serde_json::from_str(&p))
+                .transpose()
+                .map_err(corrupt)?
+                .unwrap_or_default(),
+        }))
+    }
+
+    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError> {
+        let row = sqlx::query(
+            "SELECT b.body, m.content_type, m.content_encoding FROM messages m JOIN message_bodies b ON b.message_id = m.id WHERE m.id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(StoredBody {
+                bytes: row.try_get("body")?,
+                content_type: row.try_get("content_type")?,
+                content_encoding: row.try_get("content_encoding")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT queue, reason, messages FROM queue_reason_counts ORDER BY queue, reason",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueReasonCount {
+                    queue: r.try_get("queue")?,
+                    reason: r.try_get("reason")?,
+                    messages: r.try_get("messages")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn ping(&self) -> Result<(), ArchiveError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+fn summary_from_row(row: &SqliteRow) -> Result<MessageSummary, ArchiveError> {
+    let id: i64 = row.try_get("id")?;
+    let deaths: String = row.try_get("deaths")?;
+    let status: String = row.try_get("status")?;
+    let first_death = match (
+        row.try_get::<Option<String>, _>("first_death_queue")?,
+        row.try_get::<Option<String>, _>("first_death_reason")?,
+        row.try_get::<Option<String>, _>("first_death_exchange")?,
+    ) {
+        (Some(queue), Some(reason), Some(exchange)) => Some(FirstDeath {
+            queue,
+            reason,
+            exchange,
+        }),
+        _ => None,
+    };
+    let replay_target = match (
+        row.try_get::<Option<String>, _>("replay_exchange")?,
+        row.try_get::<Option<String>, _>("replay_routing_key")?,
+    ) {
+        (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
+            exchange,
+            routing_key,
+        }),
+        _ => None,
+    };
+    Ok(MessageSummary {
+        id,
+        queue: row.try_get("queue")?,
+        archived_at: from_millis(row.try_get("archived_at")?),
+        message_id: row.try_get("message_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        content_type: row.try_get("content_type")?,
+        content_encoding: row.try_get("content_encoding")?,
+        body_size: row.try_get("body_size")?,
+        first_death,
+        deaths: serde_json::from_str(&deaths).map_err(|e| ArchiveError::Corrupt {
+            id,
+            reason: e.to_string(),
+        })?,
+        replay_target,
+        status: MessageStatus::parse(&status).ok_or_else(|| ArchiveError::Corrupt {
+            id,
+            reason: format!("unknown status {status:?}"),
+        })?,
+    })
+}

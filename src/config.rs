@@ -1,0 +1,176 @@
+//! Command line and environment (`LAZARUS_*`): every setting, with secrets redacted in `Debug`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::amqp::consumer::BatchSettings;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lazarus",
+    version,
+    about = "Archive RabbitMQ dead-letter queues, search them, replay their messages"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Consume the DLQs into the archive and serve the dashboard and API.
+    Serve(ServeConfig),
+}
+
+#[derive(Clone, Args)]
+pub struct ServeConfig {
+    /// RabbitMQ to consume from (amqp:// or amqps://).
+    #[arg(
+        long,
+        env = "LAZARUS_AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true
+    )]
+    pub amqp_url: String,
+
+    /// The archive: sqlite://path (created when missing).
+    #[arg(
+        long,
+        env = "LAZARUS_DATABASE_URL",
+        default_value = "sqlite://lazarus.db",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// Address of the web dashboard and API.
+    #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// A dead-letter queue to archive (repeat for several; comma-separated in the env var).
+    /// Lazarus never creates, changes or deletes it.
+    #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
+    pub queues: Vec<String>,
+
+    /// Unacked deliveries the broker may push ahead per queue.
+    #[arg(long, env = "LAZARUS_PREFETCH", default_value_t = 1000)]
+    pub prefetch: u16,
+
+    /// Commit a batch after this many messages.
+    #[arg(long, env = "LAZARUS_BATCH_SIZE", default_value_t = 500)]
+    pub batch_size: usize,
+
+    /// Commit a batch at the latest this many milliseconds after its first message.
+    #[arg(long, env = "LAZARUS_BATCH_INTERVAL_MS", default_value_t = 200)]
+    pub batch_interval_ms: u64,
+
+    /// Commit a batch once its bodies add up to this many bytes (bounds memory with big messages).
+    #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub batch_max_bytes: usize,
+}
+
+impl ServeConfig {
+    pub fn batch_settings(&self) -> BatchSettings {
+        BatchSettings {
+            prefetch: self.prefetch,
+            max_messages: self.batch_size.max(1),
+            max_delay: Duration::from_millis(self.batch_interval_ms),
+            max_bytes: self.batch_max_bytes.max(1),
+        }
+    }
+
+    /// The defaults, as `lazarus serve` with no flags would run (for tests and tools).
+    pub fn defaults() -> Self {
+        match Cli::parse_from(["lazarus", "serve"]).command {
+            Command::Serve(config) => config,
+        }
+    }
+}
+
+impl fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("amqp_url", &redact_url(&self.amqp_url))
+            .field("database_url", &redact_url(&self.database_url))
+            .field("listen", &self.listen)
+            .field("queues", &self.queues)
+            .field("prefetch", &self.prefetch)
+            .field("batch_size", &self.batch_size)
+            .field("batch_interval_ms", &self.batch_interval_ms)
+            .field("batch_max_bytes", &self.batch_max_bytes)
+            .finish()
+    }
+}
+
+/// The URL with any password replaced by `***`, fit for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| scheme_end + i);
+    let authority = &url[scheme_end..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &userinfo[..colon],
+            &url[scheme_end + at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("amqp://guest:s3cret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact_url("postgres://u:p@w@db/x"), "postgres://u:***@db/x");
+        assert_eq!(redact_url("sqlite://lazarus.db"), "sqlite://lazarus.db");
+        assert_eq!(redact_url("amqp://user@host/"), "amqp://user@host/");
+    }
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let mut config = ServeConfig::defaults();
+        config.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+
+    #[test]
+    fn defaults_match_the_design() {
+        let c = ServeConfig::defaults();
+        assert_eq!(c.amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f");
+        assert_eq!(c.database_url, "sqlite://lazarus.db");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert!(c.queues.is_empty());
+    }
+
+    #[test]
+    fn queue_is_repeatable() {
+        let Command::Serve(c) = Cli::parse_from([
+            "lazarus",
+            "serve",
+            "--queue",
+            "invoices.dlq",
+            "--queue",
+            "processing_dlq",
+        ])
+        .command;
+        assert_eq!(c.queues, ["invoices.dlq", "processing_dlq"]);
+    }
+}

@@ -1,0 +1,13 @@
+//! Lazarus: archives RabbitMQ dead-letter queues durably, decodes their `x-death` history,
+//! and serves them through a web dashboard and a JSON API.
+#![forbid(unsafe_code)]
+
+pub mod amqp;
+pub mod archive;
+pub mod config;
+pub mod death;
+pub mod metrics;
+pub mod startup;
+pub mod status;
+pub mod telemetry;
+pub mod web;

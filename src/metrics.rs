@@ -1,0 +1,125 @@
+//! Prometheus metrics: what ingest counts as it goes, and the archive totals read at scrape time.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::archive::QueueReasonCount;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueReasonLabels {
+    pub queue: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IngestErrorLabels {
+    pub queue: String,
+    /// `broker`, `queue_missing` or `database`.
+    pub kind: String,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    archived: Family<QueueReasonLabels, Gauge>,
+    pub ingested: Family<QueueLabels, Counter>,
+    pub duplicates: Family<QueueLabels, Counter>,
+    pub batch_commit_seconds: Histogram,
+    pub consumer_connected: Family<QueueLabels, Gauge>,
+    pub ingest_errors: Family<IngestErrorLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("lazarus");
+        let archived = Family::<QueueReasonLabels, Gauge>::default();
+        let ingested = Family::<QueueLabels, Counter>::default();
+        let duplicates = Family::<QueueLabels, Counter>::default();
+        let batch_commit_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let consumer_connected = Family::<QueueLabels, Gauge>::default();
+        let ingest_errors = Family::<IngestErrorLabels, Counter>::default();
+        registry.register(
+            "archived_messages",
+            "Messages in the archive, by DLQ and first-death reason",
+            archived.clone(),
+        );
+        registry.register(
+            "ingested_messages",
+            "Messages this process archived since it started",
+            ingested.clone(),
+        );
+        registry.register(
+            "duplicate_deliveries",
+            "Redeliveries of messages that were already archived (skipped)",
+            duplicates.clone(),
+        );
+        registry.register(
+            "batch_commit_seconds",
+            "Time to commit one ingest batch durably",
+            batch_commit_seconds.clone(),
+        );
+        registry.register(
+            "consumer_connected",
+            "1 while the consumer of a DLQ is consuming, 0 otherwise",
+            consumer_connected.clone(),
+        );
+        registry.register(
+            "ingest_errors",
+            "Ingest failures by DLQ and kind (broker, queue_missing, database)",
+            ingest_errors.clone(),
+        );
+        Metrics {
+            registry,
+            archived,
+            ingested,
+            duplicates,
+            batch_commit_seconds,
+            consumer_connected,
+            ingest_errors,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn ingest_error(&self, queue: &str, kind: &str) {
+        self.ingest_errors
+            .get_or_create(&IngestErrorLabels {
+                queue: queue.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn set_connected(&self, queue: &str, connected: bool) {
+        self.consumer_connected
+            .get_or_create(&QueueLabels {
+                queue: queue.to_owned(),
+            })
+            .set(i64::from(connected));
+    }
+
+    /// The Prometheus text exposition, with archive totals as of now.
+    pub fn render(&self, counts: &[QueueReasonCount]) -> String {
+        for c in counts {
+            self.archived
+                .get_or_create(&QueueReasonLabels {
+                    queue: c.queue.clone(),
+                    reason: c.reason.clone(),
+                })
+                .set(c.messages);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

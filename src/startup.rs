@@ -1,0 +1,120 @@
+//! Builds the application from its config and runs the DLQ consumers and the web server
+//! side by side until shutdown, then drains: in-flight batches are stored and acked, or
+//! left unacked for the broker to keep.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::amqp::consumer::{self, ConsumerContext};
+use crate::archive::{self, Archive};
+use crate::config::{redact_url, ServeConfig};
+use crate::metrics::Metrics;
+use crate::status::IngestStatus;
+use crate::web::{self, AppState};
+
+pub struct Application {
+    config: ServeConfig,
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Opens the archive (running migrations) and binds the listener; `--listen` with port 0
+    /// picks a free port, which [`Application::local_addr`] tells.
+    pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
+        let archive = archive::open(&config.database_url)
+            .await
+            .with_context(|| format!("opening the archive {}", redact_url(&config.database_url)))?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let state = AppState {
+            archive,
+            metrics: Arc::new(Metrics::default()),
+            status: IngestStatus::default(),
+        };
+        Ok(Application {
+            config,
+            listener,
+            state,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn archive(&self) -> Arc<dyn Archive> {
+        self.state.archive.clone()
+    }
+
+    /// Runs until `shutdown` resolves, then stops taking deliveries and requests, and
+    /// returns once every consumer has stored and acked (or given back) what it held.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let token = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let ctx = ConsumerContext {
+            amqp_url: self.config.amqp_url.clone(),
+            archive: self.state.archive.clone(),
+            settings: self.config.batch_settings(),
+            status: self.state.status.clone(),
+            metrics: self.state.metrics.clone(),
+            shutdown: token.clone(),
+        };
+        if self.config.queues.is_empty() {
+            tracing::warn!("no --queue given: serving the archive without consuming anything");
+        }
+        for queue in &self.config.queues {
+            tracker.spawn(consumer::run(queue.clone(), ctx.clone()));
+        }
+        tracker.close();
+
+        let trigger = token.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight batches");
+            trigger.cancel();
+        });
+        tracing::info!(address = %self.local_addr(), queues = ?self.config.queues, "lazarus is serving");
+        let served = axum::serve(self.listener, web::router(self.state))
+            .with_graceful_shutdown(token.clone().cancelled_owned())
+            .await;
+        // Whatever stopped the server also stops the consumers.
+        token.cancel();
+        tracker.wait().await;
+        served.context("web server failed")
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

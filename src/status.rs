@@ -1,0 +1,47 @@
+//! Live state of each DLQ consumer and of the database, for `/readyz` and the metrics.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// Where one DLQ consumer stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "detail", rename_all = "snake_case")]
+pub enum ConsumerState {
+    Connecting,
+    Consuming,
+    /// The queue does not exist (Lazarus never creates it); retried.
+    QueueMissing,
+    /// The broker is unreachable or closed the connection; retried.
+    Disconnected(String),
+    /// Storing a batch failed; deliveries are held, unacked, until it succeeds.
+    DatabaseUnavailable(String),
+    Stopped,
+}
+
+/// Shared, cheap to clone; no lock is held across an `.await`.
+#[derive(Debug, Clone, Default)]
+pub struct IngestStatus {
+    queues: Arc<Mutex<BTreeMap<String, ConsumerState>>>,
+}
+
+impl IngestStatus {
+    pub fn set(&self, queue: &str, state: ConsumerState) {
+        self.queues
+            .lock()
+            .expect("status lock poisoned")
+            .insert(queue.to_owned(), state);
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, ConsumerState> {
+        self.queues.lock().expect("status lock poisoned").clone()
+    }
+
+    /// Whether every consumer is consuming.
+    pub fn all_consuming(&self) -> bool {
+        self.snapshot()
+            .values()
+            .all(|s| *s == ConsumerState::Consuming)
+    }
+}

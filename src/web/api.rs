@@ -1,0 +1,271 @@
+//! The JSON API over the archive: list with filters and keyset pages, one message, its body.
+
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
+use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::{AppError, AppState};
+use crate::archive::{
+    ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/messages", get(list_messages))
+        .route("/messages/{id}", get(get_message))
+        .route("/messages/{id}/body", get(download_body))
+}
+
+/// Query string of the list, as received: everything is validated into a filter with
+/// messages a user can act on.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListParams {
+    q: Option<String>,
+    queue: Option<String>,
+    reason: Option<String>,
+    exchange: Option<String>,
+    routing_key: Option<String>,
+    status: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// Empty form fields mean "no filter", as a browser sends them.
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+impl ListParams {
+    pub fn parse(&self) -> Result<(MessageFilter, PageRequest), AppError> {
+        if given(&self.q).is_some() {
+            return Err(AppError::BadRequest(
+                "full-text search (q) is not available yet; filter by queue, reason, exchange, routing_key, status, since or until".into(),
+            ));
+        }
+        let time = |name: &str, v: &Option<String>| -> Result<Option<OffsetDateTime>, AppError> {
+            given(v)
+                .map(|s| {
+                    OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
+                        AppError::BadRequest(format!(
+                            "{name} must be an RFC 3339 time such as 2026-12-02T09:00:00Z, not {s:?}"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        let status = given(&self.status)
+            .map(|s| {
+                MessageStatus::parse(s).ok_or_else(|| {
+                    AppError::BadRequest(format!(
+                        "status must be archived, replayed, replay_failed or dismissed, not {s:?}"
+                    ))
+                })
+            })
+            .transpose()?;
+        let limit = match given(&self.limit) {
+            None => DEFAULT_PAGE_SIZE,
+            Some(s) => s
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+                .ok_or_else(|| {
+                    AppError::BadRequest(format!(
+                        "limit must be between 1 and {MAX_PAGE_SIZE}, not {s:?}"
+                    ))
+                })?,
+        };
+        let before = given(&self.cursor)
+            .map(|s| {
+                s.parse::<i64>().map_err(|_| {
+                    AppError::BadRequest(format!("cursor {s:?} is not one this API returned"))
+                })
+            })
+            .transpose()?;
+        let text = |v: &Option<String>| given(v).map(str::to_owned);
+        let filter = MessageFilter {
+            queue: text(&self.queue),
+            reason: text(&self.reason),
+            exchange: self.exchange.clone(), // the default exchange is "": an empty value is a filter
+            routing_key: self.routing_key.clone(),
+            status,
+            since: time("since", &self.since)?,
+            until: time("until", &self.until)?,
+        };
+        Ok((filter, PageRequest { limit, before }))
+    }
+}
+
+async fn list_messages(
+    State(state): State<AppState>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<MessagePage>, AppError> {
+    let (filter, page) = params.parse()?;
+    Ok(Json(state.archive.list_messages(&filter, page).await?))
+}
+
+/// Ids are opaque to clients; anything that is not one of ours is simply not found.
+fn parse_id(id: &str) -> Result<i64, AppError> {
+    id.parse()
+        .map_err(|_| AppError::NotFound(format!("no archived message with id {id:?}")))
+}
+
+/// The body inside the JSON detail: text where it is UTF-8, base64 otherwise.
+#[derive(Debug, Serialize)]
+struct BodyJson {
+    encoding: &'static str,
+    data: String,
+}
+
+impl BodyJson {
+    fn new(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => BodyJson {
+                encoding: "text",
+                data: text.to_owned(),
+            },
+            Err(_) => BodyJson {
+                encoding: "base64",
+                data: BASE64.encode(bytes),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct MessageDetail {
+    #[serde(flatten)]
+    message: ArchivedMessage,
+    body: BodyJson,
+}
+
+async fn get_message(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, AppError> {
+    let not_found = || AppError::NotFound(format!("no archived message with id {id:?}"));
+    let id = parse_id(&id)?;
+    let message = state.archive.get_message(id).await?.ok_or_else(not_found)?;
+    let body = state.archive.get_body(id).await?.ok_or_else(not_found)?;
+    Ok(Json(MessageDetail {
+        message,
+        body: BodyJson::new(&body.bytes),
+    }))
+}
+
+/// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
+async fn download_body(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, AppError> {
+    let numeric = parse_id(&id)?;
+    let body = state
+        .archive
+        .get_body(numeric)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no archived message with id {id:?}")))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"message-{numeric}.bin\""),
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        ],
+        body.bytes,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> ListParams {
+        let query = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        serde_urlencoded_from(&query)
+    }
+
+    fn serde_urlencoded_from(query: &str) -> ListParams {
+        let uri: axum::http::Uri = format!("/api/messages?{query}").parse().unwrap();
+        Query::<ListParams>::try_from_uri(&uri).unwrap().0
+    }
+
+    #[test]
+    fn empty_query_is_newest_default_page() {
+        let (filter, page) = params(&[]).parse().unwrap();
+        assert_eq!(filter, MessageFilter::default());
+        assert_eq!(
+            page,
+            PageRequest {
+                limit: DEFAULT_PAGE_SIZE,
+                before: None
+            }
+        );
+    }
+
+    #[test]
+    fn filters_are_parsed() {
+        let (filter, page) = params(&[
+            ("queue", "invoices.dlq"),
+            ("reason", "rejected"),
+            ("status", "archived"),
+            ("since", "2026-12-02T09:00:00Z"),
+            ("limit", "10"),
+            ("cursor", "1234"),
+        ])
+        .parse()
+        .unwrap();
+        assert_eq!(filter.queue.as_deref(), Some("invoices.dlq"));
+        assert_eq!(filter.status, Some(MessageStatus::Archived));
+        assert_eq!(filter.since.unwrap().hour(), 9);
+        assert_eq!(
+            page,
+            PageRequest {
+                limit: 10,
+                before: Some(1234)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_get_clear_messages() {
+        for (pairs, expected) in [
+            (vec![("limit", "0")], "limit must be between 1 and 500"),
+            (vec![("limit", "lots")], "limit must be between"),
+            (vec![("cursor", "abc")], "cursor \"abc\" is not one"),
+            (vec![("status", "gone")], "status must be archived"),
+            (
+                vec![("since", "yesterday")],
+                "since must be an RFC 3339 time",
+            ),
+            (
+                vec![("q", "invoice")],
+                "full-text search (q) is not available yet",
+            ),
+        ] {
+            let err = params(&pairs).parse().unwrap_err();
+            assert!(err.to_string().contains(expected), "{err} lacks {expected}");
+        }
+    }
+
+    #[test]
+    fn empty_exchange_filter_means_default_exchange() {
+        let (filter, _) = params(&[("exchange", "")]).parse().unwrap();
+        assert_eq!(filter.exchange.as_deref(), Some(""));
+        let (filter, _) = params(&[("queue", "")]).parse().unwrap();
+        assert_eq!(filter.queue, None);
+    }
+}
