@@ -100,7 +100,9 @@ async fn insert_one(
 impl Archive for SqliteArchive {
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
         let mut outcome = StoreOutcome::default();
-        let mut tx = self.pool.begin().await?;
+        // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
+        // fails half-way on a lock upgrade when several consumers write at once.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for m in batch {
             let archived_at = millis(m.message.received_at);
             let id = if m.message.redelivered {

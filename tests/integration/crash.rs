@@ -1,0 +1,121 @@
+//! The real `lazarus` binary, SIGKILLed in the middle of a 20,000-message backlog and
+//! restarted: every message archived exactly once, the DLQ empty.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use lapin::types::AMQPValue;
+use tokio::process::{Child, Command};
+
+use crate::helpers::*;
+
+const BACKLOG: i64 = 20_000;
+
+fn start_lazarus(dlq: &str, db: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args([
+            "serve",
+            "--queue",
+            dlq,
+            "--listen",
+            "127.0.0.1:0",
+            "--batch-size",
+            "100",
+        ])
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", db.display()))
+        .env("LAZARUS_AMQP_URL", amqp_url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the lazarus binary starts")
+}
+
+async fn rows(db: &Path) -> i64 {
+    count_rows(db, "SELECT COUNT(*) FROM messages").await
+}
+
+#[tokio::test]
+async fn sigkill_mid_ingest_loses_nothing_and_doubles_nothing() {
+    let p = unique("crash");
+    let (work, dlq) = (format!("{p}.work"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    // Every message dies on arrival (TTL 0) into the DLQ: a real x-death on each.
+    t.queue(
+        &work,
+        args(&[
+            ("x-message-ttl", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(&dlq)),
+        ]),
+    )
+    .await;
+    publish_many(&t.channel, "", &work, "crash", BACKLOG as usize).await;
+    t.wait_for_depth(&dlq, BACKLOG as u32, Duration::from_secs(60))
+        .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("archive.db");
+    let mut first = start_lazarus(&dlq, &db);
+    let start = Instant::now();
+    while rows(&db).await < 2_000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "ingest did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.start_kill().unwrap(); // SIGKILL
+    first.wait().await.unwrap();
+    let at_kill = rows(&db).await;
+    assert!(
+        at_kill < BACKLOG,
+        "killed too late to test anything ({at_kill} archived)"
+    );
+
+    let mut second = start_lazarus(&dlq, &db);
+    let start = Instant::now();
+    while rows(&db).await < BACKLOG {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "restart archived {} of {BACKLOG}",
+            rows(&db).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = second.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(30), second.wait())
+        .await
+        .expect("SIGTERM stops lazarus")
+        .unwrap();
+    assert!(status.success(), "lazarus exited with {status}");
+
+    assert_eq!(rows(&db).await, BACKLOG);
+    assert_eq!(
+        count_rows(&db, "SELECT COUNT(DISTINCT message_id) FROM messages").await,
+        BACKLOG
+    );
+    assert_eq!(
+        count_rows(&db, "SELECT COUNT(*) FROM message_bodies").await,
+        BACKLOG
+    );
+    assert_eq!(
+        count_rows(
+            &db,
+            "SELECT COALESCE(SUM(messages), 0) FROM queue_reason_counts"
+        )
+        .await,
+        BACKLOG
+    );
+    assert_eq!(t.depth(&dlq).await, 0, "the DLQ still holds messages");
+    eprintln!("killed at {at_kill} of {BACKLOG} archived; the restart finished the rest");
+    t.cleanup().await;
+}

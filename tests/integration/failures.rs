@@ -1,0 +1,357 @@
+//! Every failure path of ingest has an answer: a missing queue, an unreachable broker, a
+//! locked database, malformed death headers, huge / binary / compressed / empty bodies, a
+//! shutdown with a batch in flight, redeliveries of what is already archived.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use lazarus::amqp::headers::MessageProperties;
+use lazarus::archive::{Archive, IncomingMessage, PreparedMessage, SqliteArchive};
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+use crate::helpers::*;
+
+async fn wait_until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn missing_queue_is_reported_and_retried_not_created() {
+    let dlq = unique("missing");
+    let app = TestApp::spawn(&[&dlq]).await;
+    wait_until(
+        "queue_missing in /readyz",
+        Duration::from_secs(10),
+        || async {
+            let r = app.get("/readyz").await;
+            r.status == 503
+                && serde_json::from_slice::<Value>(&r.body).unwrap()["queues"][&dlq]["state"]
+                    == "queue_missing"
+        },
+    )
+    .await;
+    assert_eq!(app.get("/healthz").await.status, 200);
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        metrics.contains(&format!(
+            "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"queue_missing\"}}"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("lazarus_consumer_connected{{queue=\"{dlq}\"}} 0")),
+        "{metrics}"
+    );
+
+    // Lazarus never declares it: a passive check fails until the user creates it.
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    t.publish("", &dlq, b"late", BasicProperties::default())
+        .await;
+    app.wait_for_archived(1, Duration::from_secs(30)).await;
+    wait_until("ready", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn unreachable_broker_keeps_the_web_up_and_says_so() {
+    let app = TestApp::spawn_with(&["some.dlq"], |c| {
+        c.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into()
+    })
+    .await;
+    wait_until(
+        "disconnected in /readyz",
+        Duration::from_secs(10),
+        || async {
+            let r = app.get("/readyz").await;
+            r.status == 503
+                && serde_json::from_slice::<Value>(&r.body).unwrap()["queues"]["some.dlq"]["state"]
+                    == "disconnected"
+        },
+    )
+    .await;
+    let ready = app.json("/readyz", 503).await;
+    assert_eq!(ready["database"]["state"], "ok");
+    assert_eq!(app.get("/healthz").await.status, 200);
+    assert_eq!(app.json("/api/messages", 200).await["messages"], json!([]));
+}
+
+#[tokio::test]
+async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
+    let dlq = unique("locked");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    wait_until("consuming", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+
+    // Another process holds the write lock for longer than Lazarus's busy timeout.
+    let mut locker =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.db_path.display()))
+            .await
+            .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        t.publish(
+            "",
+            &dlq,
+            format!("m{i}").as_bytes(),
+            json_props(&format!("locked-{i}")),
+        )
+        .await;
+    }
+    wait_until(
+        "a database ingest error",
+        Duration::from_secs(30),
+        || async {
+            app.get("/metrics").await.text().contains(&format!(
+                "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"database\"}}"
+            ))
+        },
+    )
+    .await;
+    let ready = app.json("/readyz", 503).await;
+    assert_eq!(
+        ready["queues"][&dlq]["state"], "database_unavailable",
+        "{ready}"
+    );
+    // Nothing acked: the broker still holds all 20 (as unacked deliveries), none are ready.
+    assert_eq!(t.depth(&dlq).await, 0);
+    assert_eq!(app.archived().await, 0);
+
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    app.wait_for_archived(20, Duration::from_secs(30)).await;
+    assert_eq!(app.all_messages(&dlq).await.len(), 20);
+    wait_until("ready again", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn malformed_death_headers_are_archived_and_flagged() {
+    let dlq = unique("malformed");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+
+    let mut partial = FieldTable::default();
+    partial.insert("queue".into(), s("orders"));
+    partial.insert("count".into(), s("three"));
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(vec![AMQPValue::FieldTable(partial), AMQPValue::LongInt(7)].into()),
+    );
+    t.publish("", &dlq, b"{}", json_props("partial").with_headers(headers))
+        .await;
+    let mut wrong = FieldTable::default();
+    wrong.insert("x-death".into(), s("not a list"));
+    wrong.insert("x-first-death-queue".into(), AMQPValue::Boolean(true));
+    t.publish(
+        "",
+        &dlq,
+        b"{}",
+        json_props("wrong-type").with_headers(wrong),
+    )
+    .await;
+    app.wait_for_archived(2, Duration::from_secs(10)).await;
+
+    let partial = app.detail_by_message_id(&dlq, "partial").await;
+    assert_eq!(partial["deaths"][0]["queue"], "orders");
+    assert_eq!(partial["deaths"][0]["count"], 0);
+    assert_eq!(partial["replay_target"], Value::Null);
+    let problems = partial["death_problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("count is a long-string")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("x-death[1] is a long-int")),
+        "{problems:?}"
+    );
+
+    let wrong = app.detail_by_message_id(&dlq, "wrong-type").await;
+    assert_eq!(wrong["deaths"], json!([]));
+    assert_eq!(
+        wrong["death_problems"],
+        json!(["x-death is a long-string, not an array; ignored"])
+    );
+    // The original header is still there, typed, for replay and inspection.
+    assert_eq!(
+        wrong["headers"]["x-death"],
+        json!({"type": "long-string", "value": "not a list"})
+    );
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn huge_binary_compressed_and_empty_bodies_are_kept_byte_for_byte() {
+    let dlq = unique("bodies");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+
+    // 16 MiB of pseudo-random bytes (RabbitMQ's default size limit in 4.x).
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let huge: Vec<u8> = (0..16 * 1024 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(br#"{"invoice_id": "INV-1"}"#).unwrap();
+    let gzipped = gz.finish().unwrap();
+    let latin1 = b"Caf\xe9 cr\xe8me".to_vec();
+    let cases: Vec<(&str, Vec<u8>, BasicProperties)> = vec![
+        (
+            "huge",
+            huge,
+            BasicProperties::default().with_content_type("application/octet-stream".into()),
+        ),
+        (
+            "gzip",
+            gzipped,
+            json_props("gzip").with_content_encoding("gzip".into()),
+        ),
+        (
+            "latin1",
+            latin1,
+            BasicProperties::default().with_content_type("text/plain; charset=iso-8859-1".into()),
+        ),
+        ("empty", Vec::new(), BasicProperties::default()),
+    ];
+    for (id, body, props) in &cases {
+        t.publish("", &dlq, body, props.clone().with_message_id((*id).into()))
+            .await;
+    }
+    app.wait_for_archived(cases.len() as i64, Duration::from_secs(30))
+        .await;
+
+    for (id, body, _) in &cases {
+        let detail = app.detail_by_message_id(&dlq, id).await;
+        assert_eq!(detail["body_size"], body.len(), "{id}");
+        let response = app
+            .get(&format!(
+                "/api/messages/{}/body",
+                detail["id"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(response.status, 200);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/octet-stream")
+        );
+        assert!(response
+            .header("content-disposition")
+            .unwrap()
+            .starts_with("attachment"));
+        assert!(response.body == *body, "{id}: body bytes differ");
+        let expected_encoding = if std::str::from_utf8(body).is_ok() {
+            "text"
+        } else {
+            "base64"
+        };
+        assert_eq!(detail["body"]["encoding"], expected_encoding, "{id}");
+    }
+    assert_eq!(
+        app.detail_by_message_id(&dlq, "gzip").await["content_encoding"],
+        "gzip"
+    );
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn shutdown_stores_and_acks_the_batch_in_flight() {
+    let dlq = unique("drain");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    // A batch that would wait a minute: only the shutdown can flush it.
+    let mut app = TestApp::spawn_with(&[&dlq], |c| {
+        c.batch_interval_ms = 60_000;
+        c.batch_size = 10_000;
+    })
+    .await;
+    for i in 0..50 {
+        t.publish("", &dlq, b"x", json_props(&format!("drain-{i}")))
+            .await;
+    }
+    t.wait_for_depth(&dlq, 0, Duration::from_secs(10)).await; // all delivered, none acked
+    assert_eq!(app.archived().await, 0);
+    let archive = app.archive.clone();
+    app.stop().await;
+    assert_eq!(archive.counts().await.unwrap()[0].messages, 50);
+    // Acked before the connection closed: nothing went back to the queue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(t.depth(&dlq).await, 0);
+    t.cleanup().await;
+}
+
+fn incoming(redelivered: bool) -> IncomingMessage {
+    IncomingMessage {
+        queue: "dlq".into(),
+        exchange: "dlx".into(),
+        routing_key: "k".into(),
+        redelivered,
+        properties: MessageProperties::default(),
+        headers: None,
+        body: b"same bytes".to_vec(),
+        received_at: time::OffsetDateTime::now_utc(),
+    }
+}
+
+#[tokio::test]
+async fn redeliveries_are_skipped_but_separate_identical_messages_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = SqliteArchive::open(&format!("sqlite://{}", dir.path().join("a.db").display()))
+        .await
+        .unwrap();
+    let first = archive
+        .store_batch(&[PreparedMessage::new(incoming(false))])
+        .await
+        .unwrap();
+    assert_eq!((first.inserted, first.duplicates), (1, 0));
+    // A redelivery after a crash: same content, flagged redelivered → the same row.
+    let again = archive
+        .store_batch(&[
+            PreparedMessage::new(incoming(true)),
+            PreparedMessage::new(incoming(true)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!((again.inserted, again.duplicates), (0, 2));
+    // A first delivery is never a redelivery: identical bytes are a second message.
+    let twin = archive
+        .store_batch(&[PreparedMessage::new(incoming(false))])
+        .await
+        .unwrap();
+    assert_eq!((twin.inserted, twin.duplicates), (1, 0));
+    assert_eq!(archive.counts().await.unwrap()[0].messages, 2);
+}

@@ -1,0 +1,558 @@
+//! Shared test scaffolding: unique names, a broker connection, topology set-up and clean-up,
+//! a running Lazarus (`TestApp`) with its own SQLite file, and a tiny HTTP client.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lazarus::archive::Archive;
+use lazarus::config::ServeConfig;
+use lazarus::startup::Application;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The broker every test talks to (override with `LAZARUS_TEST_AMQP_URL`).
+pub fn amqp_url() -> String {
+    std::env::var("LAZARUS_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A name no other test (or earlier run) uses: `prefix.<pid>.<n>.<nanos>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "t.{prefix}.{}.{}.{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub async fn connect(url: &str) -> Connection {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap_or_else(|e| panic!("RabbitMQ must run at {url} for the integration tests: {e}"))
+}
+
+pub fn args(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+pub fn s(v: &str) -> AMQPValue {
+    AMQPValue::LongString(v.into())
+}
+
+/// Declares queues and exchanges on a channel and deletes them all in [`Topology::cleanup`].
+pub struct Topology {
+    pub channel: Channel,
+    pub connection: Connection,
+    queues: Vec<String>,
+    exchanges: Vec<String>,
+}
+
+impl Topology {
+    pub async fn new() -> Self {
+        Self::on(&amqp_url()).await
+    }
+
+    pub async fn on(url: &str) -> Self {
+        let connection = connect(url).await;
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        Topology {
+            channel,
+            connection,
+            queues: vec![],
+            exchanges: vec![],
+        }
+    }
+
+    pub async fn exchange(&mut self, name: &str, kind: ExchangeKind) {
+        self.channel
+            .exchange_declare(
+                name.into(),
+                kind,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        self.exchanges.push(name.to_owned());
+    }
+
+    pub async fn queue(&mut self, name: &str, arguments: FieldTable) {
+        self.channel
+            .queue_declare(
+                name.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments,
+            )
+            .await
+            .unwrap();
+        self.queues.push(name.to_owned());
+    }
+
+    pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
+        self.channel
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Publishes and waits for the broker's confirm.
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        key: &str,
+        body: &[u8],
+        properties: BasicProperties,
+    ) {
+        self.channel
+            .basic_publish(
+                exchange.into(),
+                key.into(),
+                BasicPublishOptions::default(),
+                body,
+                properties,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    /// Ready messages in a queue (unacked ones are not counted).
+    pub async fn depth(&self, queue: &str) -> u32 {
+        self.channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count()
+    }
+
+    pub async fn wait_for_depth(&self, queue: &str, depth: u32, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let now = self.depth(queue).await;
+            if now == depth {
+                return;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{queue} holds {now} messages, expected {depth}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn cleanup(self) {
+        for q in &self.queues {
+            let _ = self
+                .channel
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        for e in &self.exchanges {
+            let _ = self
+                .channel
+                .exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default())
+                .await;
+        }
+        let _ = self.connection.close(200, "test done".into()).await;
+    }
+}
+
+/// A test worker: consumes `queue` and answers each delivery with `handle`.
+pub async fn spawn_worker<F, Fut>(url: &str, queue: &str, handle: F) -> JoinHandle<()>
+where
+    F: Fn(Channel, lapin::message::Delivery) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let connection = connect(url).await;
+    let channel = connection.create_channel().await.unwrap();
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _connection = connection;
+        while let Some(Ok(delivery)) = consumer.next().await {
+            handle(channel.clone(), delivery).await;
+        }
+    })
+}
+
+/// A running Lazarus with its own SQLite archive in a temporary directory.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub archive: Arc<dyn Archive>,
+    pub db_path: std::path::PathBuf,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    pub async fn spawn(queues: &[&str]) -> Self {
+        Self::spawn_with(queues, |_| {}).await
+    }
+
+    pub async fn spawn_with(queues: &[&str], tweak: impl FnOnce(&mut ServeConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("archive.db");
+        let mut config = ServeConfig::defaults();
+        config.amqp_url = amqp_url();
+        config.database_url = format!("sqlite://{}", db_path.display());
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.queues = queues.iter().map(|q| q.to_string()).collect();
+        config.batch_interval_ms = 50;
+        tweak(&mut config);
+        let app = Application::build(config).await.expect("lazarus starts");
+        let addr = app.local_addr();
+        let archive = app.archive();
+        let (tx, rx) = oneshot::channel();
+        let handle = tokio::spawn(app.run_until(async {
+            let _ = rx.await;
+        }));
+        TestApp {
+            addr,
+            archive,
+            db_path,
+            shutdown: Some(tx),
+            handle: Some(handle),
+            _dir: dir,
+        }
+    }
+
+    /// Shuts down as SIGTERM would, and waits for the drain.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            handle.await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> HttpResponse {
+        http_get(self.addr, path).await
+    }
+
+    /// GET and parse JSON, asserting the status.
+    pub async fn json(&self, path: &str, status: u16) -> Value {
+        let response = self.get(path).await;
+        assert_eq!(response.status, status, "GET {path}: {}", response.text());
+        serde_json::from_slice(&response.body)
+            .unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {}", response.text()))
+    }
+
+    /// Messages archived so far, by the incremental totals.
+    pub async fn archived(&self) -> i64 {
+        self.archive
+            .counts()
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.messages)
+            .sum()
+    }
+
+    pub async fn wait_for_archived(&self, n: i64, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let now = self.archived().await;
+            if now >= n {
+                assert_eq!(now, n, "more messages archived than expected");
+                return;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "archived {now} of {n} messages within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every archived message of a queue, oldest first, following the cursors.
+    pub async fn all_messages(&self, queue: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let page = self
+                .json(
+                    &format!("/api/messages?queue={queue}&limit=500&cursor={cursor}"),
+                    200,
+                )
+                .await;
+            out.extend(page["messages"].as_array().unwrap().iter().cloned());
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = c.to_owned(),
+                None => break,
+            }
+        }
+        out.reverse();
+        out
+    }
+
+    /// The detail of the archived message whose message-id is `message_id`.
+    pub async fn detail_by_message_id(&self, queue: &str, message_id: &str) -> Value {
+        let all = self.all_messages(queue).await;
+        let summary = all
+            .iter()
+            .find(|m| m["message_id"] == message_id)
+            .unwrap_or_else(|| panic!("{message_id} not archived from {queue}"));
+        self.json(
+            &format!("/api/messages/{}", summary["id"].as_str().unwrap()),
+            200,
+        )
+        .await
+    }
+
+    pub async fn body(&self, id: &str) -> Vec<u8> {
+        let response = self.get(&format!("/api/messages/{id}/body")).await;
+        assert_eq!(response.status, 200);
+        response.body
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A minimal HTTP/1.1 GET over a fresh connection (enough for our own server).
+pub async fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("HTTP header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    HttpResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16)
+                .unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
+        data = &data[line_end + 4 + size..];
+    }
+}
+
+/// Runs `rabbitmqctl` and returns its output, failing the test when it fails.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl is on PATH where RabbitMQ runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A vhost of the test's own (for tests that close every connection in it).
+pub struct Vhost {
+    pub name: String,
+}
+
+impl Vhost {
+    pub fn create(prefix: &str) -> Self {
+        let name = unique(prefix);
+        rabbitmqctl(&["add_vhost", &name]);
+        rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
+        Vhost { name }
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "amqp://guest:guest@127.0.0.1:5672/{}",
+            self.name.replace('/', "%2f")
+        )
+    }
+}
+
+impl Drop for Vhost {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["delete_vhost", &self.name])
+            .output();
+    }
+}
+
+/// JSON body properties the seeds publish with.
+pub fn json_props(message_id: &str) -> BasicProperties {
+    BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+        .with_message_id(message_id.into())
+}
+
+/// The count of the x-death entry for `queue` in a delivery's headers (0 when none).
+pub fn death_count(properties: &BasicProperties, queue: &str) -> i64 {
+    let Some(headers) = properties.headers() else {
+        return 0;
+    };
+    let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else {
+        return 0;
+    };
+    deaths
+        .as_slice()
+        .iter()
+        .filter_map(|d| match d {
+            AMQPValue::FieldTable(t) => Some(t),
+            _ => None,
+        })
+        .find(|t| matches!(t.inner().get("queue"), Some(AMQPValue::LongString(q)) if q.as_bytes() == queue.as_bytes()))
+        .and_then(|t| match t.inner().get("count") {
+            Some(AMQPValue::LongLongInt(n)) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Publishes `n` messages with pipelined confirms (message-ids `{prefix}-{i}`).
+pub async fn publish_many(channel: &Channel, exchange: &str, key: &str, prefix: &str, n: usize) {
+    let mut confirms = Vec::with_capacity(1000);
+    for i in 0..n {
+        let body = format!(r#"{{"n": {i}, "padding": "{}"}}"#, "x".repeat(200));
+        confirms.push(
+            channel
+                .basic_publish(
+                    exchange.into(),
+                    key.into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    json_props(&format!("{prefix}-{i}")),
+                )
+                .await
+                .unwrap(),
+        );
+        if confirms.len() == 1000 {
+            for c in confirms.drain(..) {
+                c.await.unwrap();
+            }
+        }
+    }
+    for c in confirms {
+        c.await.unwrap();
+    }
+}
+
+/// Rows in an archive file, read from outside the process that writes it (0 before it exists).
+pub async fn count_rows(db_path: &std::path::Path, sql: &str) -> i64 {
+    use sqlx::ConnectOptions;
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(db_path)
+        .read_only(true);
+    let Ok(mut conn) = options.connect().await else {
+        return 0;
+    };
+    let n = sqlx::query_scalar(sql)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(0);
+    let _ = sqlx::Connection::close(conn).await;
+    n
+}

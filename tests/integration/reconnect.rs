@@ -1,0 +1,67 @@
+//! The broker closes Lazarus's connection mid-stream: ingest resumes by itself, nothing lost
+//! or doubled.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+const BACKLOG: usize = 20_000;
+
+#[tokio::test]
+async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
+    let vhost = Vhost::create("reconnect");
+    let dlq = "dlq";
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, Default::default()).await;
+    publish_many(&t.channel, "", dlq, "rc", BACKLOG).await;
+
+    let app = TestApp::spawn_with(&[dlq], |c| {
+        c.amqp_url = vhost.url();
+        c.batch_size = 50;
+        c.prefetch = 100;
+    })
+    .await;
+    let start = Instant::now();
+    while app.archived().await < 1_000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "ingest did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rabbitmqctl(&[
+        "close_all_connections",
+        "-p",
+        &vhost.name,
+        "closed by the reconnect test",
+    ]);
+    let at_close = app.archived().await;
+    assert!(
+        (at_close as usize) < BACKLOG,
+        "connection closed too late to test anything"
+    );
+
+    app.wait_for_archived(BACKLOG as i64, Duration::from_secs(120))
+        .await;
+    let ids: HashSet<String> = app
+        .all_messages(dlq)
+        .await
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), BACKLOG);
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        metrics.contains("kind=\"broker\""),
+        "the consumer never saw its connection closed: {metrics}"
+    );
+    assert!(
+        metrics.contains("lazarus_consumer_connected{queue=\"dlq\"} 1"),
+        "{metrics}"
+    );
+    // The test's own connection was closed too: check the queue on a fresh one.
+    let fresh = Topology::on(&vhost.url()).await;
+    assert_eq!(fresh.depth(dlq).await, 0);
+    eprintln!("connection closed at {at_close} of {BACKLOG} archived");
+}
