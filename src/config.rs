@@ -76,7 +76,8 @@ impl ServeConfig {
         BatchSettings {
             prefetch: self.prefetch,
             max_messages: self.batch_size.max(1),
-            max_delay: Duration::from_millis(self.batch_interval_ms),
+            // Capped at an hour: a batch deadline must stay a representable instant.
+            max_delay: Duration::from_millis(self.batch_interval_ms.min(3_600_000)),
             max_bytes: self.batch_max_bytes.max(1),
         }
     }

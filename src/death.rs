@@ -46,6 +46,9 @@ pub struct DeathHistory {
     pub problems: Vec<String>,
 }
 
+/// 9999-12-31T23:59:59Z, the last second RFC 3339 can express.
+const MAX_RFC3339_SECS: i64 = 253_402_300_799;
+
 /// Headers a replay strips so that the consumer's retry counting starts fresh.
 pub fn is_death_header(name: &str) -> bool {
     name == "x-death"
@@ -151,8 +154,10 @@ fn decode_entry(i: usize, t: &Table, problems: &mut Vec<String>) -> DeathRecord 
     };
     let time = match t.get("time") {
         Some(v) => {
+            // Only years 1970..=9999: RFC 3339 cannot write anything else.
             let time = v
                 .as_i64()
+                .filter(|secs| (0..=MAX_RFC3339_SECS).contains(secs))
                 .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok());
             if time.is_none() {
                 problems.push(format!("x-death[{i}].time is not a timestamp"));
@@ -200,9 +205,13 @@ fn first_death(
             exchange,
         }),
         _ => {
-            // x-death entries move to the front when they repeat, so the last entry is the
-            // queue and reason that died longest ago: the first death.
-            let oldest = deaths.last()?;
+            // An entry's time is its first death there, and entries move to the front when
+            // they repeat, so the first death is the entry with the earliest time (the last
+            // entry only when times are missing).
+            let oldest = deaths
+                .iter()
+                .rev()
+                .min_by_key(|d| d.time.map_or(i64::MAX, OffsetDateTime::unix_timestamp))?;
             problems.push(
                 "x-first-death-* headers missing; first death taken from the oldest x-death entry"
                     .into(),
@@ -399,6 +408,38 @@ mod tests {
         assert_eq!(d.first_death.unwrap().queue, "work");
         assert_eq!(d.replay_target.unwrap().exchange, "orders");
         assert_eq!(d.problems.len(), 1);
+    }
+
+    #[test]
+    fn missing_first_death_headers_use_the_earliest_time_not_the_last_entry() {
+        // work died at t=10, retry at t=20; work died again later and moved to the front.
+        let mut work = entry("work", "rejected", 2, "orders", &["order.created"]);
+        let mut retry = entry("retry", "expired", 1, "dlx", &["r"]);
+        if let (AmqpValue::Table(w), AmqpValue::Table(r)) = (&mut work, &mut retry) {
+            w.insert("time".into(), AmqpValue::Timestamp(10));
+            r.insert("time".into(), AmqpValue::Timestamp(20));
+        }
+        let d = decode(Some(&headers(vec![work, retry], None)));
+        assert_eq!(d.first_death.unwrap().queue, "work");
+        assert_eq!(d.replay_target.unwrap().routing_key, "order.created");
+    }
+
+    #[test]
+    fn times_outside_rfc3339_are_flagged_and_still_serialise() {
+        for secs in [-100_000_000_000_i64, -1, 300_000_000_000] {
+            let mut t = match entry("q", "rejected", 1, "ex", &["k"]) {
+                AmqpValue::Table(t) => t,
+                _ => unreachable!(),
+            };
+            t.insert("time".into(), AmqpValue::LongLongInt(secs));
+            let d = decode(Some(&headers(
+                vec![AmqpValue::Table(t)],
+                Some(("q", "rejected", "ex")),
+            )));
+            assert_eq!(d.deaths[0].time, None, "{secs}");
+            assert!(d.problems[0].contains("time is not a timestamp"));
+            serde_json::to_string(&d).unwrap();
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub struct QueueReasonLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IngestErrorLabels {
     pub queue: String,
-    /// `broker`, `queue_missing` or `database`.
+    /// `broker`, `queue_missing`, `database` or `crash`.
     pub kind: String,
 }
 
@@ -74,7 +74,7 @@ impl Default for Metrics {
         );
         registry.register(
             "ingest_errors",
-            "Ingest failures by DLQ and kind (broker, queue_missing, database)",
+            "Ingest failures by DLQ and kind (broker, queue_missing, database, crash)",
             ingest_errors.clone(),
         );
         Metrics {

@@ -76,7 +76,7 @@ impl Application {
             tracing::warn!("no --queue given: serving the archive without consuming anything");
         }
         for queue in &self.config.queues {
-            tracker.spawn(consumer::run(queue.clone(), ctx.clone()));
+            tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
         }
         tracker.close();
 

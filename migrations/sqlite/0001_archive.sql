@@ -2,10 +2,9 @@
 -- queries never read message bytes.
 CREATE TABLE messages (
     id                   INTEGER PRIMARY KEY,
-    -- sha-256 of exactly what the broker delivered (queue, routing, properties, headers, body);
-    -- occurrence tells apart genuinely separate deliveries of identical content.
+    -- sha-256 of exactly what the broker delivered (queue, routing, properties, headers, body).
+    -- Not unique: separate deliveries of identical content are separate messages.
     fingerprint          BLOB    NOT NULL,
-    occurrence           INTEGER NOT NULL,
     queue                TEXT    NOT NULL,
     archived_at          INTEGER NOT NULL, -- Unix milliseconds
     exchange             TEXT    NOT NULL, -- as delivered into the DLQ
@@ -28,7 +27,7 @@ CREATE TABLE messages (
     status               TEXT    NOT NULL DEFAULT 'archived'
 );
 
-CREATE UNIQUE INDEX messages_fingerprint ON messages (fingerprint, occurrence);
+CREATE INDEX messages_fingerprint ON messages (fingerprint);
 CREATE INDEX messages_queue ON messages (queue, id);
 CREATE INDEX messages_first_death_reason ON messages (first_death_reason, id);
 CREATE INDEX messages_status ON messages (status, id);
@@ -48,3 +47,15 @@ CREATE TABLE queue_reason_counts (
     newest_at INTEGER NOT NULL,
     PRIMARY KEY (queue, reason)
 ) WITHOUT ROWID;
+
+-- Rows committed whose ack the broker has not yet been seen to process. A redelivered
+-- message matches one of these (it was archived, the ack was lost in a crash or a dropped
+-- connection); a redelivered message that matches none was never archived and is stored.
+CREATE TABLE pending_acks (
+    id          INTEGER PRIMARY KEY,
+    queue       TEXT    NOT NULL,
+    fingerprint BLOB    NOT NULL,
+    archive_id  INTEGER NOT NULL
+);
+CREATE INDEX pending_acks_fingerprint ON pending_acks (queue, fingerprint);
+CREATE INDEX pending_acks_archive_id ON pending_acks (archive_id);

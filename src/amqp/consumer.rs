@@ -2,7 +2,8 @@
 //! durable transaction and only then acked with a single `multiple` ack.
 //!
 //! Any broker error drops the connection and starts over after a backoff: unacked
-//! deliveries go back to the queue and the archive skips the ones it already holds.
+//! deliveries come back flagged redelivered, and the archive recognises those it committed
+//! before the ack was lost (see `pending_acks`).
 //! A database error holds the batch (unacked, consuming nothing more) and retries it.
 
 use std::sync::Arc;
@@ -57,6 +58,29 @@ enum ConsumeError {
     Cancelled,
     #[error("shutting down with a batch the database did not take; it stays unacked")]
     AbandonedOnShutdown,
+}
+
+/// Runs the consumer of `queue` until shutdown, restarting it should it ever panic (the
+/// deliveries it held are unacked, so the broker keeps them).
+pub async fn supervise(queue: String, ctx: ConsumerContext) {
+    loop {
+        match tokio::spawn(run(queue.clone(), ctx.clone())).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::error!(queue, error = %e, "consumer crashed; restarting it");
+                ctx.metrics.ingest_error(&queue, "crash");
+                ctx.metrics.set_connected(&queue, false);
+                ctx.status.set(
+                    &queue,
+                    ConsumerState::Disconnected(format!("consumer crashed: {e}")),
+                );
+            }
+        }
+        tokio::select! {
+            _ = sleep(Duration::from_secs(5)) => {}
+            _ = ctx.shutdown.cancelled() => return,
+        }
+    }
 }
 
 /// Consumes `queue` until shutdown, reconnecting with backoff after every failure.
@@ -216,7 +240,7 @@ async fn flush(
         return Ok(());
     };
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    loop {
+    let outcome = loop {
         let started = Instant::now();
         match ctx.archive.store_batch(&batch.messages).await {
             Ok(outcome) => {
@@ -234,7 +258,7 @@ async fn flush(
                     .duplicates
                     .get_or_create(&labels)
                     .inc_by(outcome.duplicates);
-                break;
+                break outcome;
             }
             Err(e) => {
                 tracing::error!(queue, error = %e, messages = batch.messages.len(), "storing batch failed; holding it unacked and retrying");
@@ -252,11 +276,20 @@ async fn flush(
                 }
             }
         }
-    }
+    };
     // Durable now: acknowledge everything up to the last delivery in one frame.
     channel
         .basic_ack(last_tag, BasicAckOptions { multiple: true })
         .await?;
+    // basic.ack has no reply, but a channel handles its frames in order: once this qos
+    // round trip returns, the broker has processed the ack and will not redeliver the batch.
+    channel
+        .basic_qos(ctx.settings.prefetch, BasicQosOptions::default())
+        .await?;
+    if let Err(e) = ctx.archive.confirm_acked(&outcome.unconfirmed).await {
+        // Harmless: the entries only make a later identical redelivery count as a copy.
+        tracing::warn!(queue, error = %e, "could not record the confirmed ack");
+    }
     ctx.status.set(queue, ConsumerState::Consuming);
     ctx.metrics.set_connected(queue, true);
     *batch = Batch::default();

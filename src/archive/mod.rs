@@ -34,11 +34,13 @@ pub enum ArchiveError {
 }
 
 /// What became of one stored batch.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StoreOutcome {
     pub inserted: u64,
     /// Redeliveries of messages already archived (a crash or reconnect before the ack).
     pub duplicates: u64,
+    /// Archive ids to pass to [`Archive::confirm_acked`] once the broker has processed the ack.
+    pub unconfirmed: Vec<i64>,
 }
 
 /// What has happened to an archived message since it arrived.
@@ -162,9 +164,12 @@ pub struct QueueReasonCount {
 /// The durable archive of dead letters. One implementation per database backend.
 #[async_trait]
 pub trait Archive: Send + Sync + 'static {
-    /// Stores a batch in one durable transaction; a redelivered message already archived
-    /// is skipped. Returns only once the commit is on disk.
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
+    /// A redelivered message that was archived but whose ack was never confirmed is skipped;
+    /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
+    /// The broker has processed the ack of these rows: their redeliveries can no longer come.
+    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError>;
     async fn list_messages(
         &self,
         filter: &MessageFilter,

@@ -1,5 +1,6 @@
 //! The SQLite archive: WAL with `synchronous=FULL`, so a committed batch survives power loss.
 
+use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -56,44 +57,85 @@ fn from_millis(ms: i64) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (fingerprint, occurrence, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint, occurrence) DO NOTHING RETURNING id";
-
 const SUMMARY_COLUMNS: &str = "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, status";
 
-async fn insert_one(
+/// The archived row a redelivered message is a copy of, if one with its content was
+/// committed and its ack never confirmed (and no other copy in this batch took it).
+async fn unconfirmed_copy(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     m: &PreparedMessage,
-    occurrence: i64,
-    archived_at: i64,
+    matched: &mut HashSet<i64>,
 ) -> Result<Option<i64>, sqlx::Error> {
-    let msg = &m.message;
-    let first = m.history.first_death.as_ref();
-    let target = m.history.replay_target.as_ref();
-    let id: Option<i64> = sqlx::query_scalar(INSERT_MESSAGE)
-        .bind(&m.fingerprint[..])
-        .bind(occurrence)
-        .bind(&msg.queue)
-        .bind(archived_at)
-        .bind(&msg.exchange)
-        .bind(&msg.routing_key)
-        .bind(msg.redelivered)
-        .bind(&msg.properties.message_id)
-        .bind(&msg.properties.correlation_id)
-        .bind(&msg.properties.content_type)
-        .bind(&msg.properties.content_encoding)
-        .bind(msg.body.len() as i64)
-        .bind(&m.properties_json)
-        .bind(&m.headers_json)
-        .bind(&m.deaths_json)
-        .bind(&m.problems_json)
-        .bind(first.map(|f| &f.queue))
-        .bind(first.map(|f| &f.reason))
-        .bind(first.map(|f| &f.exchange))
-        .bind(target.map(|t| &t.exchange))
-        .bind(target.map(|t| &t.routing_key))
-        .fetch_optional(&mut **tx)
-        .await?;
-    Ok(id)
+    let candidates: Vec<i64> = sqlx::query_scalar(
+        "SELECT archive_id FROM pending_acks WHERE queue = ? AND fingerprint = ? ORDER BY id",
+    )
+    .bind(&m.message.queue)
+    .bind(&m.fingerprint[..])
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(candidates.into_iter().find(|id| matched.insert(*id)))
+}
+
+/// Rows per multi-row INSERT: 20 columns each stays far below SQLite's 32,766 parameters.
+const ROWS_PER_STATEMENT: usize = 500;
+
+async fn insert_messages(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key) ",
+    );
+    q.push_values(rows, |mut b, (id, m)| {
+        let msg = &m.message;
+        let first = m.history.first_death.as_ref();
+        let target = m.history.replay_target.as_ref();
+        b.push_bind(*id)
+            .push_bind(&m.fingerprint[..])
+            .push_bind(&msg.queue)
+            .push_bind(millis(msg.received_at))
+            .push_bind(&msg.exchange)
+            .push_bind(&msg.routing_key)
+            .push_bind(msg.redelivered)
+            .push_bind(&msg.properties.message_id)
+            .push_bind(&msg.properties.correlation_id)
+            .push_bind(&msg.properties.content_type)
+            .push_bind(&msg.properties.content_encoding)
+            .push_bind(msg.body.len() as i64)
+            .push_bind(&m.properties_json)
+            .push_bind(&m.headers_json)
+            .push_bind(&m.deaths_json)
+            .push_bind(&m.problems_json)
+            .push_bind(first.map(|f| &f.queue))
+            .push_bind(first.map(|f| &f.reason))
+            .push_bind(first.map(|f| &f.exchange))
+            .push_bind(target.map(|t| &t.exchange))
+            .push_bind(target.map(|t| &t.routing_key));
+    });
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Per DLQ and first-death reason: how many rows, the oldest and the newest archive time.
+fn totals<'a>(
+    rows: &[(i64, &'a PreparedMessage)],
+) -> BTreeMap<(&'a str, &'a str), (i64, i64, i64)> {
+    let mut totals = BTreeMap::new();
+    for (_, m) in rows {
+        let reason = m
+            .history
+            .first_death
+            .as_ref()
+            .map_or(NO_REASON, |f| f.reason.as_str());
+        let at = millis(m.message.received_at);
+        let entry = totals
+            .entry((m.message.queue.as_str(), reason))
+            .or_insert((0, at, at));
+        entry.0 += 1;
+        entry.1 = entry.1.min(at);
+        entry.2 = entry.2.max(at);
+    }
+    totals
 }
 
 #[async_trait]
@@ -103,56 +145,74 @@ impl Archive for SqliteArchive {
         // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
         // fails half-way on a lock upgrade when several consumers write at once.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut matched = HashSet::new();
+        let mut fresh = Vec::with_capacity(batch.len());
         for m in batch {
-            let archived_at = millis(m.message.received_at);
-            let id = if m.message.redelivered {
-                // May be a copy already archived before a crash or reconnect: the unique
-                // key (fingerprint, 0) finds it.
-                insert_one(&mut tx, m, 0, archived_at).await?
-            } else {
-                // Never delivered before, so never archived: identical content is a
-                // separate message and takes the next occurrence number.
-                let mut occurrence: i64 =
-                    sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE fingerprint = ?")
-                        .bind(&m.fingerprint[..])
-                        .fetch_one(&mut *tx)
-                        .await?;
-                loop {
-                    if let Some(id) = insert_one(&mut tx, m, occurrence, archived_at).await? {
-                        break Some(id);
-                    }
-                    occurrence += 1;
+            if m.message.redelivered {
+                if let Some(id) = unconfirmed_copy(&mut tx, m, &mut matched).await? {
+                    outcome.duplicates += 1;
+                    outcome.unconfirmed.push(id);
+                    continue;
                 }
-            };
-            let Some(id) = id else {
-                outcome.duplicates += 1;
-                continue;
-            };
-            sqlx::query("INSERT INTO message_bodies (message_id, body) VALUES (?, ?)")
-                .bind(id)
-                .bind(&m.message.body[..])
-                .execute(&mut *tx)
-                .await?;
-            let reason = m
-                .history
-                .first_death
-                .as_ref()
-                .map_or(NO_REASON, |f| f.reason.as_str());
+            }
+            fresh.push(m);
+        }
+        // Holding the write lock, the next ids are ours: number the rows up front so that
+        // messages, bodies and pending acks go in as a few multi-row statements.
+        let first_id: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM messages")
+            .fetch_one(&mut *tx)
+            .await?;
+        let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            insert_messages(&mut tx, chunk).await?;
+            let mut bodies =
+                QueryBuilder::<Sqlite>::new("INSERT INTO message_bodies (message_id, body) ");
+            bodies.push_values(chunk, |mut b, (id, m)| {
+                b.push_bind(*id).push_bind(&m.message.body[..]);
+            });
+            bodies.build().execute(&mut *tx).await?;
+            let mut pending = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO pending_acks (queue, fingerprint, archive_id) ",
+            );
+            pending.push_values(chunk, |mut b, (id, m)| {
+                b.push_bind(&m.message.queue)
+                    .push_bind(&m.fingerprint[..])
+                    .push_bind(*id);
+            });
+            pending.build().execute(&mut *tx).await?;
+        }
+        for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
             sqlx::query(
-                "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, 1, ?, ?) \
-                 ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + 1, \
+                "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
                  oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
             )
-            .bind(&m.message.queue)
+            .bind(queue)
             .bind(reason)
-            .bind(archived_at)
-            .bind(archived_at)
+            .bind(messages)
+            .bind(oldest)
+            .bind(newest)
             .execute(&mut *tx)
             .await?;
-            outcome.inserted += 1;
         }
         tx.commit().await?;
+        outcome.inserted = rows.len() as u64;
+        outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
         Ok(outcome)
+    }
+
+    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {
+        for chunk in archive_ids.chunks(1000) {
+            let mut q =
+                QueryBuilder::<Sqlite>::new("DELETE FROM pending_acks WHERE archive_id IN (");
+            let mut ids = q.separated(", ");
+            for id in chunk {
+                ids.push_bind(id);
+            }
+            q.push(")");
+            q.build().execute(&self.pool).await?;
+        }
+        Ok(())
     }
 
     async fn list_messages(

@@ -1,5 +1,6 @@
 //! The JSON API over the archive: list with filters and keyset pages, one message, its body.
 
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -106,16 +107,25 @@ impl ListParams {
 
 async fn list_messages(
     State(state): State<AppState>,
-    Query(params): Query<ListParams>,
+    params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<MessagePage>, AppError> {
+    let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (filter, page) = params.parse()?;
     Ok(Json(state.archive.list_messages(&filter, page).await?))
 }
 
 /// Ids are opaque to clients; anything that is not one of ours is simply not found.
-fn parse_id(id: &str) -> Result<i64, AppError> {
-    id.parse()
-        .map_err(|_| AppError::NotFound(format!("no archived message with id {id:?}")))
+fn parse_id(id: Result<Path<String>, PathRejection>) -> Result<(String, i64), AppError> {
+    let Path(id) = id
+        .map_err(|e| AppError::NotFound(format!("no archived message there: {}", e.body_text())))?;
+    match id.parse() {
+        Ok(numeric) => Ok((id, numeric)),
+        Err(_) => Err(not_found(&id)),
+    }
+}
+
+fn not_found(id: &str) -> AppError {
+    AppError::NotFound(format!("no archived message with id {id:?}"))
 }
 
 /// The body inside the JSON detail: text where it is UTF-8, base64 otherwise.
@@ -149,12 +159,19 @@ struct MessageDetail {
 
 async fn get_message(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let not_found = || AppError::NotFound(format!("no archived message with id {id:?}"));
-    let id = parse_id(&id)?;
-    let message = state.archive.get_message(id).await?.ok_or_else(not_found)?;
-    let body = state.archive.get_body(id).await?.ok_or_else(not_found)?;
+    let (id, numeric) = parse_id(id)?;
+    let message = state
+        .archive
+        .get_message(numeric)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let body = state
+        .archive
+        .get_body(numeric)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
     Ok(Json(MessageDetail {
         message,
         body: BodyJson::new(&body.bytes),
@@ -164,14 +181,14 @@ async fn get_message(
 /// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
 async fn download_body(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let numeric = parse_id(&id)?;
+    let (id, numeric) = parse_id(id)?;
     let body = state
         .archive
         .get_body(numeric)
         .await?
-        .ok_or_else(|| AppError::NotFound(format!("no archived message with id {id:?}")))?;
+        .ok_or_else(|| not_found(&id))?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_owned()),

@@ -158,5 +158,8 @@ async fn unknown_ids_and_bad_queries_get_clear_answers() {
             "{path}: {error}"
         );
     }
+    // What axum itself rejects still answers in JSON.
+    assert!(app.json("/api/messages?limit=1&limit=2", 400).await["error"].is_string());
+    assert!(app.json("/api/messages/%FF", 404).await["error"].is_string());
     assert_eq!(app.get("/healthz").await.status, 200);
 }

@@ -54,8 +54,9 @@ async fn missing_queue_is_reported_and_retried_not_created() {
         "{metrics}"
     );
 
-    // Lazarus never declares it: a passive check fails until the user creates it.
+    // Lazarus never declares it: the queue is still not there until the user creates it.
     let mut t = Topology::new().await;
+    assert!(!t.exists(&dlq).await, "Lazarus created the queue");
     t.queue(&dlq, FieldTable::default()).await;
     t.publish("", &dlq, b"late", BasicProperties::default())
         .await;
@@ -134,8 +135,9 @@ async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
         ready["queues"][&dlq]["state"], "database_unavailable",
         "{ready}"
     );
-    // Nothing acked: the broker still holds all 20 (as unacked deliveries), none are ready.
+    // Nothing acked: the broker still holds all 20, delivered to Lazarus and unacknowledged.
     assert_eq!(t.depth(&dlq).await, 0);
+    assert_eq!(unacked(&dlq), 20);
     assert_eq!(app.archived().await, 0);
 
     sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
@@ -328,30 +330,40 @@ fn incoming(redelivered: bool) -> IncomingMessage {
 }
 
 #[tokio::test]
-async fn redeliveries_are_skipped_but_separate_identical_messages_are_kept() {
+async fn redeliveries_of_unconfirmed_rows_are_skipped_everything_else_is_kept() {
     let dir = tempfile::tempdir().unwrap();
     let archive = SqliteArchive::open(&format!("sqlite://{}", dir.path().join("a.db").display()))
         .await
         .unwrap();
-    let first = archive
-        .store_batch(&[PreparedMessage::new(incoming(false))])
-        .await
-        .unwrap();
+    let store = |batch: Vec<IncomingMessage>| {
+        let archive = archive.clone();
+        async move {
+            let prepared: Vec<_> = batch.into_iter().map(PreparedMessage::new).collect();
+            archive.store_batch(&prepared).await.unwrap()
+        }
+    };
+    // Committed, then the process died before the ack was confirmed.
+    let first = store(vec![incoming(false)]).await;
     assert_eq!((first.inserted, first.duplicates), (1, 0));
-    // A redelivery after a crash: same content, flagged redelivered → the same row.
-    let again = archive
-        .store_batch(&[
-            PreparedMessage::new(incoming(true)),
-            PreparedMessage::new(incoming(true)),
-        ])
+    // Its redelivery is the same message, however often it comes back unconfirmed...
+    for _ in 0..2 {
+        let again = store(vec![incoming(true)]).await;
+        assert_eq!((again.inserted, again.duplicates), (0, 1));
+        assert_eq!(again.unconfirmed, first.unconfirmed);
+    }
+    // ...but a second identical copy redelivered in the same batch was never archived.
+    let pair = store(vec![incoming(true), incoming(true)]).await;
+    assert_eq!((pair.inserted, pair.duplicates), (1, 1));
+    archive
+        .confirm_acked(&[first.unconfirmed, pair.unconfirmed].concat())
         .await
         .unwrap();
-    assert_eq!((again.inserted, again.duplicates), (0, 2));
-    // A first delivery is never a redelivery: identical bytes are a second message.
-    let twin = archive
-        .store_batch(&[PreparedMessage::new(incoming(false))])
-        .await
-        .unwrap();
+    // Once the acks are confirmed, a redelivered identical copy is a new message
+    // (e.g. one a management-UI "Get messages" requeued).
+    let later = store(vec![incoming(true)]).await;
+    assert_eq!((later.inserted, later.duplicates), (1, 0));
+    // And a first delivery is never a redelivery: identical bytes are another message.
+    let twin = store(vec![incoming(false)]).await;
     assert_eq!((twin.inserted, twin.duplicates), (1, 0));
-    assert_eq!(archive.counts().await.unwrap()[0].messages, 2);
+    assert_eq!(archive.counts().await.unwrap()[0].messages, 4);
 }

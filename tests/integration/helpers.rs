@@ -167,6 +167,22 @@ impl Topology {
             .message_count()
     }
 
+    /// Whether the queue exists (a passive declare on a throwaway channel).
+    pub async fn exists(&self, queue: &str) -> bool {
+        let channel = self.connection.create_channel().await.unwrap();
+        channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .is_ok()
+    }
+
     pub async fn wait_for_depth(&self, queue: &str, depth: u32, timeout: Duration) {
         let start = Instant::now();
         loop {
@@ -555,4 +571,20 @@ pub async fn count_rows(db_path: &std::path::Path, sql: &str) -> i64 {
         .unwrap_or(0);
     let _ = sqlx::Connection::close(conn).await;
     n
+}
+
+/// Deliveries of `queue` (in the default vhost) that a consumer holds unacknowledged.
+pub fn unacked(queue: &str) -> u64 {
+    rabbitmqctl(&[
+        "list_queues",
+        "-q",
+        "--no-table-headers",
+        "name",
+        "messages_unacknowledged",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once('\t'))
+    .find(|(name, _)| *name == queue)
+    .map(|(_, n)| n.trim().parse().unwrap())
+    .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl"))
 }

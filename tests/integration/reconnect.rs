@@ -44,9 +44,9 @@ async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
 
     app.wait_for_archived(BACKLOG as i64, Duration::from_secs(120))
         .await;
-    let ids: HashSet<String> = app
-        .all_messages(dlq)
-        .await
+    let all = app.all_messages(dlq).await;
+    assert_eq!(all.len(), BACKLOG, "rows in the archive");
+    let ids: HashSet<String> = all
         .iter()
         .map(|m| m["message_id"].as_str().unwrap().to_owned())
         .collect();
