@@ -4,6 +4,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY migrations ./migrations
+COPY templates ./templates
+COPY static ./static
 RUN cargo build --release --locked --bin lazarus
 
 # Run: a small Debian with CA certificates (amqps) and a non-root user.

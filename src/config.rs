@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::amqp::consumer::BatchSettings;
+use crate::archive::IngestRules;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,12 +67,23 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_BATCH_INTERVAL_MS", default_value_t = 200)]
     pub batch_interval_ms: u64,
 
+    /// A header in which failing consumers leave their error (repeatable; case-insensitive;
+    /// the first present wins). Used to group failures on the overview.
+    #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
+    pub error_headers: Vec<String>,
+
     /// Commit a batch once its bodies add up to this many bytes (bounds memory with big messages).
     #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub batch_max_bytes: usize,
 }
 
 impl ServeConfig {
+    pub fn ingest_rules(&self) -> IngestRules {
+        IngestRules {
+            error_headers: self.error_headers.clone(),
+        }
+    }
+
     pub fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
             prefetch: self.prefetch,
@@ -101,6 +113,7 @@ impl fmt::Debug for ServeConfig {
             .field("batch_size", &self.batch_size)
             .field("batch_interval_ms", &self.batch_interval_ms)
             .field("batch_max_bytes", &self.batch_max_bytes)
+            .field("error_headers", &self.error_headers)
             .finish()
     }
 }

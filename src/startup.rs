@@ -68,6 +68,7 @@ impl Application {
             amqp_url: self.config.amqp_url.clone(),
             archive: self.state.archive.clone(),
             settings: self.config.batch_settings(),
+            rules: self.config.ingest_rules(),
             status: self.state.status.clone(),
             metrics: self.state.metrics.clone(),
             shutdown: token.clone(),

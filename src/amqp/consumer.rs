@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{connect, is_not_found, Backoff};
 use super::headers::MessageProperties;
-use crate::archive::{Archive, IncomingMessage, PreparedMessage};
+use crate::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage};
 use crate::metrics::{Metrics, QueueLabels};
 use crate::status::{ConsumerState, IngestStatus};
 
@@ -43,6 +43,7 @@ pub struct ConsumerContext {
     pub amqp_url: String,
     pub archive: Arc<dyn Archive>,
     pub settings: BatchSettings,
+    pub rules: IngestRules,
     pub status: IngestStatus,
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
@@ -181,7 +182,7 @@ async fn consume_on(
             }
             next = deliveries.next() => match next {
                 Some(Ok(delivery)) => {
-                    batch.push(queue, delivery);
+                    batch.push(queue, delivery, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
                         flush(&channel, queue, &mut batch, ctx).await?;
                     }
@@ -203,21 +204,24 @@ struct Batch {
 }
 
 impl Batch {
-    fn push(&mut self, queue: &str, delivery: Delivery) {
+    fn push(&mut self, queue: &str, delivery: Delivery, rules: &IngestRules) {
         self.started.get_or_insert_with(Instant::now);
         self.last_tag = Some(delivery.delivery_tag);
         self.bytes += delivery.data.len();
         let (properties, headers) = MessageProperties::from_amqp(&delivery.properties);
-        self.messages.push(PreparedMessage::new(IncomingMessage {
-            queue: queue.to_owned(),
-            exchange: delivery.exchange.as_str().to_owned(),
-            routing_key: delivery.routing_key.as_str().to_owned(),
-            redelivered: delivery.redelivered,
-            properties,
-            headers,
-            body: delivery.data,
-            received_at: OffsetDateTime::now_utc(),
-        }));
+        self.messages.push(PreparedMessage::with_rules(
+            IncomingMessage {
+                queue: queue.to_owned(),
+                exchange: delivery.exchange.as_str().to_owned(),
+                routing_key: delivery.routing_key.as_str().to_owned(),
+                redelivered: delivery.redelivered,
+                properties,
+                headers,
+                body: delivery.data,
+                received_at: OffsetDateTime::now_utc(),
+            },
+            rules,
+        ));
     }
 
     fn is_full(&self, settings: &BatchSettings) -> bool {

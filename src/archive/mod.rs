@@ -13,8 +13,14 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
 
-pub use record::{fingerprint, IncomingMessage, PreparedMessage};
+pub use record::{
+    error_description, fingerprint, IncomingMessage, IngestRules, PreparedMessage,
+    DEFAULT_ERROR_HEADERS,
+};
 pub use sqlite::SqliteArchive;
+
+/// The reason under which messages without death history are counted and filtered.
+pub const NO_REASON: &str = "none";
 
 /// Largest page the list API returns, whatever `limit` asks for.
 pub const MAX_PAGE_SIZE: u32 = 500;
@@ -126,8 +132,12 @@ pub struct StoredBody {
 pub struct MessageFilter {
     /// The DLQ it was archived from.
     pub queue: Option<String>,
-    /// The reason of its first death.
+    /// The reason of its first death ([`NO_REASON`] for messages without history).
     pub reason: Option<String>,
+    /// The queue of its first death (the DLQ for messages without history).
+    pub first_death_queue: Option<String>,
+    /// The error description its failing consumer left (`""`: none).
+    pub error: Option<String>,
     /// The exchange of its first death (its replay target exchange).
     pub exchange: Option<String>,
     /// The routing key of its replay target.
@@ -159,6 +169,32 @@ pub struct QueueReasonCount {
     pub queue: String,
     pub reason: String,
     pub messages: i64,
+    pub oldest: OffsetDateTime,
+    pub newest: OffsetDateTime,
+}
+
+/// Messages archived from one DLQ in one hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HourlyCount {
+    pub queue: String,
+    /// Unix time / 3600.
+    pub hour: i64,
+    pub messages: i64,
+}
+
+/// Messages that first died in the same queue, for the same reason, with the same error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureGroup {
+    /// The first-death queue (the DLQ for messages without death history).
+    pub queue: String,
+    pub reason: String,
+    /// The failing consumer's error description; empty when it left none.
+    pub error: String,
+    pub messages: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen: OffsetDateTime,
 }
 
 /// The durable archive of dead letters. One implementation per database backend.
@@ -179,6 +215,12 @@ pub trait Archive: Send + Sync + 'static {
     async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
     /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
+    /// Archived messages per DLQ and hour, from `since` on.
+    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
+    /// The largest failure groups, most recent activity first.
+    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// Other records of the same message (same message-id), newest first.
+    async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }

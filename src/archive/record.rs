@@ -21,6 +21,54 @@ pub struct IncomingMessage {
     pub received_at: OffsetDateTime,
 }
 
+/// Headers in which failing consumers commonly leave their error: Spring AMQP, MassTransit,
+/// and plain ones.
+pub const DEFAULT_ERROR_HEADERS: [&str; 4] = [
+    "x-exception-message",
+    "MT-Fault-Message",
+    "exception",
+    "error",
+];
+
+/// Longest error description kept (longer ones are cut at a character boundary).
+const MAX_ERROR_LEN: usize = 300;
+
+/// What ingest extracts from each message beyond its death history.
+#[derive(Debug, Clone)]
+pub struct IngestRules {
+    /// Header names (case-insensitive, first match wins) holding the failing consumer's error.
+    pub error_headers: Vec<String>,
+}
+
+impl Default for IngestRules {
+    fn default() -> Self {
+        IngestRules {
+            error_headers: DEFAULT_ERROR_HEADERS
+                .iter()
+                .map(|h| h.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// The error description a failing consumer left in the headers, if any: the first
+/// configured header with a text value, trimmed, its first line, at most 300 bytes.
+pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<String> {
+    let headers = headers?;
+    names.iter().find_map(|name| {
+        let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+        let text = value.as_str()?.trim().lines().next()?.trim();
+        if text.is_empty() {
+            return None;
+        }
+        let mut end = text.len().min(MAX_ERROR_LEN);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(text[..end].to_owned())
+    })
+}
+
 /// An incoming message with everything the archive stores derived from it.
 #[derive(Debug, Clone)]
 pub struct PreparedMessage {
@@ -31,10 +79,17 @@ pub struct PreparedMessage {
     pub history: DeathHistory,
     pub deaths_json: String,
     pub problems_json: Option<String>,
+    pub error: Option<String>,
 }
 
 impl PreparedMessage {
+    /// Derives everything with the default [`IngestRules`].
     pub fn new(message: IncomingMessage) -> Self {
+        Self::with_rules(message, &IngestRules::default())
+    }
+
+    pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
+        let error = error_description(message.headers.as_ref(), &rules.error_headers);
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let history = death::decode(message.headers.as_ref());
@@ -53,7 +108,18 @@ impl PreparedMessage {
             history,
             deaths_json,
             problems_json,
+            error,
         }
+    }
+
+    /// The failure group: first-death queue (the DLQ without history), reason, error.
+    pub fn group(&self) -> (&str, &str, &str) {
+        let first = self.history.first_death.as_ref();
+        (
+            first.map_or(self.message.queue.as_str(), |f| f.queue.as_str()),
+            first.map_or(super::NO_REASON, |f| f.reason.as_str()),
+            self.error.as_deref().unwrap_or(""),
+        )
     }
 }
 
@@ -149,6 +215,38 @@ mod tests {
         for v in variants {
             assert_ne!(PreparedMessage::new(v).fingerprint, base);
         }
+    }
+
+    #[test]
+    fn error_description_takes_the_first_configured_header() {
+        let rules = IngestRules::default();
+        let h = Table::from([
+            ("error".into(), AmqpValue::ShortString("later".into())),
+            (
+                "X-Exception-Message".into(),
+                AmqpValue::LongString(crate::amqp::headers::Bytes(
+                    b"  NullPointerException: invoice.customer\n\tat Billing.java:42".to_vec(),
+                )),
+            ),
+        ]);
+        assert_eq!(
+            error_description(Some(&h), &rules.error_headers).as_deref(),
+            Some("NullPointerException: invoice.customer")
+        );
+        assert_eq!(error_description(None, &rules.error_headers), None);
+        let not_text = Table::from([("exception".into(), AmqpValue::LongInt(3))]);
+        assert_eq!(
+            error_description(Some(&not_text), &rules.error_headers),
+            None
+        );
+    }
+
+    #[test]
+    fn long_error_descriptions_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(400);
+        let h = Table::from([("error".into(), AmqpValue::ShortString(long))]);
+        let cut = error_description(Some(&h), &IngestRules::default().error_headers).unwrap();
+        assert!(cut.len() <= MAX_ERROR_LEN && cut.chars().all(|c| c == 'é'));
     }
 
     #[test]

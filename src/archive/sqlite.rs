@@ -12,13 +12,11 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::{
-    Archive, ArchiveError, ArchivedMessage, MessageFilter, MessagePage, MessageStatus,
-    MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, StoreOutcome, StoredBody,
+    Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
+    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, StoreOutcome,
+    StoredBody, NO_REASON,
 };
 use crate::death::{FirstDeath, ReplayTarget};
-
-/// Counts and filters file the messages without death history under this reason.
-pub const NO_REASON: &str = "none";
 
 #[derive(Debug, Clone)]
 pub struct SqliteArchive {
@@ -84,7 +82,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key) ",
+        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -110,9 +108,56 @@ async fn insert_messages(
             .push_bind(first.map(|f| &f.reason))
             .push_bind(first.map(|f| &f.exchange))
             .push_bind(target.map(|t| &t.exchange))
-            .push_bind(target.map(|t| &t.routing_key));
+            .push_bind(target.map(|t| &t.routing_key))
+            .push_bind(&m.error);
     });
     q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Keeps the sparkline's hourly counts and the failure groups up to date.
+async fn record_overview(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let mut hours: BTreeMap<(&str, i64), i64> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, &str, &str), (i64, i64, i64)> = BTreeMap::new();
+    for (_, m) in rows {
+        let at = millis(m.message.received_at);
+        *hours
+            .entry((m.message.queue.as_str(), at / 3_600_000))
+            .or_default() += 1;
+        let entry = groups.entry(m.group()).or_insert((0, at, at));
+        entry.0 += 1;
+        entry.1 = entry.1.min(at);
+        entry.2 = entry.2.max(at);
+    }
+    for ((queue, hour), messages) in hours {
+        sqlx::query(
+            "INSERT INTO hourly_counts (queue, hour, messages) VALUES (?, ?, ?) \
+             ON CONFLICT (queue, hour) DO UPDATE SET messages = messages + excluded.messages",
+        )
+        .bind(queue)
+        .bind(hour)
+        .bind(messages)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for ((queue, reason, error), (messages, first, last)) in groups {
+        sqlx::query(
+            "INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (queue, reason, error) DO UPDATE SET messages = messages + excluded.messages, \
+             first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen)",
+        )
+        .bind(queue)
+        .bind(reason)
+        .bind(error)
+        .bind(messages)
+        .bind(first)
+        .bind(last)
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 
@@ -181,6 +226,7 @@ impl Archive for SqliteArchive {
             });
             pending.build().execute(&mut *tx).await?;
         }
+        record_overview(&mut tx, &rows).await?;
         for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
             sqlx::query(
                 "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, ?, ?, ?) \
@@ -232,6 +278,14 @@ impl Archive for SqliteArchive {
             } else {
                 q.push(" AND first_death_reason = ").push_bind(reason);
             }
+        }
+        if let Some(queue) = &filter.first_death_queue {
+            // Messages without history are grouped under the DLQ itself.
+            q.push(" AND coalesce(first_death_queue, queue) = ")
+                .push_bind(queue);
+        }
+        if let Some(error) = &filter.error {
+            q.push(" AND coalesce(error, '') = ").push_bind(error);
         }
         if let Some(exchange) = &filter.exchange {
             q.push(" AND first_death_exchange = ").push_bind(exchange);
@@ -322,7 +376,7 @@ impl Archive for SqliteArchive {
 
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
         let rows = sqlx::query(
-            "SELECT queue, reason, messages FROM queue_reason_counts ORDER BY queue, reason",
+            "SELECT queue, reason, messages, oldest_at, newest_at FROM queue_reason_counts ORDER BY queue, reason",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -332,9 +386,64 @@ impl Archive for SqliteArchive {
                     queue: r.try_get("queue")?,
                     reason: r.try_get("reason")?,
                     messages: r.try_get("messages")?,
+                    oldest: from_millis(r.try_get("oldest_at")?),
+                    newest: from_millis(r.try_get("newest_at")?),
                 })
             })
             .collect()
+    }
+
+    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT queue, hour, messages FROM hourly_counts WHERE hour >= ? ORDER BY queue, hour",
+        )
+        .bind(since.unix_timestamp().div_euclid(3600))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(HourlyCount {
+                    queue: r.try_get("queue")?,
+                    hour: r.try_get("hour")?,
+                    messages: r.try_get("messages")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT queue, reason, error, messages, first_seen, last_seen FROM failure_groups ORDER BY last_seen DESC LIMIT ?",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(FailureGroup {
+                    queue: r.try_get("queue")?,
+                    reason: r.try_get("reason")?,
+                    error: r.try_get("error")?,
+                    messages: r.try_get("messages")?,
+                    first_seen: from_millis(r.try_get("first_seen")?),
+                    last_seen: from_millis(r.try_get("last_seen")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError> {
+        let Some(message_id) = &message.message_id else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE message_id = ? AND id != ? ORDER BY id DESC LIMIT 20"
+        ))
+        .bind(message_id)
+        .bind(message.id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(summary_from_row).collect()
     }
 
     async fn ping(&self) -> Result<(), ArchiveError> {

@@ -26,18 +26,36 @@ pub fn routes() -> Router<AppState> {
 
 /// Query string of the list, as received: everything is validated into a filter with
 /// messages a user can act on.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct ListParams {
-    q: Option<String>,
-    queue: Option<String>,
-    reason: Option<String>,
-    exchange: Option<String>,
-    routing_key: Option<String>,
-    status: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    limit: Option<String>,
-    cursor: Option<String>,
+    pub q: Option<String>,
+    pub queue: Option<String>,
+    pub reason: Option<String>,
+    pub first_death_queue: Option<String>,
+    pub error: Option<String>,
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+/// How a filter names the default exchange (an empty value means "no filter", as a browser
+/// sends an empty field), as RabbitMQ's management UI does.
+pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
+/// How a filter names the empty routing key (fanout routes).
+pub const EMPTY_KEY: &str = "(empty)";
+/// How a filter names "the failing consumer left no error description".
+pub const NO_ERROR: &str = "(none)";
+
+fn named_empty(value: &str, name: &str) -> String {
+    if value == name {
+        String::new()
+    } else {
+        value.to_owned()
+    }
 }
 
 /// Empty form fields mean "no filter", as a browser sends them.
@@ -55,7 +73,11 @@ impl ListParams {
         let time = |name: &str, v: &Option<String>| -> Result<Option<OffsetDateTime>, AppError> {
             given(v)
                 .map(|s| {
-                    OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
+                    // RFC 3339, or what a datetime-local field sends (taken as UTC).
+                    let local = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]");
+                    OffsetDateTime::parse(s, &Rfc3339)
+                        .or_else(|_| time::PrimitiveDateTime::parse(s, local).map(|t| t.assume_utc()))
+                        .map_err(|_| {
                         AppError::BadRequest(format!(
                             "{name} must be an RFC 3339 time such as 2026-12-02T09:00:00Z, not {s:?}"
                         ))
@@ -95,8 +117,10 @@ impl ListParams {
         let filter = MessageFilter {
             queue: text(&self.queue),
             reason: text(&self.reason),
-            exchange: self.exchange.clone(), // the default exchange is "": an empty value is a filter
-            routing_key: self.routing_key.clone(),
+            first_death_queue: text(&self.first_death_queue),
+            error: given(&self.error).map(|e| named_empty(e, NO_ERROR)),
+            exchange: given(&self.exchange).map(|e| named_empty(e, DEFAULT_EXCHANGE)),
+            routing_key: given(&self.routing_key).map(|k| named_empty(k, EMPTY_KEY)),
             status,
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
@@ -115,7 +139,7 @@ async fn list_messages(
 }
 
 /// Ids are opaque to clients; anything that is not one of ours is simply not found.
-fn parse_id(id: Result<Path<String>, PathRejection>) -> Result<(String, i64), AppError> {
+pub(super) fn parse_id(id: Result<Path<String>, PathRejection>) -> Result<(String, i64), AppError> {
     let Path(id) = id
         .map_err(|e| AppError::NotFound(format!("no archived message there: {}", e.body_text())))?;
     match id.parse() {
@@ -279,10 +303,26 @@ mod tests {
     }
 
     #[test]
-    fn empty_exchange_filter_means_default_exchange() {
-        let (filter, _) = params(&[("exchange", "")]).parse().unwrap();
+    fn empty_fields_are_no_filter_and_names_select_the_empty_values() {
+        let (filter, _) = params(&[("exchange", ""), ("queue", ""), ("error", "")])
+            .parse()
+            .unwrap();
+        assert_eq!(filter, MessageFilter::default());
+        let (filter, _) = params(&[
+            ("exchange", "(AMQP%20default)"),
+            ("routing_key", "(empty)"),
+            ("error", "(none)"),
+        ])
+        .parse()
+        .unwrap();
         assert_eq!(filter.exchange.as_deref(), Some(""));
-        let (filter, _) = params(&[("queue", "")]).parse().unwrap();
-        assert_eq!(filter.queue, None);
+        assert_eq!(filter.routing_key.as_deref(), Some(""));
+        assert_eq!(filter.error.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn datetime_local_values_are_utc() {
+        let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse().unwrap();
+        assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
     }
 }

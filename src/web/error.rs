@@ -18,9 +18,10 @@ pub enum AppError {
     Archive(#[from] ArchiveError),
 }
 
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let (status, message) = match &self {
+impl AppError {
+    /// The status and the message the user sees (internals only go to the log).
+    pub fn status_and_message(&self) -> (StatusCode, String) {
+        match self {
             AppError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
             AppError::Archive(ArchiveError::Database(e)) => {
@@ -37,7 +38,13 @@ impl IntoResponse for AppError {
                     "internal error; the server log has the details".to_owned(),
                 )
             }
-        };
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, message) = self.status_and_message();
         (status, Json(json!({ "error": message }))).into_response()
     }
 }

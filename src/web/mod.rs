@@ -1,11 +1,18 @@
-//! The HTTP surface: router, shared state and middleware stack in one place.
+//! The HTTP surface: router, shared state and middleware stack in one place. Pages are
+//! server-rendered (askama) with htmx partial updates; `/api` is their JSON twin.
 
 mod api;
+mod assets;
 mod error;
 mod health;
+mod html;
+mod messages;
+mod overview;
+mod payload;
 
 use std::sync::Arc;
 
+use axum::routing::get;
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
@@ -26,6 +33,10 @@ pub struct AppState {
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(overview::overview))
+        .route("/messages", get(messages::list_page))
+        .route("/messages/{id}", get(messages::detail_page))
+        .merge(assets::routes())
         .merge(health::routes())
         .nest("/api", api::routes())
         .fallback(error::not_found)

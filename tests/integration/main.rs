@@ -6,5 +6,6 @@ mod api;
 mod crash;
 mod failures;
 mod headers;
+mod pages;
 mod reconnect;
 mod seeds;

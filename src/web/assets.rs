@@ -1,0 +1,56 @@
+//! Static assets (htmx, our stylesheet and script), compiled into the binary and served under
+//! versioned names with a year-long cache: a changed file gets a new name.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use super::AppState;
+
+pub const HTMX: &str = "/static/htmx-2.0.11.min.js";
+pub const CSS: &str = "/static/lazarus-1.css";
+pub const JS: &str = "/static/lazarus-1.js";
+
+const CACHE_FOREVER: &str = "public, max-age=31536000, immutable";
+
+fn asset(content_type: &'static str, bytes: &'static [u8]) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, CACHE_FOREVER),
+        ],
+        bytes,
+    )
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            HTMX,
+            get(|| async {
+                asset(
+                    "text/javascript; charset=utf-8",
+                    include_bytes!("../../static/htmx-2.0.11.min.js"),
+                )
+            }),
+        )
+        .route(
+            CSS,
+            get(|| async {
+                asset(
+                    "text/css; charset=utf-8",
+                    include_bytes!("../../static/lazarus-1.css"),
+                )
+            }),
+        )
+        .route(
+            JS,
+            get(|| async {
+                asset(
+                    "text/javascript; charset=utf-8",
+                    include_bytes!("../../static/lazarus-1.js"),
+                )
+            }),
+        )
+}

@@ -1,0 +1,432 @@
+//! The message list (filters, keyset pages, htmx partial updates) and the message detail
+//! page (properties, typed headers, death timeline, replay target, payload viewer).
+
+use askama::Template;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
+
+use super::api::{parse_id, ListParams};
+use super::html::{human_bytes, is_htmx, render, utc, PageError};
+use super::overview::urlencode;
+use super::payload::{self, PayloadView};
+use super::{AppError, AppState};
+use crate::amqp::headers::{AmqpValue, Table};
+use crate::archive::{ArchivedMessage, MessageSummary};
+
+pub struct Row {
+    pub id: String,
+    pub queue: String,
+    pub archived_at: String,
+    pub message_id: String,
+    pub reason: String,
+    pub first_queue: String,
+    pub target: String,
+    pub content_type: String,
+    pub size: String,
+    pub status: &'static str,
+}
+
+impl Row {
+    fn new(m: &MessageSummary) -> Self {
+        Row {
+            id: m.id.to_string(),
+            queue: m.queue.clone(),
+            archived_at: utc(m.archived_at),
+            message_id: m.message_id.clone().unwrap_or_default(),
+            reason: m
+                .first_death
+                .as_ref()
+                .map_or("none".into(), |f| f.reason.clone()),
+            first_queue: m
+                .first_death
+                .as_ref()
+                .map_or(String::new(), |f| f.queue.clone()),
+            target: target_text(m),
+            content_type: m.content_type.clone().unwrap_or_default(),
+            size: human_bytes(m.body_size),
+            status: m.status.as_str(),
+        }
+    }
+}
+
+fn target_text(m: &MessageSummary) -> String {
+    match &m.replay_target {
+        Some(t) => format!(
+            "{} → {}",
+            if t.exchange.is_empty() {
+                "(AMQP default)"
+            } else {
+                &t.exchange
+            },
+            if t.routing_key.is_empty() {
+                "(empty key)"
+            } else {
+                &t.routing_key
+            }
+        ),
+        None => "unknown".into(),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "messages.html")]
+pub struct MessagesPage {
+    pub form: ListParams,
+    pub queues: Vec<String>,
+    pub rows: Vec<Row>,
+    pub next_link: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "partials/message_rows.html")]
+pub struct MessageRowsPartial {
+    pub rows: Vec<Row>,
+    pub next_link: Option<String>,
+    pub error: Option<String>,
+}
+
+fn value(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("")
+}
+
+impl ListParams {
+    /// The query string that reproduces these filters, at another cursor.
+    fn to_query(&self, cursor: Option<&str>) -> String {
+        let pairs = [
+            ("queue", &self.queue),
+            ("reason", &self.reason),
+            ("first_death_queue", &self.first_death_queue),
+            ("error", &self.error),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
+            ("status", &self.status),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("limit", &self.limit),
+        ];
+        let mut parts: Vec<String> = pairs
+            .iter()
+            .filter(|(_, v)| !value(v).is_empty())
+            .map(|(k, v)| format!("{k}={}", urlencode(value(v))))
+            .collect();
+        if let Some(c) = cursor {
+            parts.push(format!("cursor={}", urlencode(c)));
+        }
+        parts.join("&")
+    }
+}
+
+/// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
+pub async fn list_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let Query(form) =
+        params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
+    let (rows, next_link, error) = match form.parse() {
+        Ok((filter, page)) => {
+            let page = state
+                .archive
+                .list_messages(&filter, page)
+                .await
+                .map_err(|e| PageError::new(e, &headers))?;
+            let next = page
+                .next_cursor
+                .as_deref()
+                .map(|c| format!("/messages?{}", form.to_query(Some(c))));
+            (page.messages.iter().map(Row::new).collect(), next, None)
+        }
+        Err(e) => (Vec::new(), None, Some(e.to_string())),
+    };
+    if is_htmx(&headers) {
+        // 200 even for a bad filter: the inline message replaces the results as you type.
+        return Ok(render(&MessageRowsPartial {
+            rows,
+            next_link,
+            error,
+        }));
+    }
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let mut queues: Vec<String> = state
+        .archive
+        .counts()
+        .await
+        .map_err(|e| PageError::new(e, &headers))?
+        .into_iter()
+        .map(|c| c.queue)
+        .collect();
+    queues.dedup();
+    Ok((
+        status,
+        render(&MessagesPage {
+            form,
+            queues,
+            rows,
+            next_link,
+            error,
+        }),
+    )
+        .into_response())
+}
+
+/// A header (or a nested entry) as a row of the headers table.
+pub struct HeaderRow {
+    pub depth: usize,
+    pub name: String,
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Nested tables and arrays become indented rows under their parent.
+pub fn header_rows(table: &Table) -> Vec<HeaderRow> {
+    let mut rows = Vec::new();
+    for (name, v) in table {
+        push_value(&mut rows, 0, name.clone(), v);
+    }
+    rows
+}
+
+fn push_value(rows: &mut Vec<HeaderRow>, depth: usize, name: String, v: &AmqpValue) {
+    let text = match v {
+        AmqpValue::Boolean(b) => b.to_string(),
+        AmqpValue::ShortShortInt(n) => n.to_string(),
+        AmqpValue::ShortShortUint(n) => n.to_string(),
+        AmqpValue::ShortInt(n) => n.to_string(),
+        AmqpValue::ShortUint(n) => n.to_string(),
+        AmqpValue::LongInt(n) => n.to_string(),
+        AmqpValue::LongUint(n) => n.to_string(),
+        AmqpValue::LongLongInt(n) => n.to_string(),
+        AmqpValue::Float(f) => f.0.to_string(),
+        AmqpValue::Double(f) => f.0.to_string(),
+        AmqpValue::Decimal { scale, value } => decimal(*scale, *value),
+        AmqpValue::ShortString(s) => s.clone(),
+        AmqpValue::LongString(b) | AmqpValue::ByteArray(b) => {
+            match (v, std::str::from_utf8(&b.0)) {
+                (AmqpValue::LongString(_), Ok(s)) => s.to_owned(),
+                _ => format!("{} (base64)", BASE64.encode(&b.0)),
+            }
+        }
+        AmqpValue::Timestamp(t) => match time::OffsetDateTime::from_unix_timestamp(*t as i64) {
+            Ok(at) => format!("{t} ({})", utc(at)),
+            Err(_) => t.to_string(),
+        },
+        AmqpValue::Void => String::new(),
+        AmqpValue::Array(items) => format!("{} items", items.len()),
+        AmqpValue::Table(t) => format!("{} entries", t.len()),
+    };
+    rows.push(HeaderRow {
+        depth: depth.min(4),
+        name,
+        kind: v.type_name(),
+        value: text,
+    });
+    match v {
+        AmqpValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                push_value(rows, depth + 1, format!("[{i}]"), item);
+            }
+        }
+        AmqpValue::Table(t) => {
+            for (k, item) in t {
+                push_value(rows, depth + 1, k.clone(), item);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn decimal(scale: u8, value: u32) -> String {
+    let digits = value.to_string();
+    let scale = scale as usize;
+    if scale == 0 {
+        return digits;
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{int}.{frac}")
+}
+
+pub struct DeathRow {
+    pub queue: String,
+    pub reason: String,
+    pub count: i64,
+    pub exchange: String,
+    pub routing_keys: String,
+    pub time: Option<String>,
+    pub original_expiration: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+pub struct MessagePage {
+    pub id: String,
+    pub summary: MessageSummary,
+    pub archived_at: String,
+    pub delivered: String,
+    pub properties: Vec<(&'static str, String)>,
+    pub headers: Option<Vec<HeaderRow>>,
+    pub deaths: Vec<DeathRow>,
+    pub target: String,
+    pub problems: Vec<String>,
+    pub payload: PayloadView,
+    pub size: String,
+    pub related: Vec<Row>,
+}
+
+fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
+    let p = &m.properties;
+    let text = |v: &Option<String>| v.clone();
+    [
+        ("content-type", text(&p.content_type)),
+        ("content-encoding", text(&p.content_encoding)),
+        (
+            "delivery-mode",
+            p.delivery_mode
+                .map(|d| format!("{d}{}", if d == 2 { " (persistent)" } else { "" })),
+        ),
+        ("priority", p.priority.map(|v| v.to_string())),
+        ("correlation-id", text(&p.correlation_id)),
+        ("reply-to", text(&p.reply_to)),
+        ("expiration", text(&p.expiration)),
+        ("message-id", text(&p.message_id)),
+        (
+            "timestamp",
+            p.timestamp
+                .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t as i64).ok())
+                .map(utc),
+        ),
+        ("type", text(&p.kind)),
+        ("user-id", text(&p.user_id)),
+        ("app-id", text(&p.app_id)),
+        ("cluster-id", text(&p.cluster_id)),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect()
+}
+
+/// `/messages/{id}`: everything about one archived message.
+pub async fn detail_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let (id, numeric) = parse_id(id).map_err(page_error)?;
+    let not_found = || {
+        page_error(AppError::NotFound(format!(
+            "no archived message with id {id:?}"
+        )))
+    };
+    let message = state
+        .archive
+        .get_message(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(not_found)?;
+    let body = state
+        .archive
+        .get_body(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(not_found)?;
+    let related = state
+        .archive
+        .related(&message.summary)
+        .await
+        .map_err(|e| page_error(e.into()))?;
+    let s = &message.summary;
+    let page = MessagePage {
+        id: id.clone(),
+        archived_at: utc(s.archived_at),
+        delivered: format!(
+            "{} → {}{}",
+            if message.delivered_exchange.is_empty() {
+                "(AMQP default)"
+            } else {
+                &message.delivered_exchange
+            },
+            message.delivered_routing_key,
+            if message.redelivered {
+                " (redelivered)"
+            } else {
+                ""
+            }
+        ),
+        properties: properties(&message),
+        headers: message.headers.as_ref().map(header_rows),
+        deaths: s
+            .deaths
+            .iter()
+            .map(|d| DeathRow {
+                queue: d.queue.clone(),
+                reason: d.reason.clone(),
+                count: d.count,
+                exchange: if d.exchange.is_empty() {
+                    "(AMQP default)".into()
+                } else {
+                    d.exchange.clone()
+                },
+                routing_keys: d.routing_keys.join(", "),
+                time: d.time.map(utc),
+                original_expiration: d.original_expiration.clone(),
+            })
+            .collect(),
+        target: target_text(s),
+        problems: message.death_problems.clone(),
+        payload: payload::view(
+            &body.bytes,
+            body.content_type.as_deref(),
+            body.content_encoding.as_deref(),
+        ),
+        size: human_bytes(s.body_size),
+        related: related.iter().map(Row::new).collect(),
+        summary: s.clone(),
+    };
+    Ok(render(&page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_read_as_numbers() {
+        assert_eq!(decimal(2, 12345), "123.45");
+        assert_eq!(decimal(3, 5), "0.005");
+        assert_eq!(decimal(0, 7), "7");
+    }
+
+    #[test]
+    fn nested_headers_are_indented_rows() {
+        let t = Table::from([(
+            "outer".to_owned(),
+            AmqpValue::Table(Table::from([(
+                "inner".to_owned(),
+                AmqpValue::Array(vec![AmqpValue::Void]),
+            )])),
+        )]);
+        let rows = header_rows(&t);
+        let shape: Vec<(usize, &str, &str)> = rows
+            .iter()
+            .map(|r| (r.depth, r.name.as_str(), r.kind))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0, "outer", "table"),
+                (1, "inner", "array"),
+                (2, "[0]", "void")
+            ]
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The overview page: every archived DLQ with totals, reasons, a 24-hour sparkline and its
+//! consumer's state, then the failure groups. Reads only the incremental tables.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use time::{Duration, OffsetDateTime};
+
+use super::html::{render, utc, PageError};
+use super::AppState;
+use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
+use crate::status::ConsumerState;
+
+/// Failure groups shown on the overview.
+const GROUPS_SHOWN: u32 = 50;
+
+pub struct ReasonCount {
+    pub reason: String,
+    pub messages: i64,
+}
+
+/// One bar of the sparkline: an hour, its height in a 0..=20 box.
+pub struct Bar {
+    pub x: usize,
+    pub y: i64,
+    pub height: i64,
+    pub title: String,
+}
+
+pub struct QueueRow {
+    pub name: String,
+    pub total: i64,
+    pub reasons: Vec<ReasonCount>,
+    pub bars: Vec<Bar>,
+    pub last_24h: i64,
+    pub newest: Option<String>,
+    pub oldest: Option<String>,
+    pub consumer: String,
+    pub consumer_class: &'static str,
+}
+
+pub struct GroupRow {
+    pub queue: String,
+    pub reason: String,
+    pub error: String,
+    pub messages: i64,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub link: String,
+}
+
+#[derive(Template)]
+#[template(path = "overview.html")]
+pub struct OverviewPage {
+    pub queues: Vec<QueueRow>,
+    pub groups: Vec<GroupRow>,
+}
+
+pub async fn overview(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let page_error = |e| PageError::new(e, &headers);
+    let now = OffsetDateTime::now_utc();
+    let counts = state.archive.counts().await.map_err(page_error)?;
+    let hourly = state
+        .archive
+        .hourly_counts(now - Duration::hours(23))
+        .await
+        .map_err(page_error)?;
+    let groups = state
+        .archive
+        .failure_groups(GROUPS_SHOWN)
+        .await
+        .map_err(page_error)?;
+    let consumers = state.status.snapshot();
+    Ok(render(&OverviewPage {
+        queues: queue_rows(&counts, &hourly, &consumers, now),
+        groups: groups.iter().map(group_row).collect(),
+    }))
+}
+
+/// One row per DLQ that is archived or consumed (a configured queue with nothing yet shows).
+fn queue_rows(
+    counts: &[QueueReasonCount],
+    hourly: &[HourlyCount],
+    consumers: &BTreeMap<String, ConsumerState>,
+    now: OffsetDateTime,
+) -> Vec<QueueRow> {
+    let mut names: Vec<&str> = counts.iter().map(|c| c.queue.as_str()).collect();
+    names.extend(consumers.keys().map(String::as_str));
+    names.sort_unstable();
+    names.dedup();
+    let this_hour = now.unix_timestamp().div_euclid(3600);
+    names
+        .into_iter()
+        .map(|name| {
+            let mine: Vec<&QueueReasonCount> = counts.iter().filter(|c| c.queue == name).collect();
+            let per_hour: Vec<i64> = (0..24)
+                .map(|i| {
+                    let hour = this_hour - 23 + i;
+                    hourly
+                        .iter()
+                        .find(|h| h.queue == name && h.hour == hour)
+                        .map_or(0, |h| h.messages)
+                })
+                .collect();
+            let (consumer, consumer_class) = match consumers.get(name) {
+                None => ("not consumed".to_owned(), ""),
+                Some(ConsumerState::Consuming) => ("consuming".to_owned(), "ok"),
+                Some(ConsumerState::Connecting) => ("connecting".to_owned(), ""),
+                Some(ConsumerState::QueueMissing) => ("queue missing".to_owned(), "down"),
+                Some(ConsumerState::Disconnected(_)) => ("disconnected".to_owned(), "down"),
+                Some(ConsumerState::DatabaseUnavailable(_)) => {
+                    ("database unavailable".to_owned(), "down")
+                }
+                Some(ConsumerState::Stopped) => ("stopped".to_owned(), "down"),
+            };
+            QueueRow {
+                name: name.to_owned(),
+                total: mine.iter().map(|c| c.messages).sum(),
+                reasons: mine
+                    .iter()
+                    .map(|c| ReasonCount {
+                        reason: c.reason.clone(),
+                        messages: c.messages,
+                    })
+                    .collect(),
+                last_24h: per_hour.iter().sum(),
+                bars: sparkline(&per_hour, this_hour - 23),
+                newest: mine.iter().map(|c| c.newest).max().map(utc),
+                oldest: mine.iter().map(|c| c.oldest).min().map(utc),
+                consumer,
+                consumer_class,
+            }
+        })
+        .collect()
+}
+
+/// Bars scaled to the busiest hour, 4 px wide with a 1 px gap, in a 20 px high box.
+fn sparkline(per_hour: &[i64], first_hour: i64) -> Vec<Bar> {
+    let max = per_hour.iter().copied().max().unwrap_or(0).max(1);
+    per_hour
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let height = if n == 0 { 0 } else { (n * 20 / max).max(1) };
+            let start = OffsetDateTime::from_unix_timestamp((first_hour + i as i64) * 3600)
+                .map(utc)
+                .unwrap_or_default();
+            Bar {
+                x: i * 5,
+                y: 20 - height,
+                height,
+                title: format!("{n} from {start}"),
+            }
+        })
+        .collect()
+}
+
+fn group_row(g: &FailureGroup) -> GroupRow {
+    let link = format!(
+        "/messages?first_death_queue={}&reason={}&error={}",
+        urlencode(&g.queue),
+        urlencode(&g.reason),
+        urlencode(if g.error.is_empty() {
+            super::api::NO_ERROR
+        } else {
+            &g.error
+        })
+    );
+    GroupRow {
+        queue: g.queue.clone(),
+        reason: g.reason.clone(),
+        error: g.error.clone(),
+        messages: g.messages,
+        first_seen: utc(g.first_seen),
+        last_seen: utc(g.last_seen),
+        link,
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+pub fn urlencode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkline_scales_to_the_busiest_hour() {
+        let bars = sparkline(&[0, 5, 10], 0);
+        assert_eq!(
+            bars.iter().map(|b| b.height).collect::<Vec<_>>(),
+            [0, 10, 20]
+        );
+        assert_eq!(bars[2].y, 0);
+        assert_eq!(bars[1].x, 5);
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(urlencode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+}

@@ -1,0 +1,369 @@
+//! The payload viewer (pure): bodies decoded as their headers say (gzip/deflate, charset),
+//! JSON pretty-printed and split into highlight tokens, binary as a hex dump — always cut to
+//! a size a page can hold. Everything here is text for the template to escape.
+
+use std::io::Read;
+
+/// The most a page shows of a body; the download has the rest.
+pub const DISPLAY_LIMIT: usize = 256 * 1024;
+/// Bodies up to this size are parsed as JSON for pretty-printing.
+const JSON_LIMIT: usize = 2 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadKind {
+    Empty,
+    Json,
+    Text,
+    Hex,
+}
+
+impl PayloadKind {
+    /// How the page describes what it shows.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PayloadKind::Empty => "empty",
+            PayloadKind::Json => "JSON, pretty-printed",
+            PayloadKind::Text => "text",
+            PayloadKind::Hex => "hex dump",
+        }
+    }
+}
+
+/// A piece of pretty JSON with its highlight class (`j-key`, `j-str`, `j-num`, `j-lit`, or "").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    pub class: &'static str,
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct PayloadView {
+    pub kind: PayloadKind,
+    /// JSON: the highlighted tokens. Text and hex: one token with the whole text.
+    pub tokens: Vec<Token>,
+    /// Whether the page shows only the start of the body.
+    pub truncated: bool,
+    /// How the bytes were turned into what is shown ("gzip-decoded, UTF-8 JSON", ...).
+    pub notes: Vec<String>,
+}
+
+pub fn view(
+    body: &[u8],
+    content_type: Option<&str>,
+    content_encoding: Option<&str>,
+) -> PayloadView {
+    let mut notes = Vec::new();
+    if body.is_empty() {
+        return PayloadView {
+            kind: PayloadKind::Empty,
+            tokens: vec![],
+            truncated: false,
+            notes,
+        };
+    }
+    let (bytes, complete) = match decode_content_encoding(body, content_encoding) {
+        Ok(Some(decoded)) => {
+            notes.push(format!(
+                "{}-decoded from {} stored bytes",
+                decoded.codec,
+                body.len()
+            ));
+            (decoded.bytes, decoded.complete)
+        }
+        Ok(None) => (body.to_vec(), true),
+        Err(e) => {
+            notes.push(e);
+            return hex_view(body, notes);
+        }
+    };
+    let charset = content_type
+        .and_then(charset)
+        .unwrap_or_else(|| "utf-8".into());
+    let Some(text) = decode_text(&bytes, &charset) else {
+        if charset != "utf-8" {
+            notes.push(format!("charset {charset:?} is not one the viewer decodes"));
+        }
+        return hex_view(&bytes, notes);
+    };
+    if charset != "utf-8" {
+        notes.push(format!("decoded from {charset}"));
+    }
+    let looks_json = content_type.is_some_and(|c| c.contains("json"))
+        || matches!(text.trim_start().chars().next(), Some('{' | '['));
+    if looks_json && complete && text.len() <= JSON_LIMIT {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            let pretty = serde_json::to_string_pretty(&value).expect("a parsed value serialises");
+            let (shown, truncated) = cut(&pretty);
+            return PayloadView {
+                kind: PayloadKind::Json,
+                tokens: highlight(shown),
+                truncated,
+                notes,
+            };
+        }
+        notes.push("declared or shaped like JSON, but does not parse: shown as text".into());
+    }
+    let (shown, cut_here) = cut(&text);
+    PayloadView {
+        kind: PayloadKind::Text,
+        tokens: vec![Token {
+            class: "",
+            text: shown.to_owned(),
+        }],
+        truncated: cut_here || !complete,
+        notes,
+    }
+}
+
+/// A body decompressed for display: the bytes, whether they are the whole body, the codec.
+struct Decoded {
+    bytes: Vec<u8>,
+    complete: bool,
+    codec: &'static str,
+}
+
+/// Decompresses what `content-encoding` names, reading no more than a page can show.
+/// `Ok(None)`: nothing to decode.
+fn decode_content_encoding(body: &[u8], encoding: Option<&str>) -> Result<Option<Decoded>, String> {
+    let encoding = encoding.map(|e| e.trim().to_ascii_lowercase());
+    let reader: Box<dyn Read + '_> = match encoding.as_deref() {
+        Some("gzip" | "x-gzip") => Box::new(flate2::read::MultiGzDecoder::new(body)),
+        Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(body)),
+        _ => return Ok(None),
+    };
+    let name = if encoding.as_deref() == Some("deflate") {
+        "deflate"
+    } else {
+        "gzip"
+    };
+    // Read at most JSON_LIMIT + 1 bytes: a compression bomb cannot fill memory.
+    let mut out = Vec::new();
+    reader
+        .take(JSON_LIMIT as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            format!("content-encoding {name} does not decode ({e}): stored bytes shown")
+        })?;
+    let complete = out.len() <= JSON_LIMIT;
+    out.truncate(JSON_LIMIT);
+    Ok(Some(Decoded {
+        bytes: out,
+        complete,
+        codec: name,
+    }))
+}
+
+/// The `charset` parameter of a content type, lower-cased.
+fn charset(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|param| {
+        let (k, v) = param.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| v.trim().trim_matches('"').to_ascii_lowercase())
+    })
+}
+
+fn decode_text(bytes: &[u8], charset: &str) -> Option<String> {
+    match charset {
+        "utf-8" | "utf8" | "us-ascii" | "ascii" => String::from_utf8(bytes.to_vec()).ok(),
+        // Every byte is a code point of the same number.
+        "iso-8859-1" | "latin1" | "latin-1" | "l1" => {
+            Some(bytes.iter().map(|&b| char::from(b)).collect())
+        }
+        _ => None,
+    }
+}
+
+/// The first DISPLAY_LIMIT bytes, at a character boundary.
+fn cut(text: &str) -> (&str, bool) {
+    if text.len() <= DISPLAY_LIMIT {
+        return (text, false);
+    }
+    let mut end = DISPLAY_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+/// `offset  hex bytes  |ascii|`, 16 bytes a line, for the first 64 KiB.
+fn hex_view(bytes: &[u8], notes: Vec<String>) -> PayloadView {
+    const HEX_LIMIT: usize = 64 * 1024;
+    let shown = &bytes[..bytes.len().min(HEX_LIMIT)];
+    let mut out = String::with_capacity(shown.len() * 4 + 64);
+    for (i, line) in shown.chunks(16).enumerate() {
+        out.push_str(&format!("{:08x}  ", i * 16));
+        for j in 0..16 {
+            match line.get(j) {
+                Some(b) => out.push_str(&format!("{b:02x} ")),
+                None => out.push_str("   "),
+            }
+        }
+        out.push_str(" |");
+        out.extend(line.iter().map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        }));
+        out.push_str("|\n");
+    }
+    PayloadView {
+        kind: PayloadKind::Hex,
+        tokens: vec![Token {
+            class: "",
+            text: out,
+        }],
+        truncated: bytes.len() > HEX_LIMIT,
+        notes,
+    }
+}
+
+/// Splits pretty-printed JSON into highlight tokens.
+fn highlight(json: &str) -> Vec<Token> {
+    let mut tokens: Vec<Token> = Vec::new();
+    let mut push = |class: &'static str, text: &str| match tokens.last_mut() {
+        Some(last) if last.class == class => last.text.push_str(text),
+        _ => tokens.push(Token {
+            class,
+            text: text.to_owned(),
+        }),
+    };
+    let bytes = json.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                let is_key = json[i..].trim_start().starts_with(':');
+                push(if is_key { "j-key" } else { "j-str" }, &json[start..i]);
+            }
+            b'-' | b'0'..=b'9' => {
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                push("j-num", &json[start..i]);
+            }
+            b't' | b'f' | b'n' => {
+                while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+                    i += 1;
+                }
+                push("j-lit", &json[start..i]);
+            }
+            _ => {
+                // Whitespace and punctuation, up to the next token (ASCII: boundaries hold).
+                while i < bytes.len()
+                    && !matches!(bytes[i], b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
+                {
+                    i += 1;
+                }
+                push("", &json[start..i]);
+            }
+        }
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn shown(v: &PayloadView) -> String {
+        v.tokens.iter().map(|t| t.text.as_str()).collect()
+    }
+
+    #[test]
+    fn json_is_pretty_printed_in_its_own_key_order_and_highlighted() {
+        let v = view(
+            br#"{"z":1,"a":"x","ok":true,"n":null,"neg":-2.5e3}"#,
+            Some("application/json"),
+            None,
+        );
+        assert_eq!(v.kind, PayloadKind::Json);
+        assert!(shown(&v).starts_with("{\n  \"z\": 1,"), "{}", shown(&v));
+        let class_of = |text: &str| v.tokens.iter().find(|t| t.text == text).map(|t| t.class);
+        assert_eq!(class_of("\"z\""), Some("j-key"));
+        assert_eq!(class_of("\"x\""), Some("j-str"));
+        assert_eq!(class_of("true"), Some("j-lit"));
+        assert_eq!(class_of("-2500.0"), Some("j-num"));
+    }
+
+    #[test]
+    fn keys_with_escaped_quotes_stay_one_token() {
+        let v = view(br#"{"a\"b": "c\\"}"#, None, None);
+        assert_eq!(
+            v.tokens.iter().find(|t| t.class == "j-key").unwrap().text,
+            r#""a\"b""#
+        );
+    }
+
+    #[test]
+    fn gzip_is_decoded_when_content_encoding_says_so() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(br#"{"invoice_id":"INV-1"}"#).unwrap();
+        let v = view(
+            &gz.finish().unwrap(),
+            Some("application/json"),
+            Some("gzip"),
+        );
+        assert_eq!(v.kind, PayloadKind::Json);
+        assert!(shown(&v).contains("INV-1"));
+        assert!(v.notes[0].starts_with("gzip-decoded"));
+    }
+
+    #[test]
+    fn broken_gzip_falls_back_to_hex_with_a_note() {
+        let v = view(b"not gzip at all", None, Some("gzip"));
+        assert_eq!(v.kind, PayloadKind::Hex);
+        assert!(v.notes[0].contains("does not decode"));
+    }
+
+    #[test]
+    fn declared_charset_is_honoured() {
+        let v = view(b"Caf\xe9", Some("text/plain; charset=ISO-8859-1"), None);
+        assert_eq!(shown(&v), "Café");
+        let v = view(b"Caf\xe9", Some("text/plain"), None);
+        assert_eq!(v.kind, PayloadKind::Hex);
+    }
+
+    #[test]
+    fn binary_is_a_hex_dump() {
+        let v = view(&[0, 1, 0xff, b'A'], Some("application/octet-stream"), None);
+        assert_eq!(
+            shown(&v),
+            "00000000  00 01 ff 41                                      |...A|\n"
+        );
+    }
+
+    #[test]
+    fn big_bodies_are_cut_for_the_page() {
+        let big = "é".repeat(DISPLAY_LIMIT);
+        let v = view(big.as_bytes(), Some("text/plain"), None);
+        assert!(v.truncated);
+        assert!(shown(&v).len() <= DISPLAY_LIMIT);
+        let huge = vec![7u8; 5 * 1024 * 1024];
+        let v = view(&huge, None, None);
+        assert!(v.truncated && shown(&v).len() < 400 * 1024);
+    }
+
+    #[test]
+    fn invalid_json_is_text_with_a_note() {
+        let v = view(b"{not json", Some("application/json"), None);
+        assert_eq!(v.kind, PayloadKind::Text);
+        assert_eq!(v.notes.len(), 1);
+    }
+
+    #[test]
+    fn empty_is_empty() {
+        assert_eq!(view(b"", None, None).kind, PayloadKind::Empty);
+    }
+}

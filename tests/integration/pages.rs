@@ -1,0 +1,263 @@
+//! The pages through the router (no socket): overview, list, detail, errors, assets — with
+//! hostile message content that must come out escaped.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+use lazarus::archive::{Archive, IncomingMessage, PreparedMessage, SqliteArchive};
+use lazarus::metrics::Metrics;
+use lazarus::status::IngestStatus;
+use lazarus::web::{router, AppState};
+use tower::ServiceExt;
+
+struct Pages {
+    state: AppState,
+    _dir: tempfile::TempDir,
+}
+
+fn text(s: &str) -> AmqpValue {
+    AmqpValue::LongString(Bytes(s.as_bytes().to_vec()))
+}
+
+/// A message as the broker would deliver it after one rejection from `orders`.
+fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> IncomingMessage {
+    let mut death = Table::new();
+    death.insert("queue".into(), text("orders"));
+    death.insert("reason".into(), text("rejected"));
+    death.insert("count".into(), AmqpValue::LongLongInt(1));
+    death.insert("exchange".into(), text("shop"));
+    death.insert(
+        "routing-keys".into(),
+        AmqpValue::Array(vec![text("order.created")]),
+    );
+    death.insert("time".into(), AmqpValue::Timestamp(1_764_669_600));
+    let mut headers = Table::from([
+        (
+            "x-death".to_owned(),
+            AmqpValue::Array(vec![AmqpValue::Table(death)]),
+        ),
+        ("x-first-death-queue".to_owned(), text("orders")),
+        ("x-first-death-reason".to_owned(), text("rejected")),
+        ("x-first-death-exchange".to_owned(), text("shop")),
+    ]);
+    for (k, v) in extra {
+        headers.insert((*k).to_owned(), v.clone());
+    }
+    IncomingMessage {
+        queue: "orders.dlq".into(),
+        exchange: "shop.dlx".into(),
+        routing_key: "order.created".into(),
+        redelivered: false,
+        properties: MessageProperties {
+            content_type: Some("application/json".into()),
+            message_id: Some(message_id.into()),
+            ..Default::default()
+        },
+        headers: Some(headers),
+        body: body.to_vec(),
+        received_at: time::OffsetDateTime::now_utc(),
+    }
+}
+
+impl Pages {
+    async fn with(messages: Vec<IncomingMessage>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let archive =
+            SqliteArchive::open(&format!("sqlite://{}", dir.path().join("p.db").display()))
+                .await
+                .unwrap();
+        let prepared: Vec<_> = messages.into_iter().map(PreparedMessage::new).collect();
+        archive.store_batch(&prepared).await.unwrap();
+        let state = AppState {
+            archive: Arc::new(archive),
+            metrics: Arc::new(Metrics::default()),
+            status: IngestStatus::default(),
+        };
+        Pages { state, _dir: dir }
+    }
+
+    async fn get(&self, uri: &str, htmx: bool) -> (StatusCode, String, axum::http::HeaderMap) {
+        let mut request = Request::get(uri);
+        if htmx {
+            request = request.header("HX-Request", "true");
+        }
+        let response = router(self.state.clone())
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap(), headers)
+    }
+
+    async fn first_id(&self) -> i64 {
+        self.state
+            .archive
+            .list_messages(
+                &Default::default(),
+                lazarus::archive::PageRequest {
+                    limit: 1,
+                    before: None,
+                },
+            )
+            .await
+            .unwrap()
+            .messages[0]
+            .id
+    }
+}
+
+const HOSTILE: &str =
+    r#"{"note": "<script>alert('body')</script>", "img": "<img src=x onerror=alert(1)>"}"#;
+
+#[tokio::test]
+async fn overview_shows_queues_reasons_and_failure_groups() {
+    let pages = Pages::with(vec![
+        dead_letter(
+            "o-1",
+            b"{}",
+            &[(
+                "x-exception-message",
+                text("NullPointerException: customer"),
+            )],
+        ),
+        dead_letter(
+            "o-2",
+            b"{}",
+            &[(
+                "x-exception-message",
+                text("NullPointerException: customer"),
+            )],
+        ),
+        dead_letter("o-3", b"{}", &[]),
+    ])
+    .await;
+    let (status, html, _) = pages.get("/", false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("orders.dlq"), "{html}");
+    assert!(html.contains(">rejected 3</a>"), "{html}");
+    assert!(html.contains("NullPointerException: customer"));
+    assert!(html.contains("first_death_queue=orders&#38;reason=rejected&#38;error=NullPointerException%3A%20customer"), "{html}");
+    assert!(
+        html.contains("error=%28none%29"),
+        "the group without an error links to it: {html}"
+    );
+    assert!(html.contains("<svg class=\"spark\""));
+}
+
+#[tokio::test]
+async fn list_page_filters_and_answers_htmx_with_rows_only() {
+    let pages = Pages::with(vec![
+        dead_letter("a-1", b"{}", &[]),
+        dead_letter("a-2", b"{}", &[]),
+    ])
+    .await;
+    let (status, html, _) = pages.get("/messages?queue=orders.dlq", false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("<!doctype html>") && html.contains("a-1") && html.contains("a-2"));
+    assert!(html.contains("shop → order.created"));
+    let (status, partial, _) = pages.get("/messages?queue=orders.dlq&limit=1", true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!partial.contains("<html"), "htmx gets the rows only");
+    assert!(partial.contains("a-2") && !partial.contains("a-1"));
+    assert!(partial.contains("Older messages"), "{partial}");
+    let (_, none, _) = pages.get("/messages?queue=elsewhere", true).await;
+    assert!(none.contains("No archived message matches."));
+}
+
+#[tokio::test]
+async fn malformed_filters_get_an_inline_error_not_a_500() {
+    let pages = Pages::with(vec![]).await;
+    let (status, html, _) = pages.get("/messages?since=yesterday", false).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        html.contains("class=\"error-box\"") && html.contains("since must be an RFC 3339 time"),
+        "{html}"
+    );
+    assert!(html.contains("<form"), "the form stays to fix the filter");
+    let (status, partial, _) = pages.get("/messages?limit=zero", true).await;
+    assert_eq!(status, StatusCode::OK, "htmx swaps the inline error in");
+    assert!(partial.contains("limit must be between 1 and 500"));
+}
+
+#[tokio::test]
+async fn detail_page_escapes_hostile_content_and_shows_history() {
+    let pages = Pages::with(vec![dead_letter(
+        "<b>id</b>",
+        HOSTILE.as_bytes(),
+        &[("x-evil", text("<script>alert('header')</script>"))],
+    )])
+    .await;
+    let id = pages.first_id().await;
+    let (status, html, _) = pages.get(&format!("/messages/{id}"), false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !html.contains("<script>alert"),
+        "a script from the message reached the page"
+    );
+    assert!(
+        !html.contains("<img src=x"),
+        "markup from the message reached the page"
+    );
+    assert!(!html.contains("<b>id</b>"));
+    // askama escapes with numeric entities: &#60; is <, &#34; is ".
+    assert!(
+        html.contains("&#60;script&#62;alert(&#39;body&#39;)"),
+        "the body is shown as text: {html}"
+    );
+    assert!(
+        html.contains("<span class=\"j-key\">&#34;note&#34;</span>"),
+        "pretty JSON with highlighting"
+    );
+    assert!(
+        html.contains("rejected</span>\n      in <strong>orders</strong> × 1"),
+        "{html}"
+    );
+    assert!(html.contains("shop → order.created"));
+    assert!(html.contains("long-string"), "headers show their AMQP type");
+    // The list escapes the same content.
+    let (_, list, _) = pages.get("/messages", false).await;
+    assert!(!list.contains("<b>id</b>") && list.contains("&#60;b&#62;id&#60;/b&#62;"));
+}
+
+#[tokio::test]
+async fn unknown_ids_are_a_404_page_or_a_toast() {
+    let pages = Pages::with(vec![]).await;
+    let (status, html, _) = pages.get("/messages/424242", false).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        html.contains("<h1>Not found</h1>")
+            && html.contains("no archived message with id &#34;424242&#34;"),
+        "{html}"
+    );
+    let (status, partial, _) = pages.get("/messages/nope", true).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(partial.starts_with("<div class=\"error-box\""), "{partial}");
+}
+
+#[tokio::test]
+async fn vendored_assets_are_served_with_a_long_cache() {
+    let pages = Pages::with(vec![]).await;
+    for path in [
+        "/static/htmx-2.0.11.min.js",
+        "/static/lazarus-1.css",
+        "/static/lazarus-1.js",
+    ] {
+        let (status, body, headers) = pages.get(path, false).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(!body.is_empty());
+        assert_eq!(
+            headers["cache-control"],
+            "public, max-age=31536000, immutable"
+        );
+    }
+    let (_, page, _) = pages.get("/", false).await;
+    assert!(
+        page.contains("src=\"/static/htmx-2.0.11.min.js\""),
+        "htmx comes from us, not a CDN"
+    );
+}
