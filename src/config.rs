@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::amqp::consumer::BatchSettings;
-use crate::archive::IngestRules;
+use crate::archive::{BusinessField, IngestRules};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -72,6 +72,11 @@ pub struct ServeConfig {
     #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
     pub error_headers: Vec<String>,
 
+    /// A business field to extract at ingest from JSON bodies, as name=/json/pointer
+    /// (repeatable): shown as a list column, searchable as name:value.
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+
     /// Commit a batch once its bodies add up to this many bytes (bounds memory with big messages).
     #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub batch_max_bytes: usize,
@@ -81,6 +86,7 @@ impl ServeConfig {
     pub fn ingest_rules(&self) -> IngestRules {
         IngestRules {
             error_headers: self.error_headers.clone(),
+            fields: self.fields.clone(),
         }
     }
 
@@ -114,6 +120,7 @@ impl fmt::Debug for ServeConfig {
             .field("batch_interval_ms", &self.batch_interval_ms)
             .field("batch_max_bytes", &self.batch_max_bytes)
             .field("error_headers", &self.error_headers)
+            .field("fields", &self.fields)
             .finish()
     }
 }
@@ -172,6 +179,21 @@ mod tests {
         assert_eq!(c.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
+    }
+
+    #[test]
+    fn fields_are_parsed_and_checked() {
+        let Command::Serve(c) = Cli::parse_from([
+            "lazarus",
+            "serve",
+            "--field",
+            "invoice=/invoice_id",
+            "--field",
+            "customer=/customer/id",
+        ])
+        .command;
+        assert_eq!(c.ingest_rules().fields[1].pointer, "/customer/id");
+        assert!(Cli::try_parse_from(["lazarus", "serve", "--field", "invoice"]).is_err());
     }
 
     #[test]

@@ -4,9 +4,11 @@
 
 pub mod amqp;
 pub mod archive;
+pub mod body;
 pub mod config;
 pub mod death;
 pub mod metrics;
+pub mod search;
 pub mod startup;
 pub mod status;
 pub mod telemetry;

@@ -38,6 +38,7 @@ impl Application {
             archive,
             metrics: Arc::new(Metrics::default()),
             status: IngestStatus::default(),
+            business_fields: config.fields.iter().map(|f| f.name.clone()).collect(),
         };
         Ok(Application {
             config,

@@ -23,3 +23,10 @@ document.addEventListener("htmx:responseError", function (e) {
   document.getElementById("toasts").appendChild(box);
   setTimeout(function () { box.remove(); }, 8000);
 });
+// Row selection (for replay): "select page" ticks every row; the count follows.
+document.addEventListener("change", function (e) {
+  var rows = document.querySelectorAll("input.select-row");
+  if (e.target.id === "select-page") rows.forEach(function (r) { r.checked = e.target.checked; });
+  var count = document.getElementById("selected-count");
+  if (count) count.textContent = Array.prototype.filter.call(rows, function (r) { return r.checked; }).length;
+});

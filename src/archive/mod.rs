@@ -4,6 +4,7 @@
 mod record;
 mod sqlite;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,8 +15,8 @@ use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
 
 pub use record::{
-    error_description, fingerprint, IncomingMessage, IngestRules, PreparedMessage,
-    DEFAULT_ERROR_HEADERS,
+    error_description, extract_fields, fingerprint, BusinessField, IncomingMessage, IngestRules,
+    PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
 };
 pub use sqlite::SqliteArchive;
 
@@ -98,6 +99,8 @@ pub struct MessageSummary {
     pub deaths: Vec<DeathRecord>,
     pub replay_target: Option<ReplayTarget>,
     pub status: MessageStatus,
+    /// Business field values (`--field`), by name.
+    pub fields: BTreeMap<String, String>,
 }
 
 fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
@@ -143,10 +146,60 @@ pub struct MessageFilter {
     /// The routing key of its replay target.
     pub routing_key: Option<String>,
     pub status: Option<MessageStatus>,
+    pub content_type: Option<String>,
+    /// Words and phrases to find, as an FTS5 query built by [`crate::search::Search::fts_query`].
+    pub text: Option<String>,
+    /// `field:value` terms of a search (built-in or business fields), all required.
+    pub terms: Vec<crate::search::FieldTerm>,
     /// Archived at or after.
     pub since: Option<OffsetDateTime>,
     /// Archived before.
     pub until: Option<OffsetDateTime>,
+}
+
+impl MessageFilter {
+    /// Every `field = value` condition, from the filter's own fields and the search terms.
+    pub fn conditions(&self) -> Vec<(&str, &str)> {
+        let named = [
+            ("queue", &self.queue),
+            ("reason", &self.reason),
+            ("first_death_queue", &self.first_death_queue),
+            ("error", &self.error),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
+            ("content_type", &self.content_type),
+        ];
+        let mut out: Vec<(&str, &str)> = named
+            .into_iter()
+            .filter_map(|(field, v)| v.as_deref().map(|v| (field, v)))
+            .collect();
+        if let Some(status) = self.status {
+            out.push(("status", status.as_str()));
+        }
+        out.extend(
+            self.terms
+                .iter()
+                .map(|t| (t.field.as_str(), t.value.as_str())),
+        );
+        out
+    }
+}
+
+/// How filters name the empty values they can select: the default exchange, the empty
+/// routing key and "no error given" (an empty filter value means no filter at all).
+pub const EMPTY_NAMES: [&str; 3] = [DEFAULT_EXCHANGE, EMPTY_KEY, NO_ERROR];
+/// The default exchange, as RabbitMQ's management UI names it.
+pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
+pub const EMPTY_KEY: &str = "(empty)";
+pub const NO_ERROR: &str = "(none)";
+
+/// The value a filter compares with: a name of an empty value becomes that empty value.
+pub fn filter_value(value: &str) -> &str {
+    if EMPTY_NAMES.contains(&value) {
+        ""
+    } else {
+        value
+    }
 }
 
 /// Newest first; `before` is the cursor (an id) the previous page ended at.

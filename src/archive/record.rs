@@ -4,7 +4,7 @@
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use crate::amqp::headers::{MessageProperties, Table};
+use crate::amqp::headers::{AmqpValue, MessageProperties, Table};
 use crate::death::{self, DeathHistory};
 
 /// A message exactly as the broker delivered it from a DLQ.
@@ -33,11 +33,54 @@ pub const DEFAULT_ERROR_HEADERS: [&str; 4] = [
 /// Longest error description kept (longer ones are cut at a character boundary).
 const MAX_ERROR_LEN: usize = 300;
 
+/// Body text indexed for search, per message (the page and the archive keep the rest).
+const INDEXED_BODY_BYTES: usize = 64 * 1024;
+/// Bodies up to this size are parsed as JSON to extract business fields.
+const FIELD_BODY_BYTES: usize = 1024 * 1024;
+
+/// A business field: a name users search by (`invoice:INV-1`) and where it is in a JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusinessField {
+    pub name: String,
+    /// An RFC 6901 JSON pointer, such as `/invoice_id` or `/customer/id`.
+    pub pointer: String,
+}
+
+impl std::str::FromStr for BusinessField {
+    type Err = String;
+
+    /// `name=/json/pointer`
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (name, pointer) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not name=/json/pointer"))?;
+        let name = name.trim().to_lowercase();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("field name {name:?} must be letters, digits and _"));
+        }
+        if crate::search::BUILT_IN_FIELDS.contains(&name.as_str()) {
+            return Err(format!(
+                "{name:?} is a built-in search field; choose another name"
+            ));
+        }
+        if !pointer.starts_with('/') {
+            return Err(format!(
+                "{pointer:?} is not a JSON pointer (it starts with /)"
+            ));
+        }
+        Ok(BusinessField {
+            name,
+            pointer: pointer.to_owned(),
+        })
+    }
+}
+
 /// What ingest extracts from each message beyond its death history.
 #[derive(Debug, Clone)]
 pub struct IngestRules {
     /// Header names (case-insensitive, first match wins) holding the failing consumer's error.
     pub error_headers: Vec<String>,
+    pub fields: Vec<BusinessField>,
 }
 
 impl Default for IngestRules {
@@ -47,7 +90,90 @@ impl Default for IngestRules {
                 .iter()
                 .map(|h| h.to_string())
                 .collect(),
+            fields: Vec::new(),
         }
+    }
+}
+
+/// The text search finds a message by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchText {
+    /// The start of the body, where it is text (decompressed, charset decoded).
+    pub body: String,
+    /// message-id, correlation-id, type, app-id and business field values.
+    pub ids: String,
+    /// Every text value of every header, nested ones included.
+    pub headers: String,
+}
+
+fn header_text(table: &Table, out: &mut String) {
+    fn walk(v: &AmqpValue, out: &mut String) {
+        match v {
+            AmqpValue::Table(t) => header_text(t, out),
+            AmqpValue::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            other => {
+                if let Some(s) = other.as_str() {
+                    out.push_str(s);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    for v in table.values() {
+        walk(v, out);
+    }
+}
+
+/// Business field values found in a JSON body: strings as they are, numbers and booleans
+/// as written; objects, arrays and null are not values to search by.
+pub fn extract_fields(body_text: Option<&str>, fields: &[BusinessField]) -> Vec<(String, String)> {
+    let Some(text) = body_text.filter(|t| !fields.is_empty() && t.len() <= FIELD_BODY_BYTES) else {
+        return Vec::new();
+    };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    fields
+        .iter()
+        .filter_map(|f| {
+            let value = match json.pointer(&f.pointer)? {
+                serde_json::Value::String(s) => s.clone(),
+                v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => v.to_string(),
+                _ => return None,
+            };
+            Some((f.name.clone(), value))
+        })
+        .collect()
+}
+
+/// The search text of a message (pure).
+fn search_text(
+    message: &IncomingMessage,
+    body_text: Option<&str>,
+    fields: &[(String, String)],
+) -> SearchText {
+    let p = &message.properties;
+    let mut ids: Vec<&str> = [&p.message_id, &p.correlation_id, &p.kind, &p.app_id]
+        .into_iter()
+        .filter_map(|v| v.as_deref())
+        .collect();
+    ids.extend(fields.iter().map(|(_, v)| v.as_str()));
+    let mut headers = String::new();
+    if let Some(h) = &message.headers {
+        header_text(h, &mut headers);
+    }
+    let mut body = body_text.unwrap_or_default();
+    if body.len() > INDEXED_BODY_BYTES {
+        let mut end = INDEXED_BODY_BYTES;
+        while !body.is_char_boundary(end) {
+            end -= 1;
+        }
+        body = &body[..end];
+    }
+    SearchText {
+        body: body.to_owned(),
+        ids: ids.join("\n"),
+        headers,
     }
 }
 
@@ -80,6 +206,9 @@ pub struct PreparedMessage {
     pub deaths_json: String,
     pub problems_json: Option<String>,
     pub error: Option<String>,
+    pub search_text: SearchText,
+    /// Business field values: (name, value).
+    pub fields: Vec<(String, String)>,
 }
 
 impl PreparedMessage {
@@ -90,6 +219,20 @@ impl PreparedMessage {
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
         let error = error_description(message.headers.as_ref(), &rules.error_headers);
+        let p = &message.properties;
+        let limit = if rules.fields.is_empty() {
+            INDEXED_BODY_BYTES
+        } else {
+            FIELD_BODY_BYTES
+        };
+        let text = crate::body::text(
+            &message.body,
+            p.content_type.as_deref(),
+            p.content_encoding.as_deref(),
+            limit,
+        );
+        let fields = extract_fields(text.as_deref(), &rules.fields);
+        let search_text = search_text(&message, text.as_deref(), &fields);
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let history = death::decode(message.headers.as_ref());
@@ -109,6 +252,8 @@ impl PreparedMessage {
             deaths_json,
             problems_json,
             error,
+            search_text,
+            fields,
         }
     }
 
@@ -154,7 +299,6 @@ pub fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp::headers::AmqpValue;
 
     fn message() -> IncomingMessage {
         IncomingMessage {
@@ -247,6 +391,70 @@ mod tests {
         let h = Table::from([("error".into(), AmqpValue::ShortString(long))]);
         let cut = error_description(Some(&h), &IngestRules::default().error_headers).unwrap();
         assert!(cut.len() <= MAX_ERROR_LEN && cut.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn business_fields_come_from_json_pointers() {
+        let fields: Vec<BusinessField> = [
+            "invoice=/invoice_id",
+            "customer=/customer/id",
+            "total=/total",
+            "lines=/lines",
+        ]
+        .iter()
+        .map(|f| f.parse().unwrap())
+        .collect();
+        let body = r#"{"invoice_id": "INV-2026-00042", "customer": {"id": 17}, "total": 12.5, "lines": []}"#;
+        assert_eq!(
+            extract_fields(Some(body), &fields),
+            [
+                ("invoice".into(), "INV-2026-00042".into()),
+                ("customer".into(), "17".into()),
+                ("total".into(), "12.5".into())
+            ]
+        );
+        assert!(extract_fields(Some("not json"), &fields).is_empty());
+        assert!(extract_fields(None, &fields).is_empty());
+    }
+
+    #[test]
+    fn business_field_flags_are_checked() {
+        assert_eq!(
+            "Invoice=/invoice_id".parse::<BusinessField>().unwrap().name,
+            "invoice"
+        );
+        for bad in [
+            "invoice",
+            "invoice=invoice_id",
+            "=/x",
+            "my field=/x",
+            "queue=/queue",
+        ] {
+            assert!(bad.parse::<BusinessField>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn search_text_holds_body_ids_and_header_values() {
+        let mut m = message();
+        m.properties.correlation_id = Some("corr-7".into());
+        m.headers = Some(Table::from([(
+            "nested".into(),
+            AmqpValue::Table(Table::from([(
+                "why".into(),
+                AmqpValue::ShortString("timeout".into()),
+            )])),
+        )]));
+        m.body = br#"{"invoice_id": "INV-9"}"#.to_vec();
+        let rules = IngestRules {
+            fields: vec!["invoice=/invoice_id".parse().unwrap()],
+            ..Default::default()
+        };
+        let p = PreparedMessage::with_rules(m, &rules);
+        assert_eq!(p.search_text.body, r#"{"invoice_id": "INV-9"}"#);
+        assert_eq!(p.search_text.ids, "m-1\ncorr-7\nINV-9");
+        assert_eq!(p.search_text.headers, "timeout\n");
+        assert_eq!(p.fields, [("invoice".into(), "INV-9".into())]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::filter_value;
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
     MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, StoreOutcome,
@@ -72,6 +73,62 @@ async fn unconfirmed_copy(
     .fetch_all(&mut **tx)
     .await?;
     Ok(candidates.into_iter().find(|id| matched.insert(*id)))
+}
+
+/// `AND <field matches value>`, with the archive column each search field stands for.
+fn push_condition<'a>(q: &mut QueryBuilder<'a, Sqlite>, field: &'a str, value: &'a str) {
+    let value = filter_value(value);
+    let column = match field {
+        "queue" => "queue",
+        "reason" if value == NO_REASON => {
+            q.push(" AND first_death_reason IS NULL");
+            return;
+        }
+        "reason" => "first_death_reason",
+        // Messages without history are grouped under the DLQ itself.
+        "first_death_queue" => "coalesce(first_death_queue, queue)",
+        "error" => "coalesce(error, '')",
+        "exchange" => "first_death_exchange",
+        "routing_key" => "replay_routing_key",
+        "status" => "status",
+        "message_id" => "message_id",
+        "correlation_id" => "correlation_id",
+        "content_type" => "content_type",
+        business => {
+            q.push(" AND id IN (SELECT message_id FROM message_fields WHERE name = ")
+                .push_bind(business)
+                .push(" AND value = ")
+                .push_bind(value)
+                .push(")");
+            return;
+        }
+    };
+    q.push(format!(" AND {column} = ")).push_bind(value);
+}
+
+/// Business field values of the given messages, by message.
+async fn fields_of(
+    pool: &SqlitePool,
+    ids: &[i64],
+) -> Result<BTreeMap<i64, BTreeMap<String, String>>, sqlx::Error> {
+    let mut out: BTreeMap<i64, BTreeMap<String, String>> = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "SELECT message_id, name, value FROM message_fields WHERE message_id IN (",
+    );
+    let mut list = q.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    q.push(")");
+    for row in q.build().fetch_all(pool).await? {
+        out.entry(row.try_get("message_id")?)
+            .or_default()
+            .insert(row.try_get("name")?, row.try_get("value")?);
+    }
+    Ok(out)
 }
 
 /// Rows per multi-row INSERT: 20 columns each stays far below SQLite's 32,766 parameters.
@@ -225,6 +282,30 @@ impl Archive for SqliteArchive {
                     .push_bind(*id);
             });
             pending.build().execute(&mut *tx).await?;
+            let mut fts = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO messages_fts (rowid, body, ids, headers) ",
+            );
+            fts.push_values(chunk, |mut b, (id, m)| {
+                let t = &m.search_text;
+                b.push_bind(*id)
+                    .push_bind(&t.body)
+                    .push_bind(&t.ids)
+                    .push_bind(&t.headers);
+            });
+            fts.build().execute(&mut *tx).await?;
+            let fields: Vec<(i64, &(String, String))> = chunk
+                .iter()
+                .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+                .collect();
+            if !fields.is_empty() {
+                let mut q = QueryBuilder::<Sqlite>::new(
+                    "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
+                );
+                q.push_values(&fields, |mut b, (id, (name, value))| {
+                    b.push_bind(*id).push_bind(name).push_bind(value);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
         }
         record_overview(&mut tx, &rows).await?;
         for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
@@ -266,32 +347,18 @@ impl Archive for SqliteArchive {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError> {
-        let mut q = QueryBuilder::<Sqlite>::new(format!(
-            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE 1 = 1"
-        ));
-        if let Some(queue) = &filter.queue {
-            q.push(" AND queue = ").push_bind(queue);
-        }
-        if let Some(reason) = &filter.reason {
-            if reason == NO_REASON {
-                q.push(" AND first_death_reason IS NULL");
-            } else {
-                q.push(" AND first_death_reason = ").push_bind(reason);
+        let mut q = QueryBuilder::<Sqlite>::new(format!("SELECT {SUMMARY_COLUMNS} FROM messages"));
+        match &filter.text {
+            Some(text) => {
+                q.push(" JOIN messages_fts ON messages_fts.rowid = messages.id WHERE messages_fts MATCH ")
+                    .push_bind(text);
+            }
+            None => {
+                q.push(" WHERE 1 = 1");
             }
         }
-        if let Some(queue) = &filter.first_death_queue {
-            // Messages without history are grouped under the DLQ itself.
-            q.push(" AND coalesce(first_death_queue, queue) = ")
-                .push_bind(queue);
-        }
-        if let Some(error) = &filter.error {
-            q.push(" AND coalesce(error, '') = ").push_bind(error);
-        }
-        if let Some(exchange) = &filter.exchange {
-            q.push(" AND first_death_exchange = ").push_bind(exchange);
-        }
-        if let Some(key) = &filter.routing_key {
-            q.push(" AND replay_routing_key = ").push_bind(key);
+        for (field, value) in filter.conditions() {
+            push_condition(&mut q, field, value);
         }
         if let Some(status) = filter.status {
             q.push(" AND status = ").push_bind(status.as_str());
@@ -313,6 +380,11 @@ impl Archive for SqliteArchive {
             .iter()
             .map(summary_from_row)
             .collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
+        let mut fields = fields_of(&self.pool, &ids).await?;
+        for m in &mut messages {
+            m.fields = fields.remove(&m.id).unwrap_or_default();
+        }
         let next_cursor = if messages.len() > limit as usize {
             messages.truncate(limit as usize);
             messages.last().map(|m| m.id.to_string())
@@ -337,10 +409,15 @@ impl Archive for SqliteArchive {
             id,
             reason: reason.to_string(),
         };
+        let mut summary = summary_from_row(&row)?;
+        summary.fields = fields_of(&self.pool, &[id])
+            .await?
+            .remove(&id)
+            .unwrap_or_default();
         let headers: Option<String> = row.try_get("headers")?;
         let problems: Option<String> = row.try_get("death_problems")?;
         Ok(Some(ArchivedMessage {
-            summary: summary_from_row(&row)?,
+            summary,
             delivered_exchange: row.try_get("exchange")?,
             delivered_routing_key: row.try_get("routing_key")?,
             redelivered: row.try_get("redelivered")?,
@@ -497,5 +574,6 @@ fn summary_from_row(row: &SqliteRow) -> Result<MessageSummary, ArchiveError> {
             id,
             reason: format!("unknown status {status:?}"),
         })?,
+        fields: BTreeMap::new(),
     })
 }

@@ -16,6 +16,7 @@ use crate::archive::{
     ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
 };
+use crate::search;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -36,26 +37,11 @@ pub struct ListParams {
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
     pub status: Option<String>,
+    pub content_type: Option<String>,
     pub since: Option<String>,
     pub until: Option<String>,
     pub limit: Option<String>,
     pub cursor: Option<String>,
-}
-
-/// How a filter names the default exchange (an empty value means "no filter", as a browser
-/// sends an empty field), as RabbitMQ's management UI does.
-pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
-/// How a filter names the empty routing key (fanout routes).
-pub const EMPTY_KEY: &str = "(empty)";
-/// How a filter names "the failing consumer left no error description".
-pub const NO_ERROR: &str = "(none)";
-
-fn named_empty(value: &str, name: &str) -> String {
-    if value == name {
-        String::new()
-    } else {
-        value.to_owned()
-    }
 }
 
 /// Empty form fields mean "no filter", as a browser sends them.
@@ -64,12 +50,14 @@ fn given(v: &Option<String>) -> Option<&str> {
 }
 
 impl ListParams {
-    pub fn parse(&self) -> Result<(MessageFilter, PageRequest), AppError> {
-        if given(&self.q).is_some() {
-            return Err(AppError::BadRequest(
-                "full-text search (q) is not available yet; filter by queue, reason, exchange, routing_key, status, since or until".into(),
-            ));
-        }
+    /// Validates the filters; `business_fields` are the `--field` names `q` may use.
+    pub fn parse(
+        &self,
+        business_fields: &[String],
+    ) -> Result<(MessageFilter, PageRequest), AppError> {
+        let search = search::parse(given(&self.q).unwrap_or(""), business_fields)
+            .map_err(|e| AppError::BadRequest(e.to_string()))?;
+
         let time = |name: &str, v: &Option<String>| -> Result<Option<OffsetDateTime>, AppError> {
             given(v)
                 .map(|s| {
@@ -118,12 +106,15 @@ impl ListParams {
             queue: text(&self.queue),
             reason: text(&self.reason),
             first_death_queue: text(&self.first_death_queue),
-            error: given(&self.error).map(|e| named_empty(e, NO_ERROR)),
-            exchange: given(&self.exchange).map(|e| named_empty(e, DEFAULT_EXCHANGE)),
-            routing_key: given(&self.routing_key).map(|k| named_empty(k, EMPTY_KEY)),
+            error: text(&self.error),
+            exchange: text(&self.exchange),
+            routing_key: text(&self.routing_key),
             status,
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
+            content_type: text(&self.content_type),
+            text: search.fts_query(),
+            terms: search.fields,
         };
         Ok((filter, PageRequest { limit, before }))
     }
@@ -134,7 +125,7 @@ async fn list_messages(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<MessagePage>, AppError> {
     let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    let (filter, page) = params.parse()?;
+    let (filter, page) = params.parse(&state.business_fields)?;
     Ok(Json(state.archive.list_messages(&filter, page).await?))
 }
 
@@ -246,7 +237,7 @@ mod tests {
 
     #[test]
     fn empty_query_is_newest_default_page() {
-        let (filter, page) = params(&[]).parse().unwrap();
+        let (filter, page) = params(&[]).parse(&[]).unwrap();
         assert_eq!(filter, MessageFilter::default());
         assert_eq!(
             page,
@@ -267,7 +258,7 @@ mod tests {
             ("limit", "10"),
             ("cursor", "1234"),
         ])
-        .parse()
+        .parse(&[])
         .unwrap();
         assert_eq!(filter.queue.as_deref(), Some("invoices.dlq"));
         assert_eq!(filter.status, Some(MessageStatus::Archived));
@@ -292,37 +283,35 @@ mod tests {
                 vec![("since", "yesterday")],
                 "since must be an RFC 3339 time",
             ),
-            (
-                vec![("q", "invoice")],
-                "full-text search (q) is not available yet",
-            ),
+            (vec![("q", "%22open")], "never closed"),
         ] {
-            let err = params(&pairs).parse().unwrap_err();
+            let err = params(&pairs).parse(&[]).unwrap_err();
             assert!(err.to_string().contains(expected), "{err} lacks {expected}");
         }
     }
 
     #[test]
-    fn empty_fields_are_no_filter_and_names_select_the_empty_values() {
+    fn empty_fields_are_no_filter() {
         let (filter, _) = params(&[("exchange", ""), ("queue", ""), ("error", "")])
-            .parse()
+            .parse(&[])
             .unwrap();
         assert_eq!(filter, MessageFilter::default());
-        let (filter, _) = params(&[
-            ("exchange", "(AMQP%20default)"),
-            ("routing_key", "(empty)"),
-            ("error", "(none)"),
-        ])
-        .parse()
-        .unwrap();
-        assert_eq!(filter.exchange.as_deref(), Some(""));
-        assert_eq!(filter.routing_key.as_deref(), Some(""));
-        assert_eq!(filter.error.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn q_becomes_text_and_terms() {
+        let (filter, _) = params(&[("q", "timeout%20invoice:INV-1")])
+            .parse(&["invoice".into()])
+            .unwrap();
+        assert_eq!(filter.text.as_deref(), Some("\"timeout\"*"));
+        assert_eq!(filter.terms[0].value, "INV-1");
+        let err = params(&[("q", "invoice:INV-1")]).parse(&[]).unwrap_err();
+        assert!(err.to_string().starts_with("invoice: is not a field"));
     }
 
     #[test]
     fn datetime_local_values_are_utc() {
-        let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse().unwrap();
+        let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse(&[]).unwrap();
         assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
     }
 }

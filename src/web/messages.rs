@@ -27,11 +27,17 @@ pub struct Row {
     pub content_type: String,
     pub size: String,
     pub status: &'static str,
+    /// Business field values, in the order of the configured fields.
+    pub fields: Vec<String>,
 }
 
 impl Row {
-    fn new(m: &MessageSummary) -> Self {
+    fn new(m: &MessageSummary, field_names: &[String]) -> Self {
         Row {
+            fields: field_names
+                .iter()
+                .map(|f| m.fields.get(f).cloned().unwrap_or_default())
+                .collect(),
             id: m.id.to_string(),
             queue: m.queue.clone(),
             archived_at: utc(m.archived_at),
@@ -75,6 +81,7 @@ fn target_text(m: &MessageSummary) -> String {
 #[template(path = "messages.html")]
 pub struct MessagesPage {
     pub form: ListParams,
+    pub field_names: Vec<String>,
     pub queues: Vec<String>,
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
@@ -84,6 +91,7 @@ pub struct MessagesPage {
 #[derive(Template)]
 #[template(path = "partials/message_rows.html")]
 pub struct MessageRowsPartial {
+    pub field_names: Vec<String>,
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
     pub error: Option<String>,
@@ -104,6 +112,8 @@ impl ListParams {
             ("exchange", &self.exchange),
             ("routing_key", &self.routing_key),
             ("status", &self.status),
+            ("content_type", &self.content_type),
+            ("q", &self.q),
             ("since", &self.since),
             ("until", &self.until),
             ("limit", &self.limit),
@@ -128,7 +138,7 @@ pub async fn list_page(
 ) -> Result<Response, PageError> {
     let Query(form) =
         params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
-    let (rows, next_link, error) = match form.parse() {
+    let (rows, next_link, error) = match form.parse(&state.business_fields) {
         Ok((filter, page)) => {
             let page = state
                 .archive
@@ -139,13 +149,21 @@ pub async fn list_page(
                 .next_cursor
                 .as_deref()
                 .map(|c| format!("/messages?{}", form.to_query(Some(c))));
-            (page.messages.iter().map(Row::new).collect(), next, None)
+            (
+                page.messages
+                    .iter()
+                    .map(|m| Row::new(m, &state.business_fields))
+                    .collect(),
+                next,
+                None,
+            )
         }
         Err(e) => (Vec::new(), None, Some(e.to_string())),
     };
     if is_htmx(&headers) {
         // 200 even for a bad filter: the inline message replaces the results as you type.
         return Ok(render(&MessageRowsPartial {
+            field_names: state.business_fields.to_vec(),
             rows,
             next_link,
             error,
@@ -168,6 +186,7 @@ pub async fn list_page(
     Ok((
         status,
         render(&MessagesPage {
+            field_names: state.business_fields.to_vec(),
             form,
             queues,
             rows,
@@ -389,7 +408,7 @@ pub async fn detail_page(
             body.content_encoding.as_deref(),
         ),
         size: human_bytes(s.body_size),
-        related: related.iter().map(Row::new).collect(),
+        related: related.iter().map(|m| Row::new(m, &[])).collect(),
         summary: s.clone(),
     };
     Ok(render(&page))

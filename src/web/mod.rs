@@ -28,6 +28,8 @@ pub struct AppState {
     pub archive: Arc<dyn Archive>,
     pub metrics: Arc<Metrics>,
     pub status: IngestStatus,
+    /// The business field names (`--field`) that searches may use.
+    pub business_fields: Arc<[String]>,
 }
 
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.

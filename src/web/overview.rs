@@ -167,7 +167,7 @@ fn group_row(g: &FailureGroup) -> GroupRow {
         urlencode(&g.queue),
         urlencode(&g.reason),
         urlencode(if g.error.is_empty() {
-            super::api::NO_ERROR
+            crate::archive::NO_ERROR
         } else {
             &g.error
         })

@@ -2,7 +2,7 @@
 //! JSON pretty-printed and split into highlight tokens, binary as a hex dump — always cut to
 //! a size a page can hold. Everything here is text for the template to escape.
 
-use std::io::Read;
+use crate::body;
 
 /// The most a page shows of a body; the download has the rest.
 pub const DISPLAY_LIMIT: usize = 256 * 1024;
@@ -61,7 +61,7 @@ pub fn view(
             notes,
         };
     }
-    let (bytes, complete) = match decode_content_encoding(body, content_encoding) {
+    let (bytes, complete) = match body::decompress(body, content_encoding, JSON_LIMIT) {
         Ok(Some(decoded)) => {
             notes.push(format!(
                 "{}-decoded from {} stored bytes",
@@ -72,14 +72,14 @@ pub fn view(
         }
         Ok(None) => (body.to_vec(), true),
         Err(e) => {
-            notes.push(e);
+            notes.push(format!("{e}: the stored bytes are shown"));
             return hex_view(body, notes);
         }
     };
     let charset = content_type
-        .and_then(charset)
+        .and_then(body::charset)
         .unwrap_or_else(|| "utf-8".into());
-    let Some(text) = decode_text(&bytes, &charset) else {
+    let Some(text) = body::decode(&bytes, &charset, !complete) else {
         if charset != "utf-8" {
             notes.push(format!("charset {charset:?} is not one the viewer decodes"));
         }
@@ -112,65 +112,6 @@ pub fn view(
         }],
         truncated: cut_here || !complete,
         notes,
-    }
-}
-
-/// A body decompressed for display: the bytes, whether they are the whole body, the codec.
-struct Decoded {
-    bytes: Vec<u8>,
-    complete: bool,
-    codec: &'static str,
-}
-
-/// Decompresses what `content-encoding` names, reading no more than a page can show.
-/// `Ok(None)`: nothing to decode.
-fn decode_content_encoding(body: &[u8], encoding: Option<&str>) -> Result<Option<Decoded>, String> {
-    let encoding = encoding.map(|e| e.trim().to_ascii_lowercase());
-    let reader: Box<dyn Read + '_> = match encoding.as_deref() {
-        Some("gzip" | "x-gzip") => Box::new(flate2::read::MultiGzDecoder::new(body)),
-        Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(body)),
-        _ => return Ok(None),
-    };
-    let name = if encoding.as_deref() == Some("deflate") {
-        "deflate"
-    } else {
-        "gzip"
-    };
-    // Read at most JSON_LIMIT + 1 bytes: a compression bomb cannot fill memory.
-    let mut out = Vec::new();
-    reader
-        .take(JSON_LIMIT as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            format!("content-encoding {name} does not decode ({e}): stored bytes shown")
-        })?;
-    let complete = out.len() <= JSON_LIMIT;
-    out.truncate(JSON_LIMIT);
-    Ok(Some(Decoded {
-        bytes: out,
-        complete,
-        codec: name,
-    }))
-}
-
-/// The `charset` parameter of a content type, lower-cased.
-fn charset(content_type: &str) -> Option<String> {
-    content_type.split(';').skip(1).find_map(|param| {
-        let (k, v) = param.split_once('=')?;
-        k.trim()
-            .eq_ignore_ascii_case("charset")
-            .then(|| v.trim().trim_matches('"').to_ascii_lowercase())
-    })
-}
-
-fn decode_text(bytes: &[u8], charset: &str) -> Option<String> {
-    match charset {
-        "utf-8" | "utf8" | "us-ascii" | "ascii" => String::from_utf8(bytes.to_vec()).ok(),
-        // Every byte is a code point of the same number.
-        "iso-8859-1" | "latin1" | "latin-1" | "l1" => {
-            Some(bytes.iter().map(|&b| char::from(b)).collect())
-        }
-        _ => None,
     }
 }
 

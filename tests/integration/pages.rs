@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
-use lazarus::archive::{Archive, IncomingMessage, PreparedMessage, SqliteArchive};
+use lazarus::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage, SqliteArchive};
 use lazarus::metrics::Metrics;
 use lazarus::status::IngestStatus;
 use lazarus::web::{router, AppState};
@@ -69,12 +69,20 @@ impl Pages {
             SqliteArchive::open(&format!("sqlite://{}", dir.path().join("p.db").display()))
                 .await
                 .unwrap();
-        let prepared: Vec<_> = messages.into_iter().map(PreparedMessage::new).collect();
+        let rules = IngestRules {
+            fields: vec!["invoice=/invoice_id".parse().unwrap()],
+            ..Default::default()
+        };
+        let prepared: Vec<_> = messages
+            .into_iter()
+            .map(|m| PreparedMessage::with_rules(m, &rules))
+            .collect();
         archive.store_batch(&prepared).await.unwrap();
         let state = AppState {
             archive: Arc::new(archive),
             metrics: Arc::new(Metrics::default()),
             status: IngestStatus::default(),
+            business_fields: Arc::from(vec!["invoice".to_owned()]),
         };
         Pages { state, _dir: dir }
     }
@@ -260,4 +268,91 @@ async fn vendored_assets_are_served_with_a_long_cache() {
         page.contains("src=\"/static/htmx-2.0.11.min.js\""),
         "htmx comes from us, not a CDN"
     );
+}
+
+#[tokio::test]
+async fn search_finds_words_phrases_fields_and_explains_mistakes() {
+    let invoice = |n: &str, note: &str| {
+        dead_letter(
+            &format!("m-{n}"),
+            format!(r#"{{"invoice_id": "INV-2026-{n}", "note": "{note}"}}"#).as_bytes(),
+            &[],
+        )
+    };
+    let pages = Pages::with(vec![
+        invoice("00041", "customer moved to Zürich"),
+        invoice("00042", "tax service timeout"),
+        invoice("00043", "tax rate missing"),
+    ])
+    .await;
+    let found = |html: &str| -> Vec<String> {
+        ["m-00041", "m-00042", "m-00043"]
+            .iter()
+            .filter(|id| html.contains(*id))
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let pages = &pages;
+    let search = |q: &str| {
+        let uri = format!("/messages?q={}", q.replace(' ', "%20").replace('"', "%22"));
+        async move { pages.get(&uri, true).await.1 }
+    };
+    assert_eq!(
+        found(&search("invoice:INV-2026-00042").await),
+        ["m-00042"],
+        "business field"
+    );
+    assert_eq!(
+        found(&search("INV-2026-00043").await),
+        ["m-00043"],
+        "id in the body text"
+    );
+    assert_eq!(
+        found(&search("tax").await),
+        ["m-00042", "m-00043"],
+        "a word"
+    );
+    assert_eq!(
+        found(&search("\"tax service\"").await),
+        ["m-00042"],
+        "a phrase"
+    );
+    assert_eq!(
+        found(&search("zurich").await),
+        ["m-00041"],
+        "diacritics folded"
+    );
+    assert_eq!(
+        found(&search("tim").await),
+        ["m-00042"],
+        "the last word is a prefix"
+    );
+    assert_eq!(
+        found(&search("tax reason:rejected queue:orders.dlq").await).len(),
+        2,
+        "fields and words"
+    );
+    assert!(found(&search("tax reason:expired").await).is_empty());
+    assert_eq!(found(&search("message_id:m-00041").await), ["m-00041"]);
+    let error = search("\"unclosed").await;
+    assert!(
+        error.contains("class=\"error-box\"") && error.contains("never closed"),
+        "{error}"
+    );
+    let error = search("colour:red").await;
+    assert!(
+        error.contains("colour: is not a field to search") && error.contains("invoice"),
+        "{error}"
+    );
+    // The API speaks the same language.
+    let (status, json, _) = pages
+        .get("/api/messages?q=invoice:INV-2026-00041", false)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        json.contains("\"fields\":{\"invoice\":\"INV-2026-00041\"}"),
+        "{json}"
+    );
+    let (status, _, _) = pages.get("/api/messages?q=%22oops", false).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }

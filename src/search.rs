@@ -1,0 +1,290 @@
+//! The search language of the list and the API's `q` (pure): free words, `"quoted phrases"`
+//! and `field:value` terms (`queue:invoices.dlq`, `invoice:INV-2026-00042`,
+//! `reason:"delivery_limit"`), all of which must match. Parsed into a [`Search`] the archive
+//! turns into bound SQL; malformed input is a [`SearchError`] that says what to fix.
+
+use std::fmt;
+
+/// Longest query accepted: longer input is refused, not cut.
+pub const MAX_QUERY_LEN: usize = 500;
+
+/// Fields every archive knows; configured business fields (`--field`) come on top.
+pub const BUILT_IN_FIELDS: [&str; 10] = [
+    "queue",
+    "reason",
+    "exchange",
+    "routing_key",
+    "status",
+    "message_id",
+    "correlation_id",
+    "content_type",
+    "first_death_queue",
+    "error",
+];
+
+/// One `field:value` term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldTerm {
+    pub field: String,
+    pub value: String,
+}
+
+/// A parsed query: the text to find (words and phrases, all required) and the fields to match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Search {
+    pub words: Vec<String>,
+    pub phrases: Vec<String>,
+    pub fields: Vec<FieldTerm>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SearchError {
+    TooLong(usize),
+    UnclosedQuote { at: usize },
+    EmptyValue { field: String },
+    UnknownField { field: String, known: Vec<String> },
+}
+
+impl fmt::Display for SearchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SearchError::TooLong(n) => write!(
+                f,
+                "the search is {n} characters long; at most {MAX_QUERY_LEN} are accepted"
+            ),
+            SearchError::UnclosedQuote { at } => write!(
+                f,
+                "the quote opened at character {} is never closed",
+                at + 1
+            ),
+            SearchError::EmptyValue { field } => write!(
+                f,
+                "{field}: needs a value, as in {field}:something or {field}:\"two words\""
+            ),
+            SearchError::UnknownField { field, known } => {
+                write!(
+                    f,
+                    "{field}: is not a field to search; use one of {}",
+                    known.join(", ")
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for SearchError {}
+
+impl Search {
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty() && self.phrases.is_empty() && self.fields.is_empty()
+    }
+
+    /// The FTS5 query for the words and phrases (`None`: no text to find). Every piece is a
+    /// quoted FTS5 string, so nothing the user typed is FTS syntax; the last word matches
+    /// as a prefix, so results follow the typing.
+    pub fn fts_query(&self) -> Option<String> {
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        let mut parts: Vec<String> = self.phrases.iter().map(|p| quote(p)).collect();
+        let last = self.words.len().saturating_sub(1);
+        for (i, w) in self.words.iter().enumerate() {
+            parts.push(if i == last {
+                format!("{}*", quote(w))
+            } else {
+                quote(w)
+            });
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+}
+
+/// Parses a query; `business_fields` are the names configured with `--field`.
+pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchError> {
+    let chars = input.chars().count();
+    if chars > MAX_QUERY_LEN {
+        return Err(SearchError::TooLong(chars));
+    }
+    let mut search = Search::default();
+    let chars: Vec<char> = input.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_whitespace() {
+            i += 1;
+            continue;
+        }
+        if chars[i] == '"' {
+            let (phrase, next) = quoted(&chars, i)?;
+            if !phrase.trim().is_empty() {
+                search.phrases.push(phrase);
+            }
+            i = next;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && !chars[i].is_whitespace() && chars[i] != ':' && chars[i] != '"' {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        if i < chars.len() && chars[i] == ':' && !word.is_empty() {
+            let field = word.to_lowercase();
+            i += 1;
+            let value = if i < chars.len() && chars[i] == '"' {
+                let (value, next) = quoted(&chars, i)?;
+                i = next;
+                value
+            } else {
+                let start = i;
+                while i < chars.len() && !chars[i].is_whitespace() {
+                    i += 1;
+                }
+                chars[start..i].iter().collect()
+            };
+            if value.is_empty() {
+                return Err(SearchError::EmptyValue { field });
+            }
+            let known = BUILT_IN_FIELDS.iter().any(|f| *f == field)
+                || business_fields
+                    .iter()
+                    .any(|f| f.eq_ignore_ascii_case(&field));
+            if !known {
+                let mut known: Vec<String> =
+                    BUILT_IN_FIELDS.iter().map(|f| f.to_string()).collect();
+                known.extend(business_fields.iter().cloned());
+                return Err(SearchError::UnknownField { field, known });
+            }
+            search.fields.push(FieldTerm { field, value });
+        } else {
+            // A lone ':' or a word ending before a quote: keep what is searchable.
+            if i < chars.len() && chars[i] == ':' {
+                i += 1;
+            }
+            push_words(&mut search.words, &word);
+        }
+    }
+    Ok(search)
+}
+
+/// Words are what FTS would index: runs of letters and digits.
+fn push_words(words: &mut Vec<String>, text: &str) {
+    words.extend(
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned),
+    );
+}
+
+/// The text between the quote at `open` and its closing quote; `\"` is a literal quote.
+fn quoted(chars: &[char], open: usize) -> Result<(String, usize), SearchError> {
+    let mut out = String::new();
+    let mut i = open + 1;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' if chars.get(i + 1) == Some(&'"') => {
+                out.push('"');
+                i += 2;
+            }
+            '"' => return Ok((out, i + 1)),
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Err(SearchError::UnclosedQuote { at: open })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields() -> Vec<String> {
+        vec!["invoice".into()]
+    }
+
+    #[test]
+    fn words_phrases_and_fields() {
+        let s = parse(
+            r#"timeout "tax service" queue:billing.dlq invoice:INV-2026-00042"#,
+            &fields(),
+        )
+        .unwrap();
+        assert_eq!(s.words, ["timeout"]);
+        assert_eq!(s.phrases, ["tax service"]);
+        assert_eq!(
+            s.fields,
+            [
+                FieldTerm {
+                    field: "queue".into(),
+                    value: "billing.dlq".into()
+                },
+                FieldTerm {
+                    field: "invoice".into(),
+                    value: "INV-2026-00042".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn quoted_field_values_and_escaped_quotes() {
+        let s = parse(
+            r#"error:"NullPointerException: customer" "say \"hi\"""#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.fields[0].value, "NullPointerException: customer");
+        assert_eq!(s.phrases, [r#"say "hi""#]);
+    }
+
+    #[test]
+    fn fts_query_quotes_everything_and_prefixes_the_last_word() {
+        let s = parse(r#"inv 2026 "a ""b" OR NEAR"#, &[]).unwrap();
+        assert_eq!(
+            s.fts_query().unwrap(),
+            r#""a " "b" "inv" "2026" "OR" "NEAR"*"#
+        );
+        assert_eq!(parse("queue:x", &[]).unwrap().fts_query(), None);
+    }
+
+    #[test]
+    fn punctuation_splits_words_like_the_index_does() {
+        assert_eq!(
+            parse("INV-2026-00042", &[]).unwrap().words,
+            ["INV", "2026", "00042"]
+        );
+        assert!(parse("*** ((", &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_queries_say_what_to_fix() {
+        let err = |q: &str| parse(q, &fields()).unwrap_err().to_string();
+        assert_eq!(
+            err(r#"tax "service"#),
+            "the quote opened at character 5 is never closed"
+        );
+        assert_eq!(
+            err("queue:"),
+            "queue: needs a value, as in queue:something or queue:\"two words\""
+        );
+        assert!(err("colour:red")
+            .starts_with("colour: is not a field to search; use one of queue, reason"));
+        assert!(err("colour:red").ends_with("error, invoice"));
+        assert!(err(&"x".repeat(501)).contains("at most 500"));
+    }
+
+    #[test]
+    fn field_names_are_case_insensitive() {
+        assert_eq!(
+            parse("Queue:a INVOICE:b", &fields()).unwrap().fields.len(),
+            2
+        );
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics() {
+        for q in [
+            "\"", ":", "::", "a:\"", "\\\"", "\"\\", "é:ü", ":value", "a:b:c", "\"\"", "x:\"\"",
+        ] {
+            let _ = parse(q, &fields());
+        }
+    }
+}
