@@ -24,6 +24,19 @@ pub struct Cli {
 pub enum Command {
     /// Consume the DLQs into the archive and serve the dashboard and API.
     Serve(ServeConfig),
+    /// Declare a demo topology (modelled on the seed articles) in a vhost of its own, push a
+    /// few hundred failing messages through it, and serve the dashboard over its DLQs.
+    Demo(DemoConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoConfig {
+    #[command(flatten)]
+    pub serve: ServeConfig,
+
+    /// Failing messages to publish through the demo topology.
+    #[arg(long, default_value_t = 300)]
+    pub messages: usize,
 }
 
 #[derive(Clone, Args)]
@@ -104,6 +117,7 @@ impl ServeConfig {
     pub fn defaults() -> Self {
         match Cli::parse_from(["lazarus", "serve"]).command {
             Command::Serve(config) => config,
+            Command::Demo(demo) => demo.serve,
         }
     }
 }
@@ -181,32 +195,54 @@ mod tests {
         assert!(c.queues.is_empty());
     }
 
+    fn serve_args(args: &[&str]) -> Command {
+        Cli::parse_from(args).command
+    }
+
+    #[test]
+    fn demo_takes_the_serve_flags() {
+        let Command::Demo(d) = serve_args(&[
+            "lazarus",
+            "demo",
+            "--messages",
+            "50",
+            "--listen",
+            "127.0.0.1:9000",
+        ]) else {
+            unreachable!()
+        };
+        assert_eq!(d.messages, 50);
+        assert_eq!(d.serve.listen.port(), 9000);
+    }
+
     #[test]
     fn fields_are_parsed_and_checked() {
-        let Command::Serve(c) = Cli::parse_from([
+        let Command::Serve(c) = serve_args(&[
             "lazarus",
             "serve",
             "--field",
             "invoice=/invoice_id",
             "--field",
             "customer=/customer/id",
-        ])
-        .command;
+        ]) else {
+            unreachable!()
+        };
         assert_eq!(c.ingest_rules().fields[1].pointer, "/customer/id");
         assert!(Cli::try_parse_from(["lazarus", "serve", "--field", "invoice"]).is_err());
     }
 
     #[test]
     fn queue_is_repeatable() {
-        let Command::Serve(c) = Cli::parse_from([
+        let Command::Serve(c) = serve_args(&[
             "lazarus",
             "serve",
             "--queue",
             "invoices.dlq",
             "--queue",
             "processing_dlq",
-        ])
-        .command;
+        ]) else {
+            unreachable!()
+        };
         assert_eq!(c.queues, ["invoices.dlq", "processing_dlq"]);
     }
 }

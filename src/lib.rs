@@ -7,6 +7,7 @@ pub mod archive;
 pub mod body;
 pub mod config;
 pub mod death;
+pub mod demo;
 pub mod metrics;
 pub mod search;
 pub mod startup;

@@ -2,7 +2,8 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use lazarus::config::{Cli, Command};
+use lazarus::config::ServeConfig;
+use lazarus::config::{Cli, Command, DemoConfig};
 use lazarus::startup::{shutdown_signal, Application};
 
 #[tokio::main]
@@ -17,5 +18,29 @@ async fn main() -> anyhow::Result<()> {
                 .run_until(shutdown_signal())
                 .await
         }
+        Command::Demo(demo) => run_demo(demo).await,
     }
+}
+
+/// The demo: its own vhost and archive file, its topology and failing traffic, then `serve`.
+async fn run_demo(demo: DemoConfig) -> anyhow::Result<()> {
+    let mut config = demo.serve;
+    if config.database_url == ServeConfig::defaults().database_url {
+        config.database_url = "sqlite://lazarus-demo.db".into();
+    }
+    config.amqp_url = lazarus::demo::demo_vhost_url(&config.amqp_url);
+    config.queues = lazarus::demo::DEMO_QUEUES.map(String::from).to_vec();
+    if config.fields.is_empty() {
+        config.fields = lazarus::demo::DEMO_FIELDS
+            .iter()
+            .map(|f| f.parse().expect("demo fields are valid"))
+            .collect();
+    }
+    let app = Application::build(config).await?;
+    let _workers = lazarus::demo::run(&app.amqp_url(), demo.messages).await?;
+    println!(
+        "Lazarus demo: open http://{} (Ctrl-C to stop)",
+        app.local_addr()
+    );
+    app.run_until(shutdown_signal()).await
 }

@@ -53,6 +53,10 @@ impl Application {
             .expect("a bound listener has an address")
     }
 
+    pub fn amqp_url(&self) -> String {
+        self.config.amqp_url.clone()
+    }
+
     pub fn archive(&self) -> Arc<dyn Archive> {
         self.state.archive.clone()
     }

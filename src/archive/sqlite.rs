@@ -369,11 +369,17 @@ impl Archive for SqliteArchive {
         if let Some(until) = filter.until {
             q.push(" AND archived_at < ").push_bind(millis(until));
         }
+        // With a text search the FTS index drives, in its own rowid (= id) order.
+        let order = if filter.text.is_some() {
+            "messages_fts.rowid"
+        } else {
+            "id"
+        };
         if let Some(before) = page.before {
-            q.push(" AND id < ").push_bind(before);
+            q.push(format!(" AND {order} < ")).push_bind(before);
         }
         let limit = page.limit.clamp(1, super::MAX_PAGE_SIZE);
-        q.push(" ORDER BY id DESC LIMIT ")
+        q.push(format!(" ORDER BY {order} DESC LIMIT "))
             .push_bind(i64::from(limit) + 1);
         let rows = q.build().fetch_all(&self.pool).await?;
         let mut messages = rows

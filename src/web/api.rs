@@ -303,7 +303,7 @@ mod tests {
         let (filter, _) = params(&[("q", "timeout%20invoice:INV-1")])
             .parse(&["invoice".into()])
             .unwrap();
-        assert_eq!(filter.text.as_deref(), Some("\"timeout\"*"));
+        assert_eq!(filter.text.as_deref(), Some("\"timeout\""));
         assert_eq!(filter.terms[0].value, "INV-1");
         let err = params(&[("q", "invoice:INV-1")]).parse(&[]).unwrap_err();
         assert!(err.to_string().starts_with("invoice: is not a field"));

@@ -87,6 +87,22 @@ pub fn utc(t: OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
+/// The same instant, shorter for tables: `2026-12-02 09:30:00` (UTC).
+pub fn short(rfc3339: &str) -> String {
+    rfc3339
+        .replacen('T', " ", 1)
+        .trim_end_matches('Z')
+        .to_owned()
+}
+
+/// Filters the templates use (`{{ t|short }}`); bring into scope with `use super::html::filters`.
+pub mod filters {
+    #[askama::filter_fn]
+    pub fn short<T: std::fmt::Display>(s: T, _: &dyn askama::Values) -> askama::Result<String> {
+        Ok(super::short(&s.to_string()))
+    }
+}
+
 /// A byte count for people: `512 B`, `1.5 KiB`, `16.0 MiB`.
 pub fn human_bytes(n: i64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -114,6 +130,11 @@ mod tests {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(16 * 1024 * 1024), "16.0 MiB");
+    }
+
+    #[test]
+    fn short_times_drop_the_t_and_z() {
+        assert_eq!(short("2025-12-02T10:00:00Z"), "2025-12-02 10:00:00");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
 use super::api::{parse_id, ListParams};
-use super::html::{human_bytes, is_htmx, render, utc, PageError};
+use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::overview::urlencode;
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
@@ -24,7 +24,6 @@ pub struct Row {
     pub reason: String,
     pub first_queue: String,
     pub target: String,
-    pub content_type: String,
     pub size: String,
     pub status: &'static str,
     /// Business field values, in the order of the configured fields.
@@ -51,7 +50,6 @@ impl Row {
                 .as_ref()
                 .map_or(String::new(), |f| f.queue.clone()),
             target: target_text(m),
-            content_type: m.content_type.clone().unwrap_or_default(),
             size: human_bytes(m.body_size),
             status: m.status.as_str(),
         }

@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
-use super::html::{render, utc, PageError};
+use super::html::{filters, render, utc, PageError};
 use super::AppState;
 use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;

@@ -402,33 +402,85 @@ impl HttpResponse {
 
 /// A minimal HTTP/1.1 GET over a fresh connection (enough for our own server).
 pub async fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
+    http_request(addr, "GET", path, None).await
+}
+
+/// A minimal HTTP/1.1 request with an optional JSON body (our server, chromedriver).
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    json: Option<&str>,
+) -> HttpResponse {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let body = json.unwrap_or("");
+    let content = if json.is_some() {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+    } else {
+        String::new()
+    };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content}\r\n{body}"
+    );
     stream.write_all(request.as_bytes()).await.unwrap();
+    // Read until the response is complete by its own framing: some servers (chromedriver)
+    // keep the connection open despite `Connection: close`.
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("HTTP header end");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
+    let mut buf = vec![0u8; 64 * 1024];
+    let (split, headers, status) = loop {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0 || !raw.is_empty(),
+            "connection closed before a response"
+        );
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+            let mut lines = head.split("\r\n");
+            let status: u16 = lines
+                .next()
+                .unwrap()
+                .split(' ')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .collect();
+            break (split, headers, status);
+        }
+        assert!(n > 0, "connection closed inside the response head");
+    };
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let chunked = header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+    let length: Option<usize> = header("content-length").and_then(|v| v.parse().ok());
+    loop {
+        let body = &raw[split + 4..];
+        let complete = match length {
+            Some(len) => body.len() >= len,
+            None if chunked => body.ends_with(b"0\r\n\r\n"),
+            None => false,
+        };
+        if complete {
+            break;
+        }
+        let n = stream.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
     let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
         body = dechunk(&body);
     }

@@ -3,7 +3,9 @@
 mod helpers;
 
 mod api;
+mod browser;
 mod crash;
+mod demo;
 mod failures;
 mod headers;
 mod pages;

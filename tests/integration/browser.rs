@@ -1,0 +1,263 @@
+//! In headless Chromium (through chromedriver's WebDriver protocol), with real messages
+//! dead-lettered through RabbitMQ: search for an invoice, open it, see its death timeline
+//! and pretty JSON, and check that a `<script>` in a body never runs.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use lapin::options::BasicRejectOptions;
+use lapin::ExchangeKind;
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+use crate::helpers::*;
+
+/// The W3C WebDriver key of an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A WebDriver session on a chromedriver of its own.
+struct Browser {
+    driver: Child,
+    addr: SocketAddr,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("chromedriver is missing: install Debian's chromium and chromium-driver (.ci/run does)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "chromedriver did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                         "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())],
+            },
+        }}});
+        let response = webdriver(addr, "POST", "/session", Some(capabilities)).await;
+        let session = response["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {response}"))
+            .to_owned();
+        Browser {
+            driver,
+            addr,
+            session,
+            _profile: profile,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        webdriver(
+            self.addr,
+            method,
+            &format!("/session/{}{path}", self.session),
+            body,
+        )
+        .await
+    }
+
+    async fn go(&self, url: &str) {
+        self.call("POST", "/url", Some(json!({ "url": url }))).await;
+    }
+
+    /// The first element matching `css`, waiting for it up to 10 s.
+    async fn find(&self, css: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let found = self
+                .call(
+                    "POST",
+                    "/element",
+                    Some(json!({"using": "css selector", "value": css})),
+                )
+                .await;
+            if let Some(id) = found[ELEMENT].as_str() {
+                return id.to_owned();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no element {css}: {found}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let id = self.find(css).await;
+        self.call("GET", &format!("/element/{id}/text"), None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits until the text of `css` satisfies `check`.
+    async fn wait_text(&self, css: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let text = self.text(css).await;
+            if check(&text) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{css} never showed {what}: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    async fn quit(mut self) {
+        self.call("DELETE", "", None).await;
+        let _ = self.driver.kill().await;
+    }
+}
+
+/// One WebDriver command; returns its `value`.
+async fn webdriver(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
+    let body = body.map(|b| b.to_string());
+    let response = http_request(
+        addr,
+        method,
+        path,
+        body.as_deref()
+            .or(if method == "POST" { Some("{}") } else { None }),
+    )
+    .await;
+    let json: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+    json.get("value").cloned().unwrap_or(json)
+}
+
+#[tokio::test]
+async fn search_open_and_read_a_dead_letter_in_chromium_without_running_its_script() {
+    let p = unique("browser");
+    let (billing, dlx, invoices, dlq) = (
+        format!("{p}.billing"),
+        format!("{p}.dlx"),
+        format!("{p}.invoices"),
+        format!("{p}.invoices.dlq"),
+    );
+    let mut t = Topology::new().await;
+    t.exchange(&billing, ExchangeKind::Topic).await;
+    t.exchange(&dlx, ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    t.queue(&invoices, args(&[("x-dead-letter-exchange", s(&dlx))]))
+        .await;
+    t.bind(&invoices, &billing, "invoice.*").await;
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.fields = vec!["invoice=/invoice_id".parse().unwrap()]
+    })
+    .await;
+    let worker = spawn_worker(&amqp_url(), &invoices, |_, d| async move {
+        d.reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+    })
+    .await;
+    let hostile = r#"{"invoice_id": "INV-2026-00042", "customer": "Ada", "note": "<script>window.pwned = 1; alert('pwned')</script><img src=x onerror=\"window.pwned = 2\">"}"#;
+    for (id, body) in [
+        (
+            "INV-2026-00041",
+            r#"{"invoice_id": "INV-2026-00041", "customer": "Grace"}"#.to_owned(),
+        ),
+        ("INV-2026-00042", hostile.to_owned()),
+        (
+            "INV-2026-00043",
+            r#"{"invoice_id": "INV-2026-00043", "customer": "Alan"}"#.to_owned(),
+        ),
+    ] {
+        t.publish(&billing, "invoice.created", body.as_bytes(), json_props(id))
+            .await;
+    }
+    app.wait_for_archived(3, Duration::from_secs(20)).await;
+    worker.abort();
+
+    let browser = Browser::start().await;
+    browser.go(&format!("http://{}/messages", app.addr)).await;
+    let search = browser.find("input[name=q]").await;
+    browser
+        .call(
+            "POST",
+            &format!("/element/{search}/value"),
+            Some(json!({"text": "invoice:INV-2026-00042"})),
+        )
+        .await;
+    // Live results: only the one invoice stays in the list, and the URL follows the search.
+    browser
+        .wait_text("#results", "only INV-2026-00042", |t| {
+            t.contains("INV-2026-00042") && !t.contains("INV-2026-00041")
+        })
+        .await;
+    let url = browser.call("GET", "/url", None).await;
+    assert!(
+        url.as_str().unwrap().contains("q=invoice%3AINV-2026-00042"),
+        "the URL holds the search: {url}"
+    );
+
+    let link = browser.find("#results tbody a").await;
+    browser
+        .call("POST", &format!("/element/{link}/click"), None)
+        .await;
+    let timeline = browser
+        .wait_text("ol.timeline", "the death", |t| t.contains("rejected"))
+        .await;
+    assert!(
+        timeline.contains(&format!("rejected in {invoices} × 1")),
+        "{timeline}"
+    );
+    let key = browser.text("pre.payload .j-key").await;
+    assert_eq!(key, "\"invoice_id\"", "pretty JSON, highlighted");
+    let payload = browser.text("pre.payload").await;
+    assert!(
+        payload.contains("<script>window.pwned = 1;"),
+        "the script is shown as text: {payload}"
+    );
+
+    // Nothing from the body ran: no global, no dialog.
+    assert_eq!(
+        browser.script("return typeof window.pwned").await,
+        "undefined"
+    );
+    let alert = browser.call("GET", "/alert/text", None).await;
+    assert_eq!(alert["error"], "no such alert", "a dialog opened: {alert}");
+    browser.quit().await;
+    t.cleanup().await;
+}
