@@ -44,7 +44,6 @@ pub enum SearchError {
     TooLong(usize),
     UnclosedQuote { at: usize },
     EmptyValue { field: String },
-    UnknownField { field: String, known: Vec<String> },
 }
 
 impl fmt::Display for SearchError {
@@ -63,13 +62,6 @@ impl fmt::Display for SearchError {
                 f,
                 "{field}: needs a value, as in {field}:something or {field}:\"two words\""
             ),
-            SearchError::UnknownField { field, known } => {
-                write!(
-                    f,
-                    "{field}: is not a field to search; use one of {}",
-                    known.join(", ")
-                )
-            }
         }
     }
 }
@@ -123,66 +115,50 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
             continue;
         }
         let start = i;
-        while i < chars.len() && !chars[i].is_whitespace() && chars[i] != ':' && chars[i] != '"' {
+        while i < chars.len() && !chars[i].is_whitespace() && chars[i] != '"' {
             i += 1;
         }
-        let word: String = chars[start..i].iter().collect();
-        if i < chars.len() && chars[i] == ':' && !word.is_empty() {
-            let field = word.to_lowercase();
-            i += 1;
-            let value = if i < chars.len() && chars[i] == '"' {
-                let (value, next) = quoted(&chars, i)?;
-                i = next;
-                value
-            } else {
-                let start = i;
-                while i < chars.len() && !chars[i].is_whitespace() {
-                    i += 1;
-                }
-                chars[start..i].iter().collect()
-            };
-            if value.is_empty() {
-                return Err(SearchError::EmptyValue { field });
-            }
-            let known = BUILT_IN_FIELDS.iter().any(|f| *f == field)
+        let token: String = chars[start..i].iter().collect();
+        if let Some((name, rest)) = token.split_once(':') {
+            let field = name.to_lowercase();
+            let known = BUILT_IN_FIELDS.contains(&field.as_str())
                 || business_fields
                     .iter()
                     .any(|f| f.eq_ignore_ascii_case(&field));
-            if !known {
-                let mut known: Vec<String> =
-                    BUILT_IN_FIELDS.iter().map(|f| f.to_string()).collect();
-                known.extend(business_fields.iter().cloned());
-                return Err(SearchError::UnknownField { field, known });
-            }
-            search.fields.push(FieldTerm { field, value });
-        } else {
-            // A lone ':' or a word ending before a quote: keep what is searchable.
-            if i < chars.len() && chars[i] == ':' {
-                i += 1;
-            }
-            if word.ends_with('*') {
-                // Only the last piece of `INV-20*` is the prefix; the rest are whole words.
-                let mut pieces = Vec::new();
-                push_words(&mut pieces, &word);
-                if let Some(last) = pieces.pop() {
-                    search.prefixes.push(last);
+            if known {
+                let value = if rest.is_empty() && chars.get(i) == Some(&'"') {
+                    let (value, next) = quoted(&chars, i)?;
+                    i = next;
+                    value
+                } else {
+                    rest.to_owned()
+                };
+                if value.is_empty() {
+                    return Err(SearchError::EmptyValue { field });
                 }
-                search.words.extend(pieces);
-            } else {
-                push_words(&mut search.words, &word);
+                search.fields.push(FieldTerm { field, value });
+                continue;
             }
+            // Not a field: pasted text such as `NullPointerException:` or `09:30`.
         }
+        push_text(&mut search, &token);
     }
     Ok(search)
 }
 
-/// Words are what FTS would index: runs of letters and digits.
-fn push_words(words: &mut Vec<String>, text: &str) {
-    words.extend(
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_owned),
-    );
+/// A word as typed, outer punctuation trimmed. Inner punctuation stays: FTS5 reads the
+/// quoted `INV-2026-00042` as the phrase of its three tokens, in order. A trailing `*` asks
+/// for a prefix.
+fn push_text(search: &mut Search, token: &str) {
+    let core = token.trim_matches(|c: char| !c.is_alphanumeric());
+    if core.is_empty() {
+        return;
+    }
+    if token.ends_with('*') {
+        search.prefixes.push(core.to_owned());
+    } else {
+        search.words.push(core.to_owned());
+    }
 }
 
 /// The text between the quote at `open` and its closing quote; `\"` is a literal quote.
@@ -261,18 +237,31 @@ mod tests {
     #[test]
     fn a_trailing_star_asks_for_a_prefix() {
         let s = parse("INV-20* time*", &[]).unwrap();
-        assert_eq!(s.words, ["INV"]);
-        assert_eq!(s.prefixes, ["20", "time"]);
-        assert_eq!(s.fts_query().unwrap(), r#""INV" "20"* "time"*"#);
+        assert_eq!(s.prefixes, ["INV-20", "time"]);
+        assert_eq!(s.fts_query().unwrap(), r#""INV-20"* "time"*"#);
     }
 
     #[test]
-    fn punctuation_splits_words_like_the_index_does() {
+    fn punctuated_words_stay_whole_so_their_tokens_stay_in_order() {
         assert_eq!(
             parse("INV-2026-00042", &[]).unwrap().words,
-            ["INV", "2026", "00042"]
+            ["INV-2026-00042"]
+        );
+        assert_eq!(
+            parse("(tax), 'service'.", &[]).unwrap().words,
+            ["tax", "service"]
         );
         assert!(parse("*** ((", &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_names_before_a_colon_are_text() {
+        let s = parse("NullPointerException: at 09:30 colour:red", &fields()).unwrap();
+        assert_eq!(
+            s.words,
+            ["NullPointerException", "at", "09:30", "colour:red"]
+        );
+        assert!(s.fields.is_empty());
     }
 
     #[test]
@@ -286,9 +275,10 @@ mod tests {
             err("queue:"),
             "queue: needs a value, as in queue:something or queue:\"two words\""
         );
-        assert!(err("colour:red")
-            .starts_with("colour: is not a field to search; use one of queue, reason"));
-        assert!(err("colour:red").ends_with("error, invoice"));
+        assert_eq!(
+            err("invoice: x"),
+            "invoice: needs a value, as in invoice:something or invoice:\"two words\""
+        );
         assert!(err(&"x".repeat(501)).contains("at most 500"));
     }
 

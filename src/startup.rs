@@ -18,6 +18,9 @@ use crate::metrics::Metrics;
 use crate::status::IngestStatus;
 use crate::web::{self, AppState};
 
+/// Business fields per archive: each is a list column and an index entry per message.
+pub const MAX_BUSINESS_FIELDS: usize = 20;
+
 pub struct Application {
     config: ServeConfig,
     listener: TcpListener,
@@ -28,6 +31,11 @@ impl Application {
     /// Opens the archive (running migrations) and binds the listener; `--listen` with port 0
     /// picks a free port, which [`Application::local_addr`] tells.
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            config.fields.len() <= MAX_BUSINESS_FIELDS,
+            "at most {MAX_BUSINESS_FIELDS} --field are supported, not {}",
+            config.fields.len()
+        );
         let archive = archive::open(&config.database_url)
             .await
             .with_context(|| format!("opening the archive {}", redact_url(&config.database_url)))?;

@@ -1,7 +1,7 @@
 -- The archive: one row per dead letter as delivered, body kept apart so that list
 -- queries never read message bytes.
 CREATE TABLE messages (
-    id                   INTEGER PRIMARY KEY,
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
     -- sha-256 of exactly what the broker delivered (queue, routing, properties, headers, body).
     -- Not unique: separate deliveries of identical content are separate messages.
     fingerprint          BLOB    NOT NULL,

@@ -2,7 +2,8 @@
 -- sparkline) and failure groups, both kept in the ingest transaction.
 ALTER TABLE messages ADD COLUMN error TEXT; -- the failing consumer's own description, if it left one
 
-CREATE INDEX messages_group ON messages (first_death_queue, first_death_reason, error, id);
+-- The failure-group filter compares these very expressions, so a group's link is an index range.
+CREATE INDEX messages_group ON messages (coalesce(first_death_queue, queue), first_death_reason, coalesce(error, ''), id);
 CREATE INDEX messages_message_id ON messages (message_id);
 
 CREATE TABLE hourly_counts (

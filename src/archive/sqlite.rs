@@ -77,7 +77,10 @@ async fn unconfirmed_copy(
 
 /// `AND <field matches value>`, with the archive column each search field stands for.
 fn push_condition<'a>(q: &mut QueryBuilder<'a, Sqlite>, field: &'a str, value: &'a str) {
-    let value = filter_value(value);
+    let value = match field {
+        "exchange" | "routing_key" | "error" => filter_value(value),
+        _ => value,
+    };
     let column = match field {
         "queue" => "queue",
         "reason" if value == NO_REASON => {
@@ -93,7 +96,18 @@ fn push_condition<'a>(q: &mut QueryBuilder<'a, Sqlite>, field: &'a str, value: &
         "status" => "status",
         "message_id" => "message_id",
         "correlation_id" => "correlation_id",
-        "content_type" => "content_type",
+        "content_type" => {
+            // `application/json` also finds `application/json; charset=utf-8`: a range
+            // (';' is followed by '<'), so the index still serves it.
+            q.push(" AND (content_type = ")
+                .push_bind(value)
+                .push(" OR (content_type >= ")
+                .push_bind(format!("{value};"))
+                .push(" AND content_type < ")
+                .push_bind(format!("{value}<"))
+                .push("))");
+            return;
+        }
         business => {
             q.push(" AND id IN (SELECT message_id FROM message_fields WHERE name = ")
                 .push_bind(business)
@@ -261,7 +275,11 @@ impl Archive for SqliteArchive {
         }
         // Holding the write lock, the next ids are ours: number the rows up front so that
         // messages, bodies and pending acks go in as a few multi-row statements.
-        let first_id: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM messages")
+        // AUTOINCREMENT's counter, so an id is never reused even after the newest rows are
+        // deleted (an explicit id above it moves it on).
+        let first_id: i64 = sqlx::query_scalar(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), coalesce((SELECT max(id) FROM messages), 0)) + 1",
+        )
             .fetch_one(&mut *tx)
             .await?;
         let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
@@ -297,11 +315,12 @@ impl Archive for SqliteArchive {
                 .iter()
                 .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
                 .collect();
-            if !fields.is_empty() {
+            // Three parameters a row: 5,000 rows stay under SQLite's 32,766.
+            for fields in fields.chunks(5_000) {
                 let mut q = QueryBuilder::<Sqlite>::new(
                     "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
                 );
-                q.push_values(&fields, |mut b, (id, (name, value))| {
+                q.push_values(fields, |mut b, (id, (name, value))| {
                     b.push_bind(*id).push_bind(name).push_bind(value);
                 });
                 q.build().execute(&mut *tx).await?;

@@ -9,9 +9,10 @@ use time::OffsetDateTime;
 
 use super::AppError;
 
-/// Whether htmx made the request (it wants a fragment, not a page).
+/// Whether htmx made the request and wants a fragment, not a page. A history restore
+/// (back/forward with htmx's cache missed) wants the whole page.
 pub fn is_htmx(headers: &HeaderMap) -> bool {
-    headers.contains_key("hx-request")
+    headers.contains_key("hx-request") && !headers.contains_key("hx-history-restore-request")
 }
 
 /// Renders a template, turning the (unexpected) render failure into a 500 without details.

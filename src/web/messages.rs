@@ -4,7 +4,7 @@
 use askama::Template;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
@@ -79,6 +79,9 @@ fn target_text(m: &MessageSummary) -> String {
 #[template(path = "messages.html")]
 pub struct MessagesPage {
     pub form: ListParams,
+    /// `since` and `until` as a datetime-local field shows them (UTC).
+    pub since_input: String,
+    pub until_input: String,
     pub field_names: Vec<String>,
     pub queues: Vec<String>,
     pub rows: Vec<Row>,
@@ -93,6 +96,19 @@ pub struct MessageRowsPartial {
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
     pub error: Option<String>,
+}
+
+/// A time filter as `<input type="datetime-local">` takes it: `2026-12-02T09:30` (UTC).
+fn datetime_local(v: &Option<String>) -> String {
+    let v = value(v);
+    let minutes = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]");
+    match time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339) {
+        Ok(t) => t
+            .to_offset(time::UtcOffset::UTC)
+            .format(minutes)
+            .unwrap_or_default(),
+        Err(_) => v.to_owned(),
+    }
 }
 
 fn value(v: &Option<String>) -> &str {
@@ -160,12 +176,16 @@ pub async fn list_page(
     };
     if is_htmx(&headers) {
         // 200 even for a bad filter: the inline message replaces the results as you type.
-        return Ok(render(&MessageRowsPartial {
-            field_names: state.business_fields.to_vec(),
-            rows,
-            next_link,
-            error,
-        }));
+        return Ok((
+            [(header::VARY, "HX-Request")],
+            render(&MessageRowsPartial {
+                field_names: state.business_fields.to_vec(),
+                rows,
+                next_link,
+                error,
+            }),
+        )
+            .into_response());
     }
     let status = if error.is_some() {
         StatusCode::BAD_REQUEST
@@ -183,7 +203,10 @@ pub async fn list_page(
     queues.dedup();
     Ok((
         status,
+        [(header::VARY, "HX-Request")],
         render(&MessagesPage {
+            since_input: datetime_local(&form.since),
+            until_input: datetime_local(&form.until),
             field_names: state.business_fields.to_vec(),
             form,
             queues,
@@ -415,6 +438,19 @@ pub async fn detail_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_filters_fill_datetime_local_fields() {
+        assert_eq!(
+            datetime_local(&Some("2026-12-02T09:30:00+01:00".into())),
+            "2026-12-02T08:30"
+        );
+        assert_eq!(
+            datetime_local(&Some("2026-12-02T09:30".into())),
+            "2026-12-02T09:30"
+        );
+        assert_eq!(datetime_local(&None), "");
+    }
 
     #[test]
     fn decimals_read_as_numbers() {

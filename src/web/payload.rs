@@ -70,7 +70,11 @@ pub fn view(
             ));
             (decoded.bytes, decoded.complete)
         }
-        Ok(None) => (body.to_vec(), true),
+        // Only what a page can use is copied, not a 16 MiB body.
+        Ok(None) => (
+            body[..body.len().min(JSON_LIMIT)].to_vec(),
+            body.len() <= JSON_LIMIT,
+        ),
         Err(e) => {
             notes.push(format!("{e}: the stored bytes are shown"));
             return hex_view(body, notes);
