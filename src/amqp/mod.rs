@@ -1,6 +1,7 @@
-//! Everything that talks AMQP: connections with backoff, the DLQ consumers, and the typed
-//! header representation shared with the archive.
+//! Everything that talks AMQP: connections with backoff, the DLQ consumers, the replay
+//! publisher, and the typed header representation shared with the archive.
 
 pub mod connection;
 pub mod consumer;
 pub mod headers;
+pub mod publisher;

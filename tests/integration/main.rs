@@ -10,4 +10,5 @@ mod failures;
 mod headers;
 mod pages;
 mod reconnect;
+mod replay;
 mod seeds;

@@ -1,0 +1,185 @@
+//! The replay publisher against the real broker: a dead letter goes back to its original
+//! queue exactly as it was published (body, properties, typed headers) minus the death
+//! headers plus the link to its archive record; an unroutable target is reported, not
+//! counted as published. (Jobs, plans and the pages' replay come with the replay issue.)
+
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, BasicRejectOptions};
+use lapin::types::{AMQPValue, DecimalValue, FieldTable};
+use lapin::ExchangeKind;
+use lazarus::amqp::connection::connect;
+use lazarus::amqp::headers::{table_from_amqp, MessageProperties};
+use lazarus::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage, REPLAY_OF_HEADER};
+use lazarus::death::ReplayTarget;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link() {
+    let p = unique("replay");
+    let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.exchange(&dlx, ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
+        .await;
+    let app = TestApp::spawn(&[&dlq]).await;
+
+    let mut headers = FieldTable::default();
+    headers.insert("tenant".into(), AMQPValue::ShortShortUInt(7));
+    headers.insert(
+        "amount".into(),
+        AMQPValue::DecimalValue(DecimalValue {
+            scale: 2,
+            value: 12_000,
+        }),
+    );
+    headers.insert(
+        "trace".into(),
+        AMQPValue::FieldArray(
+            vec![
+                AMQPValue::LongString("a".into()),
+                AMQPValue::Timestamp(1_764_669_600),
+            ]
+            .into(),
+        ),
+    );
+    let original = json_props("pay-1")
+        .with_correlation_id("corr-1".into())
+        .with_priority(3)
+        .with_timestamp(1_764_669_600)
+        .with_type("payment.requested".into())
+        .with_app_id("checkout".into())
+        .with_headers(headers.clone());
+    let body = br#"{"payment_id": "pay-1", "amount": "120.00"}"#;
+    // Published to the default exchange with the queue's name: the target to come back to.
+    t.publish("", &work, body, original.clone()).await;
+    let worker = spawn_worker(&amqp_url(), &work, |_, d| async move {
+        d.reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+    })
+    .await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await; // the aborted worker's channel closes
+
+    let id = app.all_messages(&dlq).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    let archived = app.archive.get_message(id).await.unwrap().unwrap();
+    let stored = app.archive.get_body(id).await.unwrap().unwrap();
+    let target = archived
+        .summary
+        .replay_target
+        .clone()
+        .expect("a rejected message has a target");
+    assert_eq!(
+        target,
+        ReplayTarget {
+            exchange: String::new(),
+            routing_key: work.clone()
+        }
+    );
+    assert!(archived.headers.as_ref().unwrap().contains_key("x-death"));
+
+    let publisher = Publisher::open(connect(&amqp_url(), "replay test").await.unwrap())
+        .await
+        .unwrap();
+    let mut outcomes = Vec::new();
+    let message = ReplayMessage {
+        archive_id: id,
+        properties: &archived.properties,
+        headers: archived.headers.as_ref(),
+        body: &stored.bytes,
+        target: &target,
+        job: None,
+    };
+    publisher
+        .publish_all([message], 16, |id, o| outcomes.push((id, o)))
+        .await;
+    assert_eq!(outcomes, [(id, PublishOutcome::Published)]);
+
+    let got = t
+        .channel
+        .basic_get(work.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the copy is in the work queue");
+    assert_eq!(got.delivery.data, body);
+    let (props, got_headers) = MessageProperties::from_amqp(&got.delivery.properties);
+    let (want_props, _) = MessageProperties::from_amqp(&original);
+    assert_eq!(props, want_props, "every property as published");
+    let mut expected = table_from_amqp(&headers);
+    expected.insert(
+        REPLAY_OF_HEADER.into(),
+        lazarus::amqp::headers::AmqpValue::LongString(lazarus::amqp::headers::Bytes(
+            id.to_string().into_bytes(),
+        )),
+    );
+    assert_eq!(
+        got_headers.unwrap(),
+        expected,
+        "typed headers as published, no death headers, plus the link"
+    );
+    publisher.close().await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
+    let p = unique("unroutable");
+    let (fanout, queue) = (format!("{p}.fanout"), format!("{p}.q"));
+    let mut t = Topology::new().await;
+    t.exchange(&fanout, ExchangeKind::Fanout).await;
+    t.queue(&queue, Default::default()).await;
+    t.bind(&queue, &fanout, "").await;
+    let publisher = Publisher::open(connect(&amqp_url(), "replay test").await.unwrap())
+        .await
+        .unwrap();
+    assert!(publisher.exchange_exists(&fanout).await.unwrap());
+    assert!(publisher.exchange_exists("").await.unwrap());
+    assert!(!publisher
+        .exchange_exists(&format!("{p}.gone"))
+        .await
+        .unwrap());
+
+    let props = MessageProperties::default();
+    let fanout_target = ReplayTarget {
+        exchange: fanout.clone(),
+        routing_key: String::new(),
+    };
+    let nowhere = ReplayTarget {
+        exchange: String::new(),
+        routing_key: format!("{p}.no-such-queue"),
+    };
+    let messages = (1..=3).map(|i| ReplayMessage {
+        archive_id: i,
+        properties: &props,
+        headers: None,
+        body: b"x",
+        target: if i == 2 { &nowhere } else { &fanout_target },
+        job: Some("job-7"),
+    });
+    let mut outcomes = Vec::new();
+    publisher
+        .publish_all(messages, 2, |id, o| outcomes.push((id, o)))
+        .await;
+    assert_eq!(
+        outcomes[0],
+        (1, PublishOutcome::Published),
+        "a fanout with an empty key is a target"
+    );
+    assert!(
+        matches!(&outcomes[1], (2, PublishOutcome::Unroutable { reply }) if reply.contains("NO_ROUTE")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[2], (3, PublishOutcome::Published));
+    t.wait_for_depth(&queue, 2, Duration::from_secs(5)).await;
+    publisher.close().await;
+    t.cleanup().await;
+}
