@@ -205,6 +205,7 @@ async fn main() {
         metrics: Arc::new(Metrics::default()),
         status: IngestStatus::default(),
         business_fields: Arc::from(vec!["invoice".to_owned(), "customer".to_owned()]),
+        amqp_url: Arc::from("amqp://guest:guest@127.0.0.1:5672/%2f"),
     };
     let invoice = format!("INV-2026-{:07}", rows / 2 + 1);
 

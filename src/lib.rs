@@ -9,6 +9,7 @@ pub mod config;
 pub mod death;
 pub mod demo;
 pub mod metrics;
+pub mod replay;
 pub mod search;
 pub mod startup;
 pub mod status;

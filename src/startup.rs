@@ -47,6 +47,7 @@ impl Application {
             metrics: Arc::new(Metrics::default()),
             status: IngestStatus::default(),
             business_fields: config.fields.iter().map(|f| f.name.clone()).collect(),
+            amqp_url: Arc::from(config.amqp_url.as_str()),
         };
         Ok(Application {
             config,

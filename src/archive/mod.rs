@@ -250,6 +250,31 @@ pub struct FailureGroup {
     pub last_seen: OffsetDateTime,
 }
 
+/// One replay of one message, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayRecord {
+    #[serde(serialize_with = "id_as_string")]
+    pub id: i64,
+    #[serde(serialize_with = "id_as_string")]
+    pub message_id: i64,
+    pub actor: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    pub target: ReplayTarget,
+    /// `publishing` until the broker answered, then `published`, `unroutable`, `nacked` or `failed`.
+    pub outcome: String,
+    pub detail: Option<String>,
+}
+
+/// What [`Archive::begin_replay`] found for a request key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStart {
+    /// First time: publish, then [`Archive::finish_replay`] this id.
+    New(i64),
+    /// The key was used before (a double click, a retried request): do not publish again.
+    Existing(ReplayRecord),
+}
+
 /// The durable archive of dead letters. One implementation per database backend.
 #[async_trait]
 pub trait Archive: Send + Sync + 'static {
@@ -272,8 +297,28 @@ pub trait Archive: Send + Sync + 'static {
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
     /// The largest failure groups, most recent activity first.
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
-    /// Other records of the same message (same message-id), newest first.
+    /// Other records of the same message: the same message-id, the record it is a replayed
+    /// copy of, and the copies of it that died again; newest first.
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
+    /// Records the start of a single replay, once per request key, before anything is
+    /// published: the decision to publish and its record are one transaction.
+    async fn begin_replay(
+        &self,
+        message_id: i64,
+        request_key: &str,
+        actor: &str,
+        target: &ReplayTarget,
+    ) -> Result<ReplayStart, ArchiveError>;
+    /// Records how the publish ended and sets the message's status from it.
+    async fn finish_replay(
+        &self,
+        replay_id: i64,
+        outcome: &str,
+        detail: Option<&str>,
+        status: MessageStatus,
+    ) -> Result<(), ArchiveError>;
+    /// The replays of a message, newest first.
+    async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }

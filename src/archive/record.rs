@@ -209,6 +209,8 @@ pub struct PreparedMessage {
     pub search_text: SearchText,
     /// Business field values: (name, value).
     pub fields: Vec<(String, String)>,
+    /// The archive record this message is a replayed copy of (its `x-lazarus-replay-of`).
+    pub replay_of: Option<i64>,
 }
 
 impl PreparedMessage {
@@ -236,6 +238,11 @@ impl PreparedMessage {
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let history = death::decode(message.headers.as_ref());
+        let replay_of = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(crate::amqp::publisher::REPLAY_OF_HEADER))
+            .and_then(|v| v.as_str()?.parse().ok());
         let deaths_json = to_json(&history.deaths);
         let problems_json = (!history.problems.is_empty()).then(|| to_json(&history.problems));
         let fingerprint = fingerprint(
@@ -254,6 +261,7 @@ impl PreparedMessage {
             error,
             search_text,
             fields,
+            replay_of,
         }
     }
 

@@ -14,8 +14,8 @@ use time::OffsetDateTime;
 use super::filter_value;
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, StoreOutcome,
-    StoredBody, NO_REASON,
+    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
+    ReplayStart, StoreOutcome, StoredBody, NO_REASON,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -153,7 +153,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error) ",
+        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -180,7 +180,8 @@ async fn insert_messages(
             .push_bind(first.map(|f| &f.exchange))
             .push_bind(target.map(|t| &t.exchange))
             .push_bind(target.map(|t| &t.routing_key))
-            .push_bind(&m.error);
+            .push_bind(&m.error)
+            .push_bind(m.replay_of);
     });
     q.build().execute(&mut **tx).await?;
     Ok(())
@@ -535,23 +536,116 @@ impl Archive for SqliteArchive {
     }
 
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError> {
-        let Some(message_id) = &message.message_id else {
-            return Ok(Vec::new());
-        };
+        let replay_of: Option<i64> =
+            sqlx::query_scalar("SELECT replay_of FROM messages WHERE id = ?")
+                .bind(message.id)
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten();
         let rows = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE message_id = ? AND id != ? ORDER BY id DESC LIMIT 20"
+            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE id != ? AND (message_id = ? OR replay_of = ? OR id = ?) ORDER BY id DESC LIMIT 20"
         ))
-        .bind(message_id)
         .bind(message.id)
+        .bind(&message.message_id)
+        .bind(message.id)
+        .bind(replay_of)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(summary_from_row).collect()
+    }
+
+    async fn begin_replay(
+        &self,
+        message_id: i64,
+        request_key: &str,
+        actor: &str,
+        target: &ReplayTarget,
+    ) -> Result<ReplayStart, ArchiveError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO replays (message_id, request_key, actor, requested_at, target_exchange, target_routing_key, outcome) \
+             VALUES (?, ?, ?, ?, ?, ?, 'publishing') ON CONFLICT (request_key) DO NOTHING RETURNING id",
+        )
+        .bind(message_id)
+        .bind(request_key)
+        .bind(actor)
+        .bind(millis(OffsetDateTime::now_utc()))
+        .bind(&target.exchange)
+        .bind(&target.routing_key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let start = match inserted {
+            Some(id) => ReplayStart::New(id),
+            None => {
+                let row = sqlx::query(&format!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE request_key = ?"
+                ))
+                .bind(request_key)
+                .fetch_one(&mut *tx)
+                .await?;
+                ReplayStart::Existing(replay_from_row(&row)?)
+            }
+        };
+        tx.commit().await?;
+        Ok(start)
+    }
+
+    async fn finish_replay(
+        &self,
+        replay_id: i64,
+        outcome: &str,
+        detail: Option<&str>,
+        status: MessageStatus,
+    ) -> Result<(), ArchiveError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("UPDATE replays SET outcome = ?, detail = ?, finished_at = ? WHERE id = ?")
+            .bind(outcome)
+            .bind(detail)
+            .bind(millis(OffsetDateTime::now_utc()))
+            .bind(replay_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE messages SET status = ? WHERE id = (SELECT message_id FROM replays WHERE id = ?)")
+            .bind(status.as_str())
+            .bind(replay_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {REPLAY_COLUMNS} FROM replays WHERE message_id = ? ORDER BY id DESC"
+        ))
+        .bind(message_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(replay_from_row).collect()
     }
 
     async fn ping(&self) -> Result<(), ArchiveError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+}
+
+const REPLAY_COLUMNS: &str =
+    "id, message_id, actor, requested_at, target_exchange, target_routing_key, outcome, detail";
+
+fn replay_from_row(row: &SqliteRow) -> Result<ReplayRecord, ArchiveError> {
+    Ok(ReplayRecord {
+        id: row.try_get("id")?,
+        message_id: row.try_get("message_id")?,
+        actor: row.try_get("actor")?,
+        requested_at: from_millis(row.try_get("requested_at")?),
+        target: ReplayTarget {
+            exchange: row.try_get("target_exchange")?,
+            routing_key: row.try_get("target_routing_key")?,
+        },
+        outcome: row.try_get("outcome")?,
+        detail: row.try_get("detail")?,
+    })
 }
 
 fn summary_from_row(row: &SqliteRow) -> Result<MessageSummary, ArchiveError> {

@@ -1,10 +1,10 @@
 //! The JSON API over the archive: list with filters and keyset pages, one message, its body.
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 use serde::{Deserialize, Serialize};
@@ -13,9 +13,11 @@ use time::OffsetDateTime;
 
 use super::{AppError, AppState};
 use crate::archive::{
-    ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, DEFAULT_PAGE_SIZE,
-    MAX_PAGE_SIZE,
+    ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, ReplayRecord,
+    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
+use crate::death::ReplayTarget;
+use crate::replay::single::{replay_one, ANONYMOUS_ACTOR};
 use crate::search;
 
 pub fn routes() -> Router<AppState> {
@@ -23,6 +25,7 @@ pub fn routes() -> Router<AppState> {
         .route("/messages", get(list_messages))
         .route("/messages/{id}", get(get_message))
         .route("/messages/{id}/body", get(download_body))
+        .route("/messages/{id}/replay", post(replay_message))
 }
 
 /// Query string of the list, as received: everything is validated into a filter with
@@ -315,4 +318,43 @@ mod tests {
         let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse(&[]).unwrap();
         assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
     }
+}
+
+/// `POST /api/messages/{id}/replay`: `{"target": {"exchange", "routing_key"}?, "request_key"?}`.
+/// Send a `request_key` to make retries safe: the same key never publishes twice.
+#[derive(Debug, Deserialize)]
+pub struct ReplayRequest {
+    target: Option<ReplayTarget>,
+    request_key: Option<String>,
+}
+
+async fn replay_message(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Result<Json<ReplayRequest>, JsonRejection>,
+) -> Result<Json<ReplayRecord>, AppError> {
+    let (_, numeric) = parse_id(id)?;
+    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let key = request.request_key.unwrap_or_else(new_request_key);
+    let record = replay_one(
+        &*state.archive,
+        &state.amqp_url,
+        numeric,
+        request.target,
+        &key,
+        ANONYMOUS_ACTOR,
+    )
+    .await?;
+    Ok(Json(record))
+}
+
+/// A request key no one else has: time and a process-wide counter.
+pub fn new_request_key() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "{}-{}-{n}",
+        OffsetDateTime::now_utc().unix_timestamp_nanos(),
+        std::process::id()
+    )
 }

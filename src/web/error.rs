@@ -7,6 +7,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::archive::ArchiveError;
+use crate::replay::single::ReplayError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -16,6 +17,22 @@ pub enum AppError {
     BadRequest(String),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// A dependency (the broker) is unreachable.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<ReplayError> for AppError {
+    fn from(e: ReplayError) -> Self {
+        match e {
+            ReplayError::UnknownMessage(_) => AppError::NotFound(e.to_string()),
+            ReplayError::NoTarget | ReplayError::MissingExchange(_) => {
+                AppError::BadRequest(e.to_string())
+            }
+            ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
+            ReplayError::Archive(e) => AppError::Archive(e),
+        }
+    }
 }
 
 impl AppError {
@@ -24,6 +41,7 @@ impl AppError {
         match self {
             AppError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
+            AppError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
             AppError::Archive(ArchiveError::Database(e)) => {
                 tracing::error!(error = %e, "archive query failed");
                 (

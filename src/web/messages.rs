@@ -2,19 +2,22 @@
 //! page (properties, typed headers, death timeline, replay target, payload viewer).
 
 use askama::Template;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
-use super::api::{parse_id, ListParams};
+use super::api::{new_request_key, parse_id, ListParams};
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::overview::urlencode;
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
-use crate::archive::{ArchivedMessage, MessageSummary};
+use crate::archive::{ArchivedMessage, MessageSummary, ReplayRecord};
+use crate::death::ReplayTarget;
+use crate::replay::single::{replay_one, ANONYMOUS_ACTOR};
+use serde::Deserialize;
 
 pub struct Row {
     pub id: String,
@@ -57,22 +60,25 @@ impl Row {
 }
 
 fn target_text(m: &MessageSummary) -> String {
-    match &m.replay_target {
-        Some(t) => format!(
-            "{} → {}",
-            if t.exchange.is_empty() {
-                "(AMQP default)"
-            } else {
-                &t.exchange
-            },
-            if t.routing_key.is_empty() {
-                "(empty key)"
-            } else {
-                &t.routing_key
-            }
-        ),
-        None => "unknown".into(),
-    }
+    m.replay_target
+        .as_ref()
+        .map_or_else(|| "unknown".into(), target_label)
+}
+
+fn target_label(t: &ReplayTarget) -> String {
+    format!(
+        "{} → {}",
+        if t.exchange.is_empty() {
+            "(AMQP default)"
+        } else {
+            &t.exchange
+        },
+        if t.routing_key.is_empty() {
+            "(empty key)"
+        } else {
+            &t.routing_key
+        }
+    )
 }
 
 #[derive(Template)]
@@ -320,6 +326,82 @@ pub struct MessagePage {
     pub payload: PayloadView,
     pub size: String,
     pub related: Vec<Row>,
+    /// One key per rendered page: a double click replays once.
+    pub request_key: String,
+    pub target_exchange: String,
+    pub target_routing_key: String,
+    pub replays: Vec<ReplayRow>,
+}
+
+/// A past replay as the detail page lists it.
+pub struct ReplayRow {
+    pub requested_at: String,
+    pub actor: String,
+    pub target: String,
+    pub outcome: String,
+    pub detail: String,
+}
+
+impl ReplayRow {
+    fn new(r: &ReplayRecord) -> Self {
+        ReplayRow {
+            requested_at: utc(r.requested_at),
+            actor: r.actor.clone(),
+            target: target_label(&r.target),
+            outcome: r.outcome.clone(),
+            detail: r.detail.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "partials/replay_result.html")]
+pub struct ReplayResultPartial {
+    pub row: ReplayRow,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReplayForm {
+    exchange: String,
+    routing_key: String,
+    request_key: String,
+}
+
+/// `POST /messages/{id}/replay` from the detail page's form.
+pub async fn replay_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let (id, numeric) = parse_id(id).map_err(page_error)?;
+    let Form(form) = form.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
+    let target = ReplayTarget {
+        exchange: form.exchange.trim().to_owned(),
+        routing_key: form.routing_key.trim().to_owned(),
+    };
+    if target.exchange.is_empty() && target.routing_key.is_empty() {
+        return Err(page_error(AppError::BadRequest(
+            "choose a target: an exchange, a routing key, or both (the default exchange routes by queue name)".into(),
+        )));
+    }
+    let record = replay_one(
+        &*state.archive,
+        &state.amqp_url,
+        numeric,
+        Some(target),
+        &form.request_key,
+        ANONYMOUS_ACTOR,
+    )
+    .await
+    .map_err(|e| page_error(e.into()))?;
+    if is_htmx(&headers) {
+        return Ok(render(&ReplayResultPartial {
+            row: ReplayRow::new(&record),
+        }));
+    }
+    Ok(Redirect::to(&format!("/messages/{id}")).into_response())
 }
 
 fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
@@ -379,6 +461,11 @@ pub async fn detail_page(
         .await
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
+    let replays = state
+        .archive
+        .replays_of(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?;
     let related = state
         .archive
         .related(&message.summary)
@@ -430,6 +517,18 @@ pub async fn detail_page(
         ),
         size: human_bytes(s.body_size),
         related: related.iter().map(|m| Row::new(m, &[])).collect(),
+        request_key: new_request_key(),
+        target_exchange: s
+            .replay_target
+            .as_ref()
+            .map(|t| t.exchange.clone())
+            .unwrap_or_default(),
+        target_routing_key: s
+            .replay_target
+            .as_ref()
+            .map(|t| t.routing_key.clone())
+            .unwrap_or_default(),
+        replays: replays.iter().map(ReplayRow::new).collect(),
         summary: s.clone(),
     };
     Ok(render(&page))

@@ -12,7 +12,7 @@ mod payload;
 
 use std::sync::Arc;
 
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
@@ -30,6 +30,8 @@ pub struct AppState {
     pub status: IngestStatus,
     /// The business field names (`--field`) that searches may use.
     pub business_fields: Arc<[String]>,
+    /// Where replays publish (the broker Lazarus consumes from).
+    pub amqp_url: Arc<str>,
 }
 
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.
@@ -38,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(overview::overview))
         .route("/messages", get(messages::list_page))
         .route("/messages/{id}", get(messages::detail_page))
+        .route("/messages/{id}/replay", post(messages::replay_form))
         .merge(assets::routes())
         .merge(health::routes())
         .nest("/api", api::routes())

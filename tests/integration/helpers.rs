@@ -304,6 +304,13 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {}", response.text()))
     }
 
+    /// POST JSON and parse the JSON answer, asserting the status.
+    pub async fn post_json(&self, path: &str, body: Value, status: u16) -> Value {
+        let response = http_request(self.addr, "POST", path, Some(&body.to_string())).await;
+        assert_eq!(response.status, status, "POST {path}: {}", response.text());
+        serde_json::from_slice(&response.body).unwrap()
+    }
+
     /// Messages archived so far, by the incremental totals.
     pub async fn archived(&self) -> i64 {
         self.archive

@@ -83,6 +83,7 @@ impl Pages {
             metrics: Arc::new(Metrics::default()),
             status: IngestStatus::default(),
             business_fields: Arc::from(vec!["invoice".to_owned()]),
+            amqp_url: Arc::from("amqp://guest:guest@127.0.0.1:5672/%2f"),
         };
         Pages { state, _dir: dir }
     }

@@ -183,3 +183,136 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
     publisher.close().await;
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn single_replay_through_the_api_is_once_per_request_key_and_links_the_next_death() {
+    let p = unique("single");
+    let (work, dlx, dlq, bare) = (
+        format!("{p}.work"),
+        format!("{p}.dlx"),
+        format!("{p}.dlq"),
+        format!("{p}.bare"),
+    );
+    let mut t = Topology::new().await;
+    t.exchange(&dlx, ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
+        .await;
+    t.queue(&bare, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq, &bare]).await;
+    let reject = |_, d: lapin::message::Delivery| async move {
+        d.reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+    };
+    t.publish("", &work, b"{\"order\": 1}", json_props("order-1"))
+        .await;
+    let worker = spawn_worker(&amqp_url(), &work, reject).await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let id = app.all_messages(&dlq).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A double click: the same request key twice publishes once.
+    let path = format!("/api/messages/{id}/replay");
+    let first = app
+        .post_json(&path, serde_json::json!({"request_key": "click-1"}), 200)
+        .await;
+    assert_eq!(first["outcome"], "published");
+    assert_eq!(
+        first["target"],
+        serde_json::json!({"exchange": "", "routing_key": work})
+    );
+    let again = app
+        .post_json(&path, serde_json::json!({"request_key": "click-1"}), 200)
+        .await;
+    assert_eq!(again["id"], first["id"]);
+    t.wait_for_depth(&work, 1, Duration::from_secs(5)).await;
+    assert_eq!(
+        app.json(&format!("/api/messages/{id}"), 200).await["status"],
+        "replayed"
+    );
+
+    // The consumer still fails: the copy dies again and is archived linked to the original.
+    let worker = spawn_worker(&amqp_url(), &work, reject).await;
+    app.wait_for_archived(2, Duration::from_secs(10)).await;
+    worker.abort();
+    let records = app.all_messages(&dlq).await;
+    let copy = records[1]["id"].as_str().unwrap();
+    let related = app
+        .archive
+        .related(
+            &app.archive
+                .get_message(copy.parse().unwrap())
+                .await
+                .unwrap()
+                .unwrap()
+                .summary,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        related[0].id.to_string(),
+        id,
+        "the new record points back to the one replayed"
+    );
+
+    // A bare copy has no target: refused without one, delivered with one.
+    t.publish("", &bare, b"bare", json_props("bare-1")).await;
+    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let bare_id = app.all_messages(&bare).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refused = app
+        .post_json(
+            &format!("/api/messages/{bare_id}/replay"),
+            serde_json::json!({}),
+            400,
+        )
+        .await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("no death history"),
+        "{refused}"
+    );
+    let delivered = app
+        .post_json(
+            &format!("/api/messages/{bare_id}/replay"),
+            serde_json::json!({"target": {"exchange": "", "routing_key": work}}),
+            200,
+        )
+        .await;
+    assert_eq!(delivered["outcome"], "published");
+    let missing = app
+        .post_json(
+            &format!("/api/messages/{bare_id}/replay"),
+            serde_json::json!({"target": {"exchange": format!("{p}.gone"), "routing_key": "x"}}),
+            400,
+        )
+        .await;
+    assert!(
+        missing["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{missing}"
+    );
+    let unknown = app
+        .post_json("/api/messages/999999/replay", serde_json::json!({}), 404)
+        .await;
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap()
+            .contains("no archived message"),
+        "{unknown}"
+    );
+    t.cleanup().await;
+}
