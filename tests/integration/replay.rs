@@ -15,16 +15,32 @@ use lazarus::death::ReplayTarget;
 
 use crate::helpers::*;
 
-#[tokio::test]
-async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link() {
-    let p = unique("replay");
+/// A work queue that dead-letters through a fanout DLX into a DLQ: (work, dlq).
+async fn work_queue_with_dlq(t: &mut Topology, p: &str) -> (String, String) {
     let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
-    let mut t = Topology::new().await;
     t.exchange(&dlx, ExchangeKind::Fanout).await;
     t.queue(&dlq, Default::default()).await;
     t.bind(&dlq, &dlx, "").await;
     t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
         .await;
+    (work, dlq)
+}
+
+/// A consumer that still fails: it rejects everything, until aborted.
+async fn rejecting_worker(queue: &str) -> tokio::task::JoinHandle<()> {
+    spawn_worker(&amqp_url(), queue, |_, d| async move {
+        d.reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link() {
+    let p = unique("replay");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
     let app = TestApp::spawn(&[&dlq]).await;
 
     let mut headers = FieldTable::default();
@@ -56,12 +72,7 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
     let body = br#"{"payment_id": "pay-1", "amount": "120.00"}"#;
     // Published to the default exchange with the queue's name: the target to come back to.
     t.publish("", &work, body, original.clone()).await;
-    let worker = spawn_worker(&amqp_url(), &work, |_, d| async move {
-        d.reject(BasicRejectOptions { requeue: false })
-            .await
-            .unwrap();
-    })
-    .await;
+    let worker = rejecting_worker(&work).await;
     app.wait_for_archived(1, Duration::from_secs(10)).await;
     worker.abort();
     tokio::time::sleep(Duration::from_millis(200)).await; // the aborted worker's channel closes
@@ -187,28 +198,14 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
 #[tokio::test]
 async fn single_replay_through_the_api_is_once_per_request_key_and_links_the_next_death() {
     let p = unique("single");
-    let (work, dlx, dlq, bare) = (
-        format!("{p}.work"),
-        format!("{p}.dlx"),
-        format!("{p}.dlq"),
-        format!("{p}.bare"),
-    );
+    let bare = format!("{p}.bare");
     let mut t = Topology::new().await;
-    t.exchange(&dlx, ExchangeKind::Fanout).await;
-    t.queue(&dlq, Default::default()).await;
-    t.bind(&dlq, &dlx, "").await;
-    t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
-        .await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
     t.queue(&bare, Default::default()).await;
     let app = TestApp::spawn(&[&dlq, &bare]).await;
-    let reject = |_, d: lapin::message::Delivery| async move {
-        d.reject(BasicRejectOptions { requeue: false })
-            .await
-            .unwrap();
-    };
     t.publish("", &work, b"{\"order\": 1}", json_props("order-1"))
         .await;
-    let worker = spawn_worker(&amqp_url(), &work, reject).await;
+    let worker = rejecting_worker(&work).await;
     app.wait_for_archived(1, Duration::from_secs(10)).await;
     worker.abort();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -238,7 +235,7 @@ async fn single_replay_through_the_api_is_once_per_request_key_and_links_the_nex
     );
 
     // The consumer still fails: the copy dies again and is archived linked to the original.
-    let worker = spawn_worker(&amqp_url(), &work, reject).await;
+    let worker = rejecting_worker(&work).await;
     app.wait_for_archived(2, Duration::from_secs(10)).await;
     worker.abort();
     let records = app.all_messages(&dlq).await;
