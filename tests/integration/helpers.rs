@@ -153,34 +153,16 @@ impl Topology {
 
     /// Ready messages in a queue (unacked ones are not counted).
     pub async fn depth(&self, queue: &str) -> u32 {
-        self.channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
+        passive_declare(&self.channel, queue)
             .await
             .unwrap()
             .message_count()
     }
 
-    /// Whether the queue exists (a passive declare on a throwaway channel).
+    /// Whether the queue exists (on a throwaway channel: a failed passive declare closes it).
     pub async fn exists(&self, queue: &str) -> bool {
         let channel = self.connection.create_channel().await.unwrap();
-        channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .is_ok()
+        passive_declare(&channel, queue).await.is_ok()
     }
 
     pub async fn wait_for_depth(&self, queue: &str, depth: u32, timeout: Duration) {
@@ -213,6 +195,16 @@ impl Topology {
         }
         let _ = self.connection.close(200, "test done".into()).await;
     }
+}
+
+async fn passive_declare(channel: &Channel, queue: &str) -> lapin::Result<lapin::Queue> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
 }
 
 /// A test worker: consumes `queue` and answers each delivery with `handle`.
