@@ -1,6 +1,6 @@
 //! In headless Chromium (through chromedriver's WebDriver protocol), with real messages
 //! dead-lettered through RabbitMQ: search for an invoice, open it, see its death timeline
-//! and pretty JSON, and check that a `<script>` in a body never runs.
+//! and pretty JSON, check that a `<script>` in a body never runs, and replay it.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -166,7 +166,7 @@ async fn webdriver(addr: SocketAddr, method: &str, path: &str, body: Option<Valu
 }
 
 #[tokio::test]
-async fn search_open_and_read_a_dead_letter_in_chromium_without_running_its_script() {
+async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_its_script() {
     let p = unique("browser");
     let (billing, dlx, invoices, dlq) = (
         format!("{p}.billing"),
@@ -258,6 +258,17 @@ async fn search_open_and_read_a_dead_letter_in_chromium_without_running_its_scri
     );
     let alert = browser.call("GET", "/alert/text", None).await;
     assert_eq!(alert["error"], "no such alert", "a dialog opened: {alert}");
+
+    // Replay it from the page: confirmed by the broker, back in the invoices queue.
+    let button = browser.find("form[hx-post$='/replay'] button").await;
+    browser
+        .call("POST", &format!("/element/{button}/click"), None)
+        .await;
+    let result = browser
+        .wait_text("#replay-result", "the outcome", |t| !t.is_empty())
+        .await;
+    assert!(result.contains("published"), "{result}");
+    t.wait_for_depth(&invoices, 1, Duration::from_secs(5)).await;
     browser.quit().await;
     t.cleanup().await;
 }
