@@ -187,8 +187,17 @@ async fn consume_on(
                         flush(&channel, queue, &mut batch, ctx).await?;
                     }
                 }
-                Some(Err(e)) => return Err(e.into()),
-                None => return Err(ConsumeError::Cancelled),
+                // The channel or consumer is gone. Store what we hold anyway: if the broker
+                // dropped it (a deleted queue) this is the only copy; if it redelivers it, the
+                // archive recognises the unconfirmed rows. The ack then fails, and we reconnect.
+                Some(Err(e)) => {
+                    let _ = flush(&channel, queue, &mut batch, ctx).await;
+                    return Err(e.into());
+                }
+                None => {
+                    let _ = flush(&channel, queue, &mut batch, ctx).await;
+                    return Err(ConsumeError::Cancelled);
+                }
             },
         }
     }

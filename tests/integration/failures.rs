@@ -367,3 +367,33 @@ async fn redeliveries_of_unconfirmed_rows_are_skipped_everything_else_is_kept() 
     assert_eq!((twin.inserted, twin.duplicates), (1, 0));
     assert_eq!(archive.counts().await.unwrap()[0].messages, 4);
 }
+
+#[tokio::test]
+async fn deleting_the_queue_under_a_held_batch_keeps_the_messages() {
+    let dlq = unique("deleted");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.batch_interval_ms = 60_000;
+        c.batch_size = 10_000;
+    })
+    .await;
+    for i in 0..5 {
+        t.publish("", &dlq, b"x", json_props(&format!("held-{i}")))
+            .await;
+    }
+    t.wait_for_depth(&dlq, 0, Duration::from_secs(10)).await; // delivered, held, unacked
+                                                              // The broker drops unacked messages with their queue: Lazarus's copy is the last one.
+    t.channel
+        .queue_delete(
+            dlq.as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    app.wait_for_archived(5, Duration::from_secs(10)).await;
+    wait_until("queue_missing", Duration::from_secs(10), || async {
+        app.json("/readyz", 503).await["queues"][&dlq]["state"] == "queue_missing"
+    })
+    .await;
+}
