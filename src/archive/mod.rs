@@ -158,7 +158,8 @@ pub struct MessageFilter {
 }
 
 impl MessageFilter {
-    /// Every `field = value` condition, from the filter's own fields and the search terms.
+    /// Every `field = value` condition, from the filter's own fields and the search terms,
+    /// with the names of empty values (`(AMQP default)`, ...) resolved.
     pub fn conditions(&self) -> Vec<(&str, &str)> {
         let named = [
             ("queue", &self.queue),
@@ -181,6 +182,12 @@ impl MessageFilter {
                 .iter()
                 .map(|t| (t.field.as_str(), t.value.as_str())),
         );
+        // The names of empty values resolve here, once, for every backend.
+        for (field, value) in &mut out {
+            if matches!(*field, "exchange" | "routing_key" | "error") {
+                *value = filter_value(value);
+            }
+        }
         out
     }
 }
@@ -309,14 +316,14 @@ pub trait Archive: Send + Sync + 'static {
         actor: &str,
         target: &ReplayTarget,
     ) -> Result<ReplayStart, ArchiveError>;
-    /// Records how the publish ended and sets the message's status from it.
+    /// Records how the publish ended, sets the message's status from it, and returns the record.
     async fn finish_replay(
         &self,
         replay_id: i64,
         outcome: &str,
         detail: Option<&str>,
         status: MessageStatus,
-    ) -> Result<(), ArchiveError>;
+    ) -> Result<ReplayRecord, ArchiveError>;
     /// The replays of a message, newest first.
     async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError>;
     /// Checks the database answers.

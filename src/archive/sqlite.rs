@@ -11,7 +11,6 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
-use super::filter_value;
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
     MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
@@ -77,10 +76,6 @@ async fn unconfirmed_copy(
 
 /// `AND <field matches value>`, with the archive column each search field stands for.
 fn push_condition<'a>(q: &mut QueryBuilder<'a, Sqlite>, field: &'a str, value: &'a str) {
-    let value = match field {
-        "exchange" | "routing_key" | "error" => filter_value(value),
-        _ => value,
-    };
     let column = match field {
         "queue" => "queue",
         "reason" if value == NO_REASON => {
@@ -596,22 +591,24 @@ impl Archive for SqliteArchive {
         outcome: &str,
         detail: Option<&str>,
         status: MessageStatus,
-    ) -> Result<(), ArchiveError> {
+    ) -> Result<ReplayRecord, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("UPDATE replays SET outcome = ?, detail = ?, finished_at = ? WHERE id = ?")
-            .bind(outcome)
-            .bind(detail)
-            .bind(millis(OffsetDateTime::now_utc()))
-            .bind(replay_id)
-            .execute(&mut *tx)
-            .await?;
+        let row = sqlx::query(&format!(
+            "UPDATE replays SET outcome = ?, detail = ?, finished_at = ? WHERE id = ? RETURNING {REPLAY_COLUMNS}"
+        ))
+        .bind(outcome)
+        .bind(detail)
+        .bind(millis(OffsetDateTime::now_utc()))
+        .bind(replay_id)
+        .fetch_one(&mut *tx)
+        .await?;
         sqlx::query("UPDATE messages SET status = ? WHERE id = (SELECT message_id FROM replays WHERE id = ?)")
             .bind(status.as_str())
             .bind(replay_id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(())
+        replay_from_row(&row)
     }
 
     async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError> {

@@ -84,15 +84,9 @@ pub async fn replay_one(
                 };
                 publisher.publish_all([m], 1, |_, o| outcome = o).await;
                 let (status, name, detail) = status_after(&outcome);
-                archive
+                Ok(archive
                     .finish_replay(replay_id, name, detail.as_deref(), status)
-                    .await?;
-                let record = archive
-                    .replays_of(id)
-                    .await?
-                    .into_iter()
-                    .find(|r| r.id == replay_id);
-                record.ok_or(ReplayError::UnknownMessage(id))
+                    .await?)
             }
         },
     };
