@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::amqp::consumer::BatchSettings;
 use crate::archive::{BusinessField, IngestRules};
+use crate::replay::job::RunnerSettings;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,21 +28,85 @@ pub enum Command {
     /// Declare a demo topology (modelled on the seed articles) in a vhost of its own, push a
     /// few hundred failing messages through it, and serve the dashboard over its DLQs.
     Demo(DemoConfig),
+    /// Replay archived messages from the command line: select them with the list's filters
+    /// (or ids), print the plan, then publish here with progress. Exits non-zero when a
+    /// message could not be published, a canary paused the job, or it was interrupted.
+    Replay(ReplayConfig),
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct DemoConfig {
+pub struct ReplayConfig {
     #[command(flatten)]
-    pub serve: ServeConfig,
+    pub connection: ConnectionArgs,
 
-    /// Failing messages to publish through the demo topology.
-    #[arg(long, default_value_t = 300)]
-    pub messages: usize,
+    /// Search, as in the list's search box (words, "phrases", prefix*, field:value).
+    #[arg(long)]
+    pub q: Option<String>,
+    /// Only messages archived from this DLQ.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[arg(long)]
+    pub first_death_queue: Option<String>,
+    /// The failing consumer's error description (from --error-header).
+    #[arg(long)]
+    pub error: Option<String>,
+    /// Replay-target exchange to select by ("(AMQP default)" for the default exchange).
+    #[arg(long)]
+    pub exchange: Option<String>,
+    /// Replay-target routing key to select by ("(empty)" for the empty key).
+    #[arg(long)]
+    pub routing_key: Option<String>,
+    /// archived, replayed, replay_failed or dismissed.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub content_type: Option<String>,
+    /// Archived at or after (RFC 3339, e.g. 2026-12-02T09:00:00Z).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Archived before (RFC 3339).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Replay these archive ids instead of a filter (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// Select every archived message (no filter): required to replay without one.
+    #[arg(long)]
+    pub all: bool,
+    /// Business fields the search may use, as with `serve` (name=/json/pointer).
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+
+    /// Send every message to EXCHANGE/ROUTING_KEY instead of its own replay target
+    /// (`/orders` is the default exchange with routing key `orders`).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// At most this many messages per second.
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// Print the plan and publish nothing (the plan stays visible on the Replays page).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Replay this many messages first, wait --canary-wait seconds, and go on only if at
+    /// most --canary-max-deaths of them died again.
+    #[arg(long)]
+    pub canary: Option<u32>,
+    #[arg(long, default_value_t = 30)]
+    pub canary_wait: u32,
+    #[arg(long, default_value_t = 0)]
+    pub canary_max_deaths: u32,
+    /// Also replay messages that were replayed or dismissed before.
+    #[arg(long)]
+    pub include_replayed: bool,
 }
 
+/// Where the broker and the archive are (the same flags and variables as `serve`).
 #[derive(Clone, Args)]
-pub struct ServeConfig {
-    /// RabbitMQ to consume from (amqp:// or amqps://).
+pub struct ConnectionArgs {
+    /// RabbitMQ to consume from and replay to (amqp:// or amqps://).
     #[arg(
         long,
         env = "LAZARUS_AMQP_URL",
@@ -58,6 +123,31 @@ pub struct ServeConfig {
         hide_env_values = true
     )]
     pub database_url: String,
+}
+
+impl fmt::Debug for ConnectionArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionArgs")
+            .field("amqp_url", &redact_url(&self.amqp_url))
+            .field("database_url", &redact_url(&self.database_url))
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoConfig {
+    #[command(flatten)]
+    pub serve: ServeConfig,
+
+    /// Failing messages to publish through the demo topology.
+    #[arg(long, default_value_t = 300)]
+    pub messages: usize,
+}
+
+#[derive(Clone, Args)]
+pub struct ServeConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
 
     /// Address of the web dashboard and API.
     #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
@@ -93,6 +183,16 @@ pub struct ServeConfig {
     /// Commit a batch once its bodies add up to this many bytes (bounds memory with big messages).
     #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub batch_max_bytes: usize,
+
+    /// Replay publishes awaiting a broker confirm at most. After a crash, at most this many
+    /// messages of a job can be published twice.
+    #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 500)]
+    pub replay_window: usize,
+
+    /// Seconds a replay job stays claimed by an instance that stopped renewing it, before
+    /// another instance (or a restart) takes it over.
+    #[arg(long, env = "LAZARUS_JOB_LEASE_SECS", default_value_t = 15)]
+    pub job_lease_secs: u64,
 }
 
 impl ServeConfig {
@@ -113,11 +213,20 @@ impl ServeConfig {
         }
     }
 
+    pub fn runner_settings(&self) -> RunnerSettings {
+        RunnerSettings {
+            window: self.replay_window.max(1),
+            lease: Duration::from_secs(self.job_lease_secs.max(1)),
+            ..RunnerSettings::new(&self.connection.amqp_url)
+        }
+    }
+
     /// The defaults, as `lazarus serve` with no flags would run (for tests and tools).
     pub fn defaults() -> Self {
         match Cli::parse_from(["lazarus", "serve"]).command {
             Command::Serve(config) => config,
             Command::Demo(demo) => demo.serve,
+            Command::Replay(_) => unreachable!("parsed as serve"),
         }
     }
 }
@@ -125,8 +234,7 @@ impl ServeConfig {
 impl fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServeConfig")
-            .field("amqp_url", &redact_url(&self.amqp_url))
-            .field("database_url", &redact_url(&self.database_url))
+            .field("connection", &self.connection)
             .field("listen", &self.listen)
             .field("queues", &self.queues)
             .field("prefetch", &self.prefetch)
@@ -135,6 +243,8 @@ impl fmt::Debug for ServeConfig {
             .field("batch_max_bytes", &self.batch_max_bytes)
             .field("error_headers", &self.error_headers)
             .field("fields", &self.fields)
+            .field("replay_window", &self.replay_window)
+            .field("job_lease_secs", &self.job_lease_secs)
             .finish()
     }
 }
@@ -181,7 +291,7 @@ mod tests {
     #[test]
     fn debug_never_shows_secrets() {
         let mut config = ServeConfig::defaults();
-        config.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
+        config.connection.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
         let debug = format!("{config:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
     }
@@ -189,8 +299,11 @@ mod tests {
     #[test]
     fn defaults_match_the_design() {
         let c = ServeConfig::defaults();
-        assert_eq!(c.amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f");
-        assert_eq!(c.database_url, "sqlite://lazarus.db");
+        assert_eq!(
+            c.connection.amqp_url,
+            "amqp://guest:guest@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(c.connection.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
     }

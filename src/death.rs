@@ -35,6 +35,23 @@ pub struct ReplayTarget {
     pub routing_key: String,
 }
 
+impl ReplayTarget {
+    /// `exchange → routing key`, with the default exchange and the empty key named.
+    pub fn label(&self) -> String {
+        let exchange = if self.exchange.is_empty() {
+            "(AMQP default)"
+        } else {
+            &self.exchange
+        };
+        let key = if self.routing_key.is_empty() {
+            "(empty key)"
+        } else {
+            &self.routing_key
+        };
+        format!("{exchange} → {key}")
+    }
+}
+
 /// Everything decoded from a message's death headers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeathHistory {

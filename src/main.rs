@@ -19,16 +19,26 @@ async fn main() -> anyhow::Result<()> {
                 .await
         }
         Command::Demo(demo) => run_demo(demo).await,
+        Command::Replay(replay) => {
+            let token = tokio_util::sync::CancellationToken::new();
+            let trigger = token.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                trigger.cancel();
+            });
+            let ending = lazarus::replay::cli::run(replay, token).await?;
+            std::process::exit(ending as i32)
+        }
     }
 }
 
 /// The demo: its own vhost and archive file, its topology and failing traffic, then `serve`.
 async fn run_demo(demo: DemoConfig) -> anyhow::Result<()> {
     let mut config = demo.serve;
-    if config.database_url == ServeConfig::defaults().database_url {
-        config.database_url = "sqlite://lazarus-demo.db".into();
+    if config.connection.database_url == ServeConfig::defaults().connection.database_url {
+        config.connection.database_url = "sqlite://lazarus-demo.db".into();
     }
-    config.amqp_url = lazarus::demo::demo_vhost_url(&config.amqp_url);
+    config.connection.amqp_url = lazarus::demo::demo_vhost_url(&config.connection.amqp_url);
     config.queues = lazarus::demo::DEMO_QUEUES.map(String::from).to_vec();
     if config.fields.is_empty() {
         config.fields = lazarus::demo::DEMO_FIELDS

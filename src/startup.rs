@@ -1,5 +1,5 @@
-//! Builds the application from its config and runs the DLQ consumers and the web server
-//! side by side until shutdown, then drains: in-flight batches are stored and acked, or
+//! Builds the application from its config and runs the DLQ consumers, the replay job
+//! runner and the web server side by side until shutdown, then drains: in-flight batches are stored and acked, or
 //! left unacked for the broker to keep.
 
 use std::future::Future;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -15,6 +16,7 @@ use crate::amqp::consumer::{self, ConsumerContext};
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
 use crate::metrics::Metrics;
+use crate::replay::job;
 use crate::status::IngestStatus;
 use crate::web::{self, AppState};
 
@@ -36,9 +38,14 @@ impl Application {
             "at most {MAX_BUSINESS_FIELDS} --field are supported, not {}",
             config.fields.len()
         );
-        let archive = archive::open(&config.database_url)
+        let archive = archive::open(&config.connection.database_url)
             .await
-            .with_context(|| format!("opening the archive {}", redact_url(&config.database_url)))?;
+            .with_context(|| {
+                format!(
+                    "opening the archive {}",
+                    redact_url(&config.connection.database_url)
+                )
+            })?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -47,7 +54,8 @@ impl Application {
             metrics: Arc::new(Metrics::default()),
             status: IngestStatus::default(),
             business_fields: config.fields.iter().map(|f| f.name.clone()).collect(),
-            amqp_url: Arc::from(config.amqp_url.as_str()),
+            amqp_url: Arc::from(config.connection.amqp_url.as_str()),
+            jobs_wake: Arc::new(Notify::new()),
         };
         Ok(Application {
             config,
@@ -63,7 +71,7 @@ impl Application {
     }
 
     pub fn amqp_url(&self) -> String {
-        self.config.amqp_url.clone()
+        self.config.connection.amqp_url.clone()
     }
 
     pub fn archive(&self) -> Arc<dyn Archive> {
@@ -79,7 +87,7 @@ impl Application {
         let token = CancellationToken::new();
         let tracker = TaskTracker::new();
         let ctx = ConsumerContext {
-            amqp_url: self.config.amqp_url.clone(),
+            amqp_url: self.config.connection.amqp_url.clone(),
             archive: self.state.archive.clone(),
             settings: self.config.batch_settings(),
             rules: self.config.ingest_rules(),
@@ -93,6 +101,12 @@ impl Application {
         for queue in &self.config.queues {
             tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
         }
+        tracker.spawn(job::run(
+            self.state.archive.clone(),
+            self.config.runner_settings(),
+            self.state.jobs_wake.clone(),
+            token.clone(),
+        ));
         tracker.close();
 
         let trigger = token.clone();

@@ -1,8 +1,10 @@
 //! The archive: the [`Archive`] trait every backend implements, the records it stores and
 //! returns, list filters and keyset pages. The backend is chosen from the database URL.
 
+mod jobs;
 mod record;
 mod sqlite;
+mod sqlite_jobs;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +16,10 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
 
+pub use jobs::{
+    AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
+    JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
+};
 pub use record::{
     error_description, extract_fields, fingerprint, BusinessField, IncomingMessage, IngestRules,
     PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
@@ -38,6 +44,11 @@ pub enum ArchiveError {
     Corrupt { id: i64, reason: String },
     #[error("unsupported database URL {0:?}: use sqlite://path (PostgreSQL is not supported yet)")]
     UnsupportedUrl(String),
+    #[error("no replay job with id {0}")]
+    UnknownJob(i64),
+    /// The action does not fit the current state (resume a completed job, ...).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// What became of one stored batch.
@@ -120,6 +131,8 @@ pub struct ArchivedMessage {
     pub headers: Option<Table>,
     /// What could not be decoded from the death headers (empty when all was well).
     pub death_problems: Vec<String>,
+    /// The note left when it was dismissed.
+    pub status_note: Option<String>,
 }
 
 /// The stored body bytes and what the message said about them.
@@ -271,6 +284,8 @@ pub struct ReplayRecord {
     /// `publishing` until the broker answered, then `published`, `unroutable`, `nacked` or `failed`.
     pub outcome: String,
     pub detail: Option<String>,
+    /// Published with an edited body or headers (kept with the record).
+    pub edited: bool,
 }
 
 /// What [`Archive::begin_replay`] found for a request key.
@@ -308,13 +323,15 @@ pub trait Archive: Send + Sync + 'static {
     /// copy of, and the copies of it that died again; newest first.
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
     /// Records the start of a single replay, once per request key, before anything is
-    /// published: the decision to publish and its record are one transaction.
+    /// published: the decision to publish, its record and its audit entry are one
+    /// transaction. An edit is kept with the record.
     async fn begin_replay(
         &self,
         message_id: i64,
         request_key: &str,
         actor: &str,
         target: &ReplayTarget,
+        edit: Option<&ReplayEdit>,
     ) -> Result<ReplayStart, ArchiveError>;
     /// Records how the publish ended, sets the message's status from it, and returns the record.
     async fn finish_replay(
@@ -326,6 +343,85 @@ pub trait Archive: Send + Sync + 'static {
     ) -> Result<ReplayRecord, ArchiveError>;
     /// The replays of a message, newest first.
     async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError>;
+    /// Freezes a selection into a new job (or plan), once per request key: the same key
+    /// returns the job it made before.
+    async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError>;
+    async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError>;
+    /// The newest jobs first.
+    async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError>;
+    /// A job's messages in publishing order, after message id `after`, optionally only those
+    /// with one outcome (`pending` for those still to do).
+    async fn job_items(
+        &self,
+        id: i64,
+        outcome: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<JobItem>, ArchiveError>;
+    /// Start, pause, resume or cancel a job, recorded in the audit log.
+    async fn control_job(
+        &self,
+        id: i64,
+        action: JobAction,
+        actor: &str,
+    ) -> Result<ReplayJob, ArchiveError>;
+    /// Takes the oldest queued job (or job `only`), or a running one whose runner's lease
+    /// ran out, for `owner` until `lease_ms` from now.
+    async fn claim_job(
+        &self,
+        owner: &str,
+        lease_ms: u64,
+        only: Option<i64>,
+    ) -> Result<Option<ReplayJob>, ArchiveError>;
+    /// One transaction: records the outcomes of the last step, renews the lease, and hands
+    /// out the next messages (recorded as `sending` before they are returned).
+    async fn advance_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        outcomes: &[ItemOutcome],
+        next: ChunkLimit,
+    ) -> Result<JobStep, ArchiveError>;
+    /// The runner stops holding the job: `Paused` with the reason (a canary, a missing
+    /// exchange), or `Queued` for another runner (shutdown). Only while `owner` holds it.
+    /// `canary_done`: the canary has been judged and is not run again on resume.
+    async fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        state: JobState,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<(), ArchiveError>;
+    /// Notes what the runner is doing (waiting for a canary, for the broker) and renews its
+    /// lease; `false` when the job is no longer running under `owner`.
+    async fn note_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<bool, ArchiveError>;
+    /// Whether the job's canary has been judged (or it has none).
+    async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError>;
+    /// Copies published by the job that came back into an archived DLQ after `since`.
+    async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError>;
+    /// Marks the selected messages resolved without replaying, with a note; returns how many.
+    async fn dismiss(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &str,
+    ) -> Result<u64, ArchiveError>;
+    /// The audit log, newest first, before entry id `before`.
+    async fn audit_log(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }

@@ -11,10 +11,15 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::sqlite_jobs::{self, audit};
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
     MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
     ReplayStart, StoreOutcome, StoredBody, NO_REASON,
+};
+use super::{
+    AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
+    ReplayEdit, ReplayJob, Selection,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -46,11 +51,11 @@ impl SqliteArchive {
     }
 }
 
-fn millis(t: OffsetDateTime) -> i64 {
+pub(super) fn millis(t: OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
-fn from_millis(ms: i64) -> OffsetDateTime {
+pub(super) fn from_millis(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
@@ -72,6 +77,30 @@ async fn unconfirmed_copy(
     .fetch_all(&mut **tx)
     .await?;
     Ok(candidates.into_iter().find(|id| matched.insert(*id)))
+}
+
+/// ` FROM messages ... WHERE ...`: the messages a list filter selects. A text search joins
+/// the FTS index, whose rowid is the message id.
+pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a MessageFilter) {
+    match &filter.text {
+        Some(text) => {
+            q.push(" FROM messages JOIN messages_fts ON messages_fts.rowid = messages.id WHERE messages_fts MATCH ")
+                .push_bind(text);
+        }
+        None => {
+            q.push(" FROM messages WHERE 1 = 1");
+        }
+    }
+    // The status is one of the conditions.
+    for (field, value) in filter.conditions() {
+        push_condition(q, field, value);
+    }
+    if let Some(since) = filter.since {
+        q.push(" AND archived_at >= ").push_bind(millis(since));
+    }
+    if let Some(until) = filter.until {
+        q.push(" AND archived_at < ").push_bind(millis(until));
+    }
 }
 
 /// `AND <field matches value>`, with the archive column each search field stands for.
@@ -362,28 +391,8 @@ impl Archive for SqliteArchive {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError> {
-        let mut q = QueryBuilder::<Sqlite>::new(format!("SELECT {SUMMARY_COLUMNS} FROM messages"));
-        match &filter.text {
-            Some(text) => {
-                q.push(" JOIN messages_fts ON messages_fts.rowid = messages.id WHERE messages_fts MATCH ")
-                    .push_bind(text);
-            }
-            None => {
-                q.push(" WHERE 1 = 1");
-            }
-        }
-        for (field, value) in filter.conditions() {
-            push_condition(&mut q, field, value);
-        }
-        if let Some(status) = filter.status {
-            q.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(since) = filter.since {
-            q.push(" AND archived_at >= ").push_bind(millis(since));
-        }
-        if let Some(until) = filter.until {
-            q.push(" AND archived_at < ").push_bind(millis(until));
-        }
+        let mut q = QueryBuilder::<Sqlite>::new(format!("SELECT {SUMMARY_COLUMNS}"));
+        push_filter(&mut q, filter);
         // With a text search the FTS index drives, in its own rowid (= id) order.
         let order = if filter.text.is_some() {
             "messages_fts.rowid"
@@ -420,7 +429,7 @@ impl Archive for SqliteArchive {
 
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
         let row = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS}, exchange, routing_key, redelivered, properties, headers, death_problems FROM messages WHERE id = ?"
+            "SELECT {SUMMARY_COLUMNS}, exchange, routing_key, redelivered, properties, headers, death_problems, status_note FROM messages WHERE id = ?"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -452,6 +461,7 @@ impl Archive for SqliteArchive {
                 .transpose()
                 .map_err(corrupt)?
                 .unwrap_or_default(),
+            status_note: row.try_get("status_note")?,
         }))
     }
 
@@ -555,11 +565,20 @@ impl Archive for SqliteArchive {
         request_key: &str,
         actor: &str,
         target: &ReplayTarget,
+        edit: Option<&ReplayEdit>,
     ) -> Result<ReplayStart, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let edited_headers = edit
+            .and_then(|e| e.headers.as_ref())
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| ArchiveError::Corrupt {
+                id: message_id,
+                reason: e.to_string(),
+            })?;
         let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO replays (message_id, request_key, actor, requested_at, target_exchange, target_routing_key, outcome) \
-             VALUES (?, ?, ?, ?, ?, ?, 'publishing') ON CONFLICT (request_key) DO NOTHING RETURNING id",
+            "INSERT INTO replays (message_id, request_key, actor, requested_at, target_exchange, target_routing_key, outcome, edited_body, edited_headers) \
+             VALUES (?, ?, ?, ?, ?, ?, 'publishing', ?, ?) ON CONFLICT (request_key) DO NOTHING RETURNING id",
         )
         .bind(message_id)
         .bind(request_key)
@@ -567,10 +586,27 @@ impl Archive for SqliteArchive {
         .bind(millis(OffsetDateTime::now_utc()))
         .bind(&target.exchange)
         .bind(&target.routing_key)
+        .bind(edit.and_then(|e| e.body.as_deref()))
+        .bind(edited_headers)
         .fetch_optional(&mut *tx)
         .await?;
         let start = match inserted {
-            Some(id) => ReplayStart::New(id),
+            Some(id) => {
+                let (action, what) = match edit {
+                    Some(_) => ("edit_replay", "edited and replayed"),
+                    None => ("replay", "replayed"),
+                };
+                audit(
+                    &mut tx,
+                    actor,
+                    action,
+                    None,
+                    Some(message_id),
+                    &format!("{what} message {message_id} to {}", target.label()),
+                )
+                .await?;
+                ReplayStart::New(id)
+            }
             None => {
                 let row = sqlx::query(&format!(
                     "SELECT {REPLAY_COLUMNS} FROM replays WHERE request_key = ?"
@@ -621,6 +657,105 @@ impl Archive for SqliteArchive {
         rows.iter().map(replay_from_row).collect()
     }
 
+    async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
+        sqlite_jobs::create_job(&self.pool, spec).await
+    }
+
+    async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError> {
+        sqlite_jobs::job(&self.pool, id).await
+    }
+
+    async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError> {
+        sqlite_jobs::jobs(&self.pool, limit).await
+    }
+
+    async fn job_items(
+        &self,
+        id: i64,
+        outcome: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<JobItem>, ArchiveError> {
+        sqlite_jobs::job_items(&self.pool, id, outcome, after, limit).await
+    }
+
+    async fn control_job(
+        &self,
+        id: i64,
+        action: JobAction,
+        actor: &str,
+    ) -> Result<ReplayJob, ArchiveError> {
+        sqlite_jobs::control_job(&self.pool, id, action, actor).await
+    }
+
+    async fn claim_job(
+        &self,
+        owner: &str,
+        lease_ms: u64,
+        only: Option<i64>,
+    ) -> Result<Option<ReplayJob>, ArchiveError> {
+        sqlite_jobs::claim_job(&self.pool, owner, lease_ms, only).await
+    }
+
+    async fn advance_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        outcomes: &[ItemOutcome],
+        next: ChunkLimit,
+    ) -> Result<JobStep, ArchiveError> {
+        sqlite_jobs::advance_job(&self.pool, id, owner, lease_ms, outcomes, next).await
+    }
+
+    async fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        state: JobState,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<(), ArchiveError> {
+        sqlite_jobs::release_job(&self.pool, id, owner, state, detail, canary_done).await
+    }
+
+    async fn note_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<bool, ArchiveError> {
+        sqlite_jobs::note_job(&self.pool, id, owner, lease_ms, detail, canary_done).await
+    }
+
+    async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError> {
+        sqlite_jobs::canary_done(&self.pool, id).await
+    }
+
+    async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError> {
+        sqlite_jobs::canary_deaths(&self.pool, id, since).await
+    }
+
+    async fn dismiss(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &str,
+    ) -> Result<u64, ArchiveError> {
+        sqlite_jobs::dismiss(&self.pool, selection, selection_text, note, actor).await
+    }
+
+    async fn audit_log(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError> {
+        sqlite_jobs::audit_log(&self.pool, before, limit).await
+    }
+
     async fn ping(&self) -> Result<(), ArchiveError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -628,7 +763,8 @@ impl Archive for SqliteArchive {
 }
 
 const REPLAY_COLUMNS: &str =
-    "id, message_id, actor, requested_at, target_exchange, target_routing_key, outcome, detail";
+    "id, message_id, actor, requested_at, target_exchange, target_routing_key, outcome, detail, \
+     (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
 
 fn replay_from_row(row: &SqliteRow) -> Result<ReplayRecord, ArchiveError> {
     Ok(ReplayRecord {
@@ -642,6 +778,7 @@ fn replay_from_row(row: &SqliteRow) -> Result<ReplayRecord, ArchiveError> {
         },
         outcome: row.try_get("outcome")?,
         detail: row.try_get("detail")?,
+        edited: row.try_get("edited")?,
     })
 }
 

@@ -1,4 +1,6 @@
-//! Replaying archived messages to where they came from. Today: one message at a time
-//! (`single`); selections, plans and durable jobs build on the same publisher.
+//! Replaying archived messages to where they came from: one at a time (`single`), or a
+//! selection frozen into a durable job that a runner publishes (`job`).
 
+pub mod cli;
+pub mod job;
 pub mod single;

@@ -12,12 +12,13 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::{AppError, AppState};
+use crate::amqp::headers::Table;
 use crate::archive::{
-    ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, ReplayRecord,
-    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
+    ArchivedMessage, MessageFilter, MessagePage, MessageStatus, PageRequest, ReplayEdit,
+    ReplayRecord, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
 use crate::death::ReplayTarget;
-use crate::replay::single::{replay_one, ANONYMOUS_ACTOR};
+use crate::replay::single::{replay_one, SingleReplay, ANONYMOUS_ACTOR};
 use crate::search;
 
 pub fn routes() -> Router<AppState> {
@@ -30,29 +31,72 @@ pub fn routes() -> Router<AppState> {
 
 /// Query string of the list, as received: everything is validated into a filter with
 /// messages a user can act on.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
 pub struct ListParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub q: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub first_death_queue: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exchange: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub routing_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }
 
 /// Empty form fields mean "no filter", as a browser sends them.
-fn given(v: &Option<String>) -> Option<&str> {
+pub(super) fn given(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
 impl ListParams {
+    /// The same filters with empty values left out, and without the page (limit, cursor):
+    /// what a selection is, and what links and the audit log show.
+    pub fn filters_only(&self) -> ListParams {
+        let keep = |v: &Option<String>| given(v).map(str::to_owned);
+        ListParams {
+            q: keep(&self.q),
+            queue: keep(&self.queue),
+            reason: keep(&self.reason),
+            first_death_queue: keep(&self.first_death_queue),
+            error: keep(&self.error),
+            exchange: keep(&self.exchange),
+            routing_key: keep(&self.routing_key),
+            status: keep(&self.status),
+            content_type: keep(&self.content_type),
+            since: keep(&self.since),
+            until: keep(&self.until),
+            limit: None,
+            cursor: None,
+        }
+    }
+
+    /// The query string of these filters (empty ones left out), with a page size and cursor.
+    pub fn to_query(&self, cursor: Option<&str>) -> String {
+        let mut params = self.filters_only();
+        params.limit = given(&self.limit).map(str::to_owned);
+        params.cursor = cursor.map(str::to_owned);
+        serde_urlencoded::to_string(&params).expect("strings always encode")
+    }
+
     /// Validates the filters; `business_fields` are the `--field` names `q` may use.
     pub fn parse(
         &self,
@@ -320,12 +364,16 @@ mod tests {
     }
 }
 
-/// `POST /api/messages/{id}/replay`: `{"target": {"exchange", "routing_key"}?, "request_key"?}`.
-/// Send a `request_key` to make retries safe: the same key never publishes twice.
+/// `POST /api/messages/{id}/replay`: `{"target": {"exchange", "routing_key"}?, "request_key"?,
+/// "body"?, "headers"?}`. Send a `request_key` to make retries safe: the same key never
+/// publishes twice. `body` (text) and `headers` (typed, as `GET` returns them; they replace
+/// the archived ones) make it an edit & replay.
 #[derive(Debug, Deserialize)]
 pub struct ReplayRequest {
     target: Option<ReplayTarget>,
     request_key: Option<String>,
+    body: Option<String>,
+    headers: Option<Table>,
 }
 
 async fn replay_message(
@@ -336,13 +384,20 @@ async fn replay_message(
     let (_, numeric) = parse_id(id)?;
     let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let key = request.request_key.unwrap_or_else(new_request_key);
+    let edit = (request.body.is_some() || request.headers.is_some()).then(|| ReplayEdit {
+        body: request.body.map(String::into_bytes),
+        headers: request.headers,
+    });
     let record = replay_one(
         &*state.archive,
         &state.amqp_url,
-        numeric,
-        request.target,
-        &key,
-        ANONYMOUS_ACTOR,
+        SingleReplay {
+            id: numeric,
+            target: request.target,
+            edit,
+            request_key: &key,
+            actor: ANONYMOUS_ACTOR,
+        },
     )
     .await?;
     Ok(Json(record))

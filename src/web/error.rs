@@ -26,9 +26,9 @@ impl From<ReplayError> for AppError {
     fn from(e: ReplayError) -> Self {
         match e {
             ReplayError::UnknownMessage(_) => AppError::NotFound(e.to_string()),
-            ReplayError::NoTarget | ReplayError::MissingExchange(_) => {
-                AppError::BadRequest(e.to_string())
-            }
+            ReplayError::NoTarget
+            | ReplayError::MissingExchange(_)
+            | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
             ReplayError::Archive(e) => AppError::Archive(e),
         }
@@ -42,6 +42,10 @@ impl AppError {
             AppError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
             AppError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
+            AppError::Archive(e @ ArchiveError::UnknownJob(_)) => {
+                (StatusCode::NOT_FOUND, e.to_string())
+            }
+            AppError::Archive(ArchiveError::Conflict(m)) => (StatusCode::CONFLICT, m.clone()),
             AppError::Archive(ArchiveError::Database(e)) => {
                 tracing::error!(error = %e, "archive query failed");
                 (

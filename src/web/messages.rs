@@ -9,14 +9,14 @@ use axum::response::{IntoResponse, Redirect, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
 use super::api::{new_request_key, parse_id, ListParams};
+use super::api_replays::{dismiss_selection, IdValue, SelectionRequest};
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
-use super::overview::urlencode;
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
-use crate::archive::{ArchivedMessage, MessageSummary, ReplayRecord};
+use crate::archive::{ArchivedMessage, MessageSummary, ReplayEdit, ReplayRecord};
 use crate::death::ReplayTarget;
-use crate::replay::single::{replay_one, ANONYMOUS_ACTOR};
+use crate::replay::single::{replay_one, SingleReplay, ANONYMOUS_ACTOR};
 use serde::Deserialize;
 
 pub struct Row {
@@ -62,23 +62,7 @@ impl Row {
 fn target_text(m: &MessageSummary) -> String {
     m.replay_target
         .as_ref()
-        .map_or_else(|| "unknown".into(), target_label)
-}
-
-fn target_label(t: &ReplayTarget) -> String {
-    format!(
-        "{} → {}",
-        if t.exchange.is_empty() {
-            "(AMQP default)"
-        } else {
-            &t.exchange
-        },
-        if t.routing_key.is_empty() {
-            "(empty key)"
-        } else {
-            &t.routing_key
-        }
-    )
+        .map_or_else(|| "unknown".into(), ReplayTarget::label)
 }
 
 #[derive(Template)]
@@ -93,6 +77,8 @@ pub struct MessagesPage {
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
     pub error: Option<String>,
+    /// The filters as hidden fields of the selection form ("all matching").
+    pub filter_pairs: Vec<(String, String)>,
 }
 
 #[derive(Template)]
@@ -102,6 +88,14 @@ pub struct MessageRowsPartial {
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
     pub error: Option<String>,
+    pub filter_pairs: Vec<(String, String)>,
+}
+
+/// The filters of the list as name/value pairs (empty ones left out).
+fn filter_pairs(form: &ListParams) -> Vec<(String, String)> {
+    form_urlencoded::parse(form.to_query(None).as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
 }
 
 /// A time filter as `<input type="datetime-local">` takes it: `2026-12-02T09:30` (UTC).
@@ -119,35 +113,6 @@ fn datetime_local(v: &Option<String>) -> String {
 
 fn value(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("")
-}
-
-impl ListParams {
-    /// The query string that reproduces these filters, at another cursor.
-    fn to_query(&self, cursor: Option<&str>) -> String {
-        let pairs = [
-            ("queue", &self.queue),
-            ("reason", &self.reason),
-            ("first_death_queue", &self.first_death_queue),
-            ("error", &self.error),
-            ("exchange", &self.exchange),
-            ("routing_key", &self.routing_key),
-            ("status", &self.status),
-            ("content_type", &self.content_type),
-            ("q", &self.q),
-            ("since", &self.since),
-            ("until", &self.until),
-            ("limit", &self.limit),
-        ];
-        let mut parts: Vec<String> = pairs
-            .iter()
-            .filter(|(_, v)| !value(v).is_empty())
-            .map(|(k, v)| format!("{k}={}", urlencode(value(v))))
-            .collect();
-        if let Some(c) = cursor {
-            parts.push(format!("cursor={}", urlencode(c)));
-        }
-        parts.join("&")
-    }
 }
 
 /// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
@@ -189,6 +154,7 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
+                filter_pairs: filter_pairs(&form),
             }),
         )
             .into_response());
@@ -211,6 +177,7 @@ pub async fn list_page(
         status,
         [(header::VARY, "HX-Request")],
         render(&MessagesPage {
+            filter_pairs: filter_pairs(&form),
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
             field_names: state.business_fields.to_vec(),
@@ -331,6 +298,32 @@ pub struct MessagePage {
     pub target_exchange: String,
     pub target_routing_key: String,
     pub replays: Vec<ReplayRow>,
+    /// The body as text to edit before a replay; `None` when it is binary, encoded or large.
+    pub editable_body: Option<String>,
+    /// The headers to edit, as typed JSON, death headers left out.
+    pub editable_headers: String,
+    pub status_note: Option<String>,
+}
+
+/// The largest body the edit form offers.
+const MAX_EDITABLE_BODY: usize = 256 * 1024;
+
+fn editable_body(message: &ArchivedMessage, bytes: &[u8]) -> Option<String> {
+    if message.summary.content_encoding.is_some() || bytes.len() > MAX_EDITABLE_BODY {
+        return None;
+    }
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+fn editable_headers(message: &ArchivedMessage) -> String {
+    let kept: Table = message
+        .headers
+        .iter()
+        .flatten()
+        .filter(|(name, _)| !crate::death::is_death_header(name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::to_string_pretty(&kept).expect("tables serialize")
 }
 
 /// A past replay as the detail page lists it.
@@ -340,6 +333,7 @@ pub struct ReplayRow {
     pub target: String,
     pub outcome: String,
     pub detail: String,
+    pub edited: bool,
 }
 
 impl ReplayRow {
@@ -347,9 +341,10 @@ impl ReplayRow {
         ReplayRow {
             requested_at: utc(r.requested_at),
             actor: r.actor.clone(),
-            target: target_label(&r.target),
+            target: ReplayTarget::label(&r.target),
             outcome: r.outcome.clone(),
             detail: r.detail.clone().unwrap_or_default(),
+            edited: r.edited,
         }
     }
 }
@@ -365,6 +360,30 @@ pub struct ReplayForm {
     exchange: String,
     routing_key: String,
     request_key: String,
+    /// Set by the edit & replay form, with the edited `body` and `headers` (typed JSON).
+    edit: Option<String>,
+    body: Option<String>,
+    headers: Option<String>,
+}
+
+impl ReplayForm {
+    fn edit(&self) -> Result<Option<ReplayEdit>, AppError> {
+        if self.edit.is_none() {
+            return Ok(None);
+        }
+        let headers = match self.headers.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(text) => Some(serde_json::from_str::<Table>(text).map_err(|e| {
+                AppError::BadRequest(format!(
+                    "the headers must be a JSON object of typed values, as shown ({e}); nothing was published"
+                ))
+            })?),
+        };
+        Ok(Some(ReplayEdit {
+            body: self.body.clone().map(String::into_bytes),
+            headers,
+        }))
+    }
 }
 
 /// `POST /messages/{id}/replay` from the detail page's form.
@@ -386,13 +405,17 @@ pub async fn replay_form(
             "choose a target: an exchange, a routing key, or both (the default exchange routes by queue name)".into(),
         )));
     }
+    let edit = form.edit().map_err(page_error)?;
     let record = replay_one(
         &*state.archive,
         &state.amqp_url,
-        numeric,
-        Some(target),
-        &form.request_key,
-        ANONYMOUS_ACTOR,
+        SingleReplay {
+            id: numeric,
+            target: Some(target),
+            edit,
+            request_key: &form.request_key,
+            actor: ANONYMOUS_ACTOR,
+        },
     )
     .await
     .map_err(|e| page_error(e.into()))?;
@@ -401,6 +424,42 @@ pub async fn replay_form(
             row: ReplayRow::new(&record),
         }));
     }
+    Ok(Redirect::to(&format!("/messages/{id}")).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DismissForm {
+    #[serde(default)]
+    note: String,
+}
+
+/// `POST /messages/{id}/dismiss`: resolved without a replay, with a note.
+pub async fn dismiss_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<DismissForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let (id, numeric) = parse_id(id).map_err(page_error)?;
+    let Form(form) = form.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
+    state
+        .archive
+        .get_message(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(|| {
+            page_error(AppError::NotFound(format!(
+                "no archived message with id {id:?}"
+            )))
+        })?;
+    let selection = SelectionRequest {
+        ids: Some(vec![IdValue::Number(numeric)]),
+        filter: None,
+    };
+    dismiss_selection(&state, &selection, &form.note)
+        .await
+        .map_err(page_error)?;
     Ok(Redirect::to(&format!("/messages/{id}")).into_response())
 }
 
@@ -529,6 +588,9 @@ pub async fn detail_page(
             .map(|t| t.routing_key.clone())
             .unwrap_or_default(),
         replays: replays.iter().map(ReplayRow::new).collect(),
+        editable_body: editable_body(&message, &body.bytes),
+        editable_headers: editable_headers(&message),
+        status_note: message.status_note.clone(),
         summary: s.clone(),
     };
     Ok(render(&page))

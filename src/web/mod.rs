@@ -2,25 +2,32 @@
 //! server-rendered (askama) with htmx partial updates; `/api` is their JSON twin.
 
 mod api;
+mod api_replays;
 mod assets;
+mod audit;
 mod error;
 mod health;
 mod html;
 mod messages;
 mod overview;
 mod payload;
+mod replays;
 
 use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
+use tokio::sync::Notify;
 use tower_http::trace::TraceLayer;
 
 use crate::archive::Archive;
 use crate::metrics::Metrics;
 use crate::status::IngestStatus;
 
+pub use api::{new_request_key, ListParams};
+pub use api_replays::{IdValue, JobRequest, SelectionRequest};
 pub use error::AppError;
+pub use replays::human_duration;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -32,6 +39,8 @@ pub struct AppState {
     pub business_fields: Arc<[String]>,
     /// Where replays publish (the broker Lazarus consumes from).
     pub amqp_url: Arc<str>,
+    /// Wakes this process's replay job runner when a job is queued or resumed.
+    pub jobs_wake: Arc<Notify>,
 }
 
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.
@@ -41,9 +50,16 @@ pub fn router(state: AppState) -> Router {
         .route("/messages", get(messages::list_page))
         .route("/messages/{id}", get(messages::detail_page))
         .route("/messages/{id}/replay", post(messages::replay_form))
+        .route("/messages/{id}/dismiss", post(messages::dismiss_form))
+        .route("/messages/select", post(replays::selection_form))
+        .route("/replays", get(replays::list_page))
+        .route("/replays/{id}", get(replays::job_page))
+        .route("/replays/{id}/progress", get(replays::progress_partial))
+        .route("/replays/{id}/{action}", post(replays::control_form))
+        .route("/audit", get(audit::audit_page))
         .merge(assets::routes())
         .merge(health::routes())
-        .nest("/api", api::routes())
+        .nest("/api", api::routes().merge(api_replays::routes()))
         .fallback(error::not_found)
         .with_state(state)
         .layer(TraceLayer::new_for_http())

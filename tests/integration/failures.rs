@@ -71,7 +71,7 @@ async fn missing_queue_is_reported_and_retried_not_created() {
 #[tokio::test]
 async fn unreachable_broker_keeps_the_web_up_and_says_so() {
     let app = TestApp::spawn_with(&["some.dlq"], |c| {
-        c.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into()
+        c.connection.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into()
     })
     .await;
     wait_until(

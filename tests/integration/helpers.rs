@@ -251,8 +251,8 @@ impl TestApp {
         let dir = tempfile::tempdir().unwrap();
         let db_path = dir.path().join("archive.db");
         let mut config = ServeConfig::defaults();
-        config.amqp_url = amqp_url();
-        config.database_url = format!("sqlite://{}", db_path.display());
+        config.connection.amqp_url = amqp_url();
+        config.connection.database_url = format!("sqlite://{}", db_path.display());
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.queues = queues.iter().map(|q| q.to_string()).collect();
         config.batch_interval_ms = 50;

@@ -1,0 +1,928 @@
+//! Replay jobs, dismissals and the audit log on SQLite: freezing a selection into items,
+//! handing them to a runner under a lease, recording outcomes, all in short transactions.
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
+use time::OffsetDateTime;
+
+use super::sqlite::{from_millis, millis, push_filter};
+use super::{
+    ArchiveError, AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem,
+    JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayJob, Selection, TargetCount,
+};
+use crate::death::ReplayTarget;
+
+/// A message handed out this many times without a recorded confirm is given up as failed
+/// (it keeps breaking the channel, or the broker keeps going away mid-publish).
+pub const MAX_ATTEMPTS: i64 = 3;
+
+/// Skip reasons, as items and plans name them.
+const NO_TARGET: &str = "no known target";
+const ALREADY_REPLAYED: &str = "already replayed";
+const DISMISSED: &str = "dismissed";
+const IN_OTHER_JOB: &str = "in another unfinished replay job";
+
+/// Still to publish (or handed out without a recorded confirm): the partial index's condition.
+const TODO: &str = "(outcome IS NULL OR outcome = 'sending')";
+
+const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at, finished_at, selection, \
+    target_exchange, target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
+    canary_max_deaths, plan, published, unroutable, nacked, failed, skipped, cancelled, total";
+
+fn now() -> i64 {
+    millis(OffsetDateTime::now_utc())
+}
+
+/// Appends one line to the audit log, inside the transaction of what it records.
+pub async fn audit(
+    tx: &mut Transaction<'_, Sqlite>,
+    actor: &str,
+    action: &str,
+    job_id: Option<i64>,
+    message_id: Option<i64>,
+    summary: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, action, job_id, message_id, summary) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now())
+    .bind(actor)
+    .bind(action)
+    .bind(job_id)
+    .bind(message_id)
+    .bind(summary)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
+    move |e| ArchiveError::Corrupt {
+        id,
+        reason: e.to_string(),
+    }
+}
+
+fn job_from_row(row: &SqliteRow) -> Result<ReplayJob, ArchiveError> {
+    let id: i64 = row.try_get("id")?;
+    let state: String = row.try_get("state")?;
+    let state = JobState::parse(&state).ok_or_else(|| ArchiveError::Corrupt {
+        id,
+        reason: format!("unknown job state {state:?}"),
+    })?;
+    let target = match (
+        row.try_get::<Option<String>, _>("target_exchange")?,
+        row.try_get::<Option<String>, _>("target_routing_key")?,
+    ) {
+        (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
+            exchange,
+            routing_key,
+        }),
+        _ => None,
+    };
+    let canary_count: i64 = row.try_get("canary_count")?;
+    let canary = (canary_count > 0).then(|| -> Result<Canary, sqlx::Error> {
+        Ok(Canary {
+            count: canary_count as u32,
+            wait_secs: (row.try_get::<i64, _>("canary_wait_ms")? / 1000) as u32,
+            max_deaths: row.try_get::<i64, _>("canary_max_deaths")? as u32,
+        })
+    });
+    let plan: Plan = serde_json::from_str(row.try_get("plan")?).map_err(corrupt(id))?;
+    let selection = serde_json::from_str(row.try_get("selection")?).map_err(corrupt(id))?;
+    let total: i64 = row.try_get("total")?;
+    let mut counts = JobCounts {
+        published: row.try_get("published")?,
+        unroutable: row.try_get("unroutable")?,
+        nacked: row.try_get("nacked")?,
+        failed: row.try_get("failed")?,
+        skipped: row.try_get("skipped")?,
+        cancelled: row.try_get("cancelled")?,
+        pending: 0,
+    };
+    counts.pending =
+        total - counts.published - counts.problems() - counts.skipped - counts.cancelled;
+    let rate_per_sec: Option<i64> = row.try_get("rate_per_sec")?;
+    Ok(ReplayJob {
+        id,
+        state,
+        detail: row.try_get("detail")?,
+        actor: row.try_get("actor")?,
+        created_at: from_millis(row.try_get("created_at")?),
+        started_at: row
+            .try_get::<Option<i64>, _>("started_at")?
+            .map(from_millis),
+        finished_at: row
+            .try_get::<Option<i64>, _>("finished_at")?
+            .map(from_millis),
+        selection,
+        target,
+        rate_per_sec: rate_per_sec.map(|r| r as u32),
+        include_replayed: row.try_get("include_replayed")?,
+        canary: canary.transpose()?,
+        estimated_seconds: rate_per_sec
+            .filter(|r| *r > 0)
+            .map(|r| plan.to_publish as f64 / r as f64),
+        plan,
+        counts,
+        total,
+    })
+}
+
+pub async fn job(pool: &SqlitePool, id: i64) -> Result<Option<ReplayJob>, ArchiveError> {
+    let row = sqlx::query(&format!(
+        "SELECT {JOB_COLUMNS} FROM replay_jobs WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    row.as_ref().map(job_from_row).transpose()
+}
+
+async fn job_in(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<ReplayJob, ArchiveError> {
+    let row = sqlx::query(&format!(
+        "SELECT {JOB_COLUMNS} FROM replay_jobs WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or(ArchiveError::UnknownJob(id))?;
+    job_from_row(&row)
+}
+
+pub async fn jobs(pool: &SqlitePool, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {JOB_COLUMNS} FROM replay_jobs ORDER BY id DESC LIMIT ?"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(job_from_row).collect()
+}
+
+/// ` AND messages.id IN (...)` or the filter's conditions, after `SELECT ...`.
+fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'a Selection) {
+    match selection {
+        Selection::Ids(ids) => {
+            q.push(" FROM messages WHERE messages.id IN (SELECT value FROM json_each(")
+                .push_bind(serde_json::to_string(ids).expect("ids serialize"))
+                .push("))");
+        }
+        Selection::Filter(filter) => push_filter(q, filter),
+    }
+}
+
+/// Recomputes a job's counts from its items (after bulk changes outside the runner).
+async fn recount(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE replay_jobs SET \
+         published = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'published'), \
+         unroutable = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'unroutable'), \
+         nacked = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'nacked'), \
+         failed = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'failed'), \
+         skipped = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'skipped'), \
+         cancelled = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'cancelled'), \
+         total = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1) \
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks items still to do as skipped for `reason` where `condition` (on the item) holds.
+async fn skip_where(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: i64,
+    condition: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE replay_job_items SET outcome = 'skipped', detail = ?, finished_at = ? \
+         WHERE job_id = ? AND outcome IS NULL AND {condition}"
+    ))
+    .bind(reason)
+    .bind(now())
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+const STATUS_OF_ITEM: &str =
+    "(SELECT status FROM messages WHERE messages.id = replay_job_items.message_id)";
+
+pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let state = if spec.start {
+        JobState::Queued
+    } else {
+        JobState::Planned
+    };
+    let canary = spec.canary.unwrap_or(Canary {
+        count: 0,
+        wait_secs: 0,
+        max_deaths: 0,
+    });
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO replay_jobs (request_key, actor, created_at, selection, target_exchange, target_routing_key, \
+         rate_per_sec, include_replayed, canary_count, canary_wait_ms, canary_max_deaths, plan, state) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '{}', ?) ON CONFLICT (request_key) DO NOTHING RETURNING id",
+    )
+    .bind(spec.request_key)
+    .bind(spec.actor)
+    .bind(now())
+    .bind(spec.selection_text)
+    .bind(spec.target.map(|t| &t.exchange))
+    .bind(spec.target.map(|t| &t.routing_key))
+    .bind(spec.rate_per_sec.map(i64::from))
+    .bind(spec.include_replayed)
+    .bind(i64::from(canary.count))
+    .bind(i64::from(canary.wait_secs) * 1000)
+    .bind(i64::from(canary.max_deaths))
+    .bind(state.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(id) = inserted else {
+        // The same request again: the job it made the first time.
+        let existing: i64 = sqlx::query_scalar("SELECT id FROM replay_jobs WHERE request_key = ?")
+            .bind(spec.request_key)
+            .fetch_one(&mut *tx)
+            .await?;
+        let job = job_in(&mut tx, existing).await?;
+        tx.commit().await?;
+        return Ok(job);
+    };
+
+    // Freeze the selection: these items are the job, whatever is archived later.
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO replay_job_items (job_id, message_id, target_exchange, target_routing_key) SELECT ",
+    );
+    q.push_bind(id)
+        .push(", messages.id, coalesce(")
+        .push_bind(spec.target.map(|t| t.exchange.clone()))
+        .push(", messages.replay_exchange), coalesce(")
+        .push_bind(spec.target.map(|t| t.routing_key.clone()))
+        .push(", messages.replay_routing_key)");
+    push_selection(&mut q, spec.selection);
+    q.build().execute(&mut *tx).await?;
+
+    skip_where(&mut tx, id, "target_exchange IS NULL", NO_TARGET).await?;
+    if !spec.include_replayed {
+        let replayed = format!("{STATUS_OF_ITEM} = 'replayed'");
+        skip_where(&mut tx, id, &replayed, ALREADY_REPLAYED).await?;
+        let dismissed = format!("{STATUS_OF_ITEM} = 'dismissed'");
+        skip_where(&mut tx, id, &dismissed, DISMISSED).await?;
+    }
+    let elsewhere = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
+         WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
+         AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";
+    skip_where(&mut tx, id, elsewhere, IN_OTHER_JOB).await?;
+
+    let plan = plan_of(&mut tx, id).await?;
+    sqlx::query("UPDATE replay_jobs SET plan = ? WHERE id = ?")
+        .bind(serde_json::to_string(&plan).expect("plans serialize"))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    recount(&mut tx, id).await?;
+    let target = spec.target.map_or_else(
+        || "each message's own target".to_owned(),
+        ReplayTarget::label,
+    );
+    let (action, verb) = if spec.start {
+        ("job_start", "started")
+    } else {
+        ("job_plan", "planned")
+    };
+    let summary = format!(
+        "{verb} replay job {id}: {} of {} selected messages to publish to {target}; selection {}{}{}",
+        plan.to_publish,
+        plan.messages,
+        spec.selection_text,
+        spec.rate_per_sec
+            .map(|r| format!("; at most {r}/s"))
+            .unwrap_or_default(),
+        if spec.include_replayed {
+            "; including already replayed"
+        } else {
+            ""
+        },
+    );
+    audit(&mut tx, spec.actor, action, Some(id), None, &summary).await?;
+    let job = job_in(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(job)
+}
+
+async fn plan_of(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<Plan, sqlx::Error> {
+    let mut plan = Plan::default();
+    let targets = sqlx::query(
+        "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
+         WHERE job_id = ? AND outcome IS NULL GROUP BY 1, 2 ORDER BY n DESC, 1, 2",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in targets {
+        let n: i64 = row.try_get("n")?;
+        plan.to_publish += n;
+        plan.targets.push(TargetCount {
+            exchange: row.try_get("target_exchange")?,
+            routing_key: row.try_get("target_routing_key")?,
+            messages: n,
+        });
+    }
+    let skipped = sqlx::query(
+        "SELECT detail, count(*) AS n FROM replay_job_items WHERE job_id = ? AND outcome = 'skipped' GROUP BY 1",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in skipped {
+        let n: i64 = row.try_get("n")?;
+        match row.try_get::<String, _>("detail")?.as_str() {
+            NO_TARGET => plan.no_target = n,
+            ALREADY_REPLAYED => plan.already_replayed = n,
+            DISMISSED => plan.dismissed = n,
+            _ => plan.in_other_jobs = n,
+        }
+    }
+    plan.messages = plan.to_publish
+        + plan.no_target
+        + plan.already_replayed
+        + plan.dismissed
+        + plan.in_other_jobs;
+    Ok(plan)
+}
+
+pub async fn job_items(
+    pool: &SqlitePool,
+    id: i64,
+    outcome: Option<&str>,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Vec<JobItem>, ArchiveError> {
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "SELECT message_id, target_exchange, target_routing_key, outcome, detail, attempts \
+         FROM replay_job_items WHERE job_id = ",
+    );
+    q.push_bind(id);
+    match outcome {
+        Some("pending") => {
+            q.push(format!(" AND {TODO}"));
+        }
+        Some(outcome) => {
+            q.push(" AND outcome = ").push_bind(outcome);
+        }
+        None => {}
+    }
+    if let Some(after) = after {
+        q.push(" AND message_id > ").push_bind(after);
+    }
+    q.push(" ORDER BY message_id LIMIT ")
+        .push_bind(i64::from(limit));
+    let rows = q.build().fetch_all(pool).await?;
+    rows.iter()
+        .map(|row| {
+            let target = match (
+                row.try_get::<Option<String>, _>("target_exchange")?,
+                row.try_get::<Option<String>, _>("target_routing_key")?,
+            ) {
+                (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
+                    exchange,
+                    routing_key,
+                }),
+                _ => None,
+            };
+            Ok(JobItem {
+                message_id: row.try_get("message_id")?,
+                target,
+                outcome: row.try_get("outcome")?,
+                detail: row.try_get("detail")?,
+                attempts: row.try_get("attempts")?,
+            })
+        })
+        .collect()
+}
+
+/// Cancels what is still to do. Items handed to a live runner are left to it: it records
+/// their confirms, then sees the cancel.
+async fn cancel_items(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: i64,
+    runner_alive: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE replay_job_items SET outcome = 'cancelled', detail = 'the job was cancelled', finished_at = ? \
+         WHERE job_id = ? AND outcome IS NULL",
+    )
+    .bind(now())
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    if !runner_alive {
+        sqlx::query(
+            "UPDATE replay_job_items SET outcome = 'cancelled', finished_at = ?, \
+             detail = 'the job was cancelled; its last publish was never confirmed, so it may have been published' \
+             WHERE job_id = ? AND outcome = 'sending'",
+        )
+        .bind(now())
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    }
+    recount(tx, id).await
+}
+
+pub async fn control_job(
+    pool: &SqlitePool,
+    id: i64,
+    action: JobAction,
+    actor: &str,
+) -> Result<ReplayJob, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let job = job_in(&mut tx, id).await?;
+    use JobState::*;
+    let next = match (action, job.state) {
+        (JobAction::Start, Planned) => Queued,
+        (JobAction::Pause, Queued | Running) => Paused,
+        (JobAction::Resume, Paused) => Queued,
+        (JobAction::Cancel, Planned | Queued | Running | Paused) => Cancelled,
+        (action, state) => {
+            return Err(ArchiveError::Conflict(format!(
+                "replay job {id} is {}: it cannot {}",
+                state.as_str(),
+                match action {
+                    JobAction::Start => "be started (only a plan can)",
+                    JobAction::Pause => "be paused (only a queued or running job can)",
+                    JobAction::Resume => "be resumed (only a paused job can)",
+                    JobAction::Cancel => "be cancelled any more",
+                }
+            )))
+        }
+    };
+    let lease_until: Option<i64> =
+        sqlx::query_scalar("SELECT lease_until FROM replay_jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    let runner_alive = job.state == Running && lease_until.is_some_and(|t| t > now());
+    sqlx::query(
+        "UPDATE replay_jobs SET state = ?, detail = NULL, \
+         finished_at = CASE WHEN ? THEN ? ELSE finished_at END WHERE id = ?",
+    )
+    .bind(next.as_str())
+    .bind(next == Cancelled)
+    .bind(now())
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    if next == Cancelled {
+        cancel_items(&mut tx, id, runner_alive).await?;
+    }
+    let job = job_in(&mut tx, id).await?;
+    let summary = format!(
+        "{} replay job {id} ({} published, {} not published, {} still to do)",
+        match action {
+            JobAction::Start => "started",
+            JobAction::Pause => "paused",
+            JobAction::Resume => "resumed",
+            JobAction::Cancel => "cancelled",
+        },
+        job.counts.published,
+        job.counts.problems(),
+        job.counts.pending,
+    );
+    audit(
+        &mut tx,
+        actor,
+        &format!("job_{}", action.as_str()),
+        Some(id),
+        None,
+        &summary,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(job)
+}
+
+pub async fn claim_job(
+    pool: &SqlitePool,
+    owner: &str,
+    lease_ms: u64,
+    only: Option<i64>,
+) -> Result<Option<ReplayJob>, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let now = now();
+    let claimed: Option<i64> = sqlx::query_scalar(
+        "UPDATE replay_jobs SET state = 'running', lease_owner = ?, lease_until = ?, \
+         started_at = coalesce(started_at, ?), detail = NULL \
+         WHERE id = (SELECT id FROM replay_jobs \
+                     WHERE (state = 'queued' OR (state = 'running' AND coalesce(lease_until, 0) < ?)) \
+                     AND (? IS NULL OR id = ?) ORDER BY id LIMIT 1) \
+         RETURNING id",
+    )
+    .bind(owner)
+    .bind(now + lease_ms as i64)
+    .bind(now)
+    .bind(now)
+    .bind(only)
+    .bind(only)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let job = match claimed {
+        Some(id) => Some(job_in(&mut tx, id).await?),
+        None => None,
+    };
+    tx.commit().await?;
+    Ok(job)
+}
+
+/// Renews the lease if `owner` still runs the job; otherwise the job's state now (and the
+/// lease is let go).
+async fn renew(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: i64,
+    owner: &str,
+    lease_ms: u64,
+) -> Result<Option<JobState>, ArchiveError> {
+    let renewed = sqlx::query(
+        "UPDATE replay_jobs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND state = 'running'",
+    )
+    .bind(now() + lease_ms as i64)
+    .bind(id)
+    .bind(owner)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if renewed == 1 {
+        return Ok(None);
+    }
+    sqlx::query("UPDATE replay_jobs SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?")
+        .bind(id)
+        .bind(owner)
+        .execute(&mut **tx)
+        .await?;
+    let state: String = sqlx::query_scalar("SELECT state FROM replay_jobs WHERE id = ?")
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(Some(JobState::parse(&state).unwrap_or(JobState::Paused)))
+}
+
+/// Records final outcomes: one statement per distinct (outcome, detail), ids as a JSON array.
+async fn record_outcomes(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: i64,
+    outcomes: &[ItemOutcome],
+) -> Result<(), sqlx::Error> {
+    let mut groups: std::collections::BTreeMap<(&str, Option<&str>), Vec<i64>> = Default::default();
+    for o in outcomes.iter().filter(|o| !o.retry) {
+        groups
+            .entry((o.outcome, o.detail.as_deref()))
+            .or_default()
+            .push(o.message_id);
+    }
+    let now = now();
+    for ((outcome, detail), ids) in groups {
+        let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+        sqlx::query(
+            "UPDATE replay_job_items SET outcome = ?, detail = ?, finished_at = ? \
+             WHERE job_id = ? AND outcome = 'sending' AND message_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(outcome)
+        .bind(detail)
+        .bind(now)
+        .bind(id)
+        .bind(&ids_json)
+        .execute(&mut **tx)
+        .await?;
+        let status = if outcome == "published" {
+            "replayed"
+        } else {
+            "replay_failed"
+        };
+        sqlx::query("UPDATE messages SET status = ? WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(status)
+            .bind(&ids_json)
+            .execute(&mut **tx)
+            .await?;
+        let column = match outcome {
+            "published" => "published",
+            "unroutable" => "unroutable",
+            "nacked" => "nacked",
+            _ => "failed",
+        };
+        sqlx::query(&format!(
+            "UPDATE replay_jobs SET {column} = {column} + ? WHERE id = ?"
+        ))
+        .bind(ids.len() as i64)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+pub async fn advance_job(
+    pool: &SqlitePool,
+    id: i64,
+    owner: &str,
+    lease_ms: u64,
+    outcomes: &[ItemOutcome],
+    next: ChunkLimit,
+) -> Result<JobStep, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    record_outcomes(&mut tx, id, outcomes).await?;
+    if let Some(state) = renew(&mut tx, id, owner, lease_ms).await? {
+        if state == JobState::Cancelled {
+            // Publishes that never got a confirm are now settled as cancelled.
+            cancel_items(&mut tx, id, false).await?;
+        }
+        tx.commit().await?;
+        return Ok(JobStep::Stop(state));
+    }
+    if next.messages == 0 {
+        tx.commit().await?;
+        return Ok(JobStep::Publish(Vec::new()));
+    }
+    let job = job_in(&mut tx, id).await?;
+
+    // The next messages still to do, cut at the byte limit (one at least).
+    let candidates = sqlx::query(&format!(
+        "SELECT i.message_id, i.attempts, m.body_size, m.status FROM replay_job_items i \
+         JOIN messages m ON m.id = i.message_id \
+         WHERE i.job_id = ? AND {} ORDER BY i.message_id LIMIT ?",
+        TODO.replace("outcome", "i.outcome")
+    ))
+    .bind(id)
+    .bind(i64::from(next.messages))
+    .fetch_all(&mut *tx)
+    .await?;
+    if candidates.is_empty() {
+        complete(&mut tx, id).await?;
+        tx.commit().await?;
+        return Ok(JobStep::Stop(JobState::Completed));
+    }
+    let mut bytes = 0u64;
+    let (mut send, mut replayed_since, mut given_up) = (Vec::new(), Vec::new(), Vec::new());
+    for row in &candidates {
+        let message_id: i64 = row.try_get("message_id")?;
+        let size: i64 = row.try_get("body_size")?;
+        if !send.is_empty() && bytes + size as u64 > next.bytes {
+            break;
+        }
+        let status: String = row.try_get("status")?;
+        if !job.include_replayed && (status == "replayed" || status == "dismissed") {
+            // Replayed or dismissed since the plan froze the selection.
+            replayed_since.push(message_id);
+        } else if row.try_get::<i64, _>("attempts")? >= MAX_ATTEMPTS {
+            given_up.push(message_id);
+        } else {
+            bytes += size as u64;
+            send.push(message_id);
+        }
+    }
+    let now = now();
+    for (ids, outcome, detail) in [
+        (
+            &replayed_since,
+            "skipped",
+            "replayed or dismissed after the plan was made",
+        ),
+        (
+            &given_up,
+            "failed",
+            "handed to the broker 3 times without a confirm",
+        ),
+    ] {
+        if ids.is_empty() {
+            continue;
+        }
+        sqlx::query(
+            "UPDATE replay_job_items SET outcome = ?, detail = ?, finished_at = ? \
+             WHERE job_id = ? AND message_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(outcome)
+        .bind(detail)
+        .bind(now)
+        .bind(id)
+        .bind(serde_json::to_string(ids).expect("ids serialize"))
+        .execute(&mut *tx)
+        .await?;
+        let column = if outcome == "skipped" {
+            "skipped"
+        } else {
+            "failed"
+        };
+        sqlx::query(&format!(
+            "UPDATE replay_jobs SET {column} = {column} + ? WHERE id = ?"
+        ))
+        .bind(ids.len() as i64)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let send_json = serde_json::to_string(&send).expect("ids serialize");
+    sqlx::query(
+        "UPDATE replay_job_items SET outcome = 'sending', attempts = attempts + 1 \
+         WHERE job_id = ? AND message_id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(id)
+    .bind(&send_json)
+    .execute(&mut *tx)
+    .await?;
+    let rows = sqlx::query(
+        "SELECT i.message_id, i.target_exchange, i.target_routing_key, m.properties, m.headers, b.body \
+         FROM replay_job_items i JOIN messages m ON m.id = i.message_id \
+         JOIN message_bodies b ON b.message_id = i.message_id \
+         WHERE i.job_id = ? AND i.message_id IN (SELECT value FROM json_each(?)) ORDER BY i.message_id",
+    )
+    .bind(id)
+    .bind(&send_json)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let messages = rows
+        .iter()
+        .map(|row| {
+            let message_id: i64 = row.try_get("message_id")?;
+            let headers: Option<String> = row.try_get("headers")?;
+            Ok(OutgoingMessage {
+                message_id,
+                target: ReplayTarget {
+                    exchange: row.try_get("target_exchange")?,
+                    routing_key: row.try_get("target_routing_key")?,
+                },
+                properties: serde_json::from_str(row.try_get("properties")?)
+                    .map_err(corrupt(message_id))?,
+                headers: headers
+                    .map(|h| serde_json::from_str(&h))
+                    .transpose()
+                    .map_err(corrupt(message_id))?,
+                body: row.try_get("body")?,
+            })
+        })
+        .collect::<Result<Vec<_>, ArchiveError>>()?;
+    Ok(JobStep::Publish(messages))
+}
+
+/// Nothing is left to publish: the job is complete, with its counts in the audit log.
+async fn complete(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), ArchiveError> {
+    sqlx::query(
+        "UPDATE replay_jobs SET state = 'completed', finished_at = ?, lease_owner = NULL, lease_until = NULL, \
+         detail = NULL WHERE id = ?",
+    )
+    .bind(now())
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    let job = job_in(tx, id).await?;
+    let c = job.counts;
+    let summary = format!(
+        "replay job {id} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
+        c.published, c.unroutable, c.nacked, c.failed, c.skipped
+    );
+    audit(tx, &job.actor, "job_complete", Some(id), None, &summary).await?;
+    Ok(())
+}
+
+pub async fn release_job(
+    pool: &SqlitePool,
+    id: i64,
+    owner: &str,
+    state: JobState,
+    detail: Option<&str>,
+    canary_done: bool,
+) -> Result<(), ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let released = sqlx::query(
+        "UPDATE replay_jobs SET state = ?, detail = ?, lease_owner = NULL, lease_until = NULL, \
+         canary_done = canary_done OR ? WHERE id = ? AND lease_owner = ? AND state = 'running'",
+    )
+    .bind(state.as_str())
+    .bind(detail)
+    .bind(canary_done)
+    .bind(id)
+    .bind(owner)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if released == 1 && state == JobState::Paused {
+        let summary = format!(
+            "replay job {id} paused: {}",
+            detail.unwrap_or("no reason given")
+        );
+        audit(&mut tx, "lazarus", "job_pause", Some(id), None, &summary).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn note_job(
+    pool: &SqlitePool,
+    id: i64,
+    owner: &str,
+    lease_ms: u64,
+    detail: Option<&str>,
+    canary_done: bool,
+) -> Result<bool, ArchiveError> {
+    let noted = sqlx::query(
+        "UPDATE replay_jobs SET detail = ?, lease_until = ?, canary_done = canary_done OR ? \
+         WHERE id = ? AND lease_owner = ? AND state = 'running'",
+    )
+    .bind(detail)
+    .bind(now() + lease_ms as i64)
+    .bind(canary_done)
+    .bind(id)
+    .bind(owner)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(noted == 1)
+}
+
+/// Whether the job's canary has been judged (passed, or paused the job once).
+pub async fn canary_done(pool: &SqlitePool, id: i64) -> Result<bool, ArchiveError> {
+    Ok(
+        sqlx::query_scalar("SELECT canary_done FROM replay_jobs WHERE id = ?")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .unwrap_or(true),
+    )
+}
+
+pub async fn canary_deaths(
+    pool: &SqlitePool,
+    id: i64,
+    since: OffsetDateTime,
+) -> Result<i64, ArchiveError> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM messages WHERE archived_at >= ? AND replay_of IN \
+         (SELECT message_id FROM replay_job_items WHERE job_id = ? AND outcome = 'published')",
+    )
+    .bind(millis(since))
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+pub async fn dismiss(
+    pool: &SqlitePool,
+    selection: &Selection,
+    selection_text: &str,
+    note: &str,
+    actor: &str,
+) -> Result<u64, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut q =
+        QueryBuilder::<Sqlite>::new("UPDATE messages SET status = 'dismissed', status_note = ");
+    q.push_bind(note)
+        .push(" WHERE status != 'dismissed' AND id IN (SELECT messages.id");
+    push_selection(&mut q, selection);
+    q.push(")");
+    let dismissed = q.build().execute(&mut *tx).await?.rows_affected();
+    let only = match selection {
+        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
+        _ => None,
+    };
+    let summary = format!("dismissed {dismissed} messages ({selection_text}): {note}");
+    audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
+    tx.commit().await?;
+    Ok(dismissed)
+}
+
+pub async fn audit_log(
+    pool: &SqlitePool,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>, ArchiveError> {
+    let rows = sqlx::query(
+        "SELECT id, at, actor, action, job_id, message_id, summary FROM audit_log \
+         WHERE id < ? ORDER BY id DESC LIMIT ?",
+    )
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(AuditEntry {
+                id: row.try_get("id")?,
+                at: from_millis(row.try_get("at")?),
+                actor: row.try_get("actor")?,
+                action: row.try_get("action")?,
+                job_id: row
+                    .try_get::<Option<i64>, _>("job_id")?
+                    .map(|i| i.to_string()),
+                message_id: row
+                    .try_get::<Option<i64>, _>("message_id")?
+                    .map(|i| i.to_string()),
+                summary: row.try_get("summary")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,298 @@
+//! `lazarus replay`: the command-line twin of the replay pages. Freezes a selection into a
+//! job in the archive, prints its plan, runs it here (or follows the instance that claimed
+//! it) with a progress line, and tells by its exit code whether everything was published.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use super::job::{run_one, RunnerSettings};
+use crate::archive::{self, Archive, Canary, JobSpec, JobState, ReplayJob};
+use crate::config::{redact_url, ReplayConfig};
+use crate::death::ReplayTarget;
+use crate::replay::single::ANONYMOUS_ACTOR;
+use crate::web::{JobRequest, ListParams};
+
+/// How `lazarus replay` ended, as its exit code says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Everything meant to be published was (or a dry run).
+    Clean = 0,
+    /// Some messages were unroutable, nacked or failed; or the job was paused or cancelled.
+    Problems = 1,
+    /// Ctrl-C: the job was handed back, still queued.
+    Interrupted = 130,
+}
+
+/// `EXCHANGE/ROUTING_KEY`; `/key` is the default exchange.
+pub fn parse_target(s: &str) -> anyhow::Result<ReplayTarget> {
+    let (exchange, routing_key) = s.split_once('/').with_context(|| {
+        format!("--target must be EXCHANGE/ROUTING_KEY (\"/queue\" for the default exchange), not {s:?}")
+    })?;
+    Ok(ReplayTarget {
+        exchange: exchange.to_owned(),
+        routing_key: routing_key.to_owned(),
+    })
+}
+
+impl ReplayConfig {
+    /// The list filters these flags select by.
+    fn filter(&self) -> ListParams {
+        ListParams {
+            q: self.q.clone(),
+            queue: self.queue.clone(),
+            reason: self.reason.clone(),
+            first_death_queue: self.first_death_queue.clone(),
+            error: self.error.clone(),
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            status: self.status.clone(),
+            content_type: self.content_type.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+            limit: None,
+            cursor: None,
+        }
+    }
+
+    /// The same request the API takes.
+    pub fn request(&self) -> anyhow::Result<JobRequest> {
+        let filter = self.filter().filters_only();
+        let selection = match (self.ids.is_empty(), filter == ListParams::default()) {
+            (false, true) => crate::web::SelectionRequest {
+                ids: Some(
+                    self.ids
+                        .iter()
+                        .map(|id| crate::web::IdValue::Number(*id))
+                        .collect(),
+                ),
+                filter: None,
+            },
+            (true, false) => crate::web::SelectionRequest {
+                ids: None,
+                filter: Some(filter),
+            },
+            (true, true) if self.all => crate::web::SelectionRequest {
+                ids: None,
+                filter: Some(filter),
+            },
+            (true, true) => anyhow::bail!(
+                "select messages with filters (--queue, --reason, --q, ...) or --id; \
+                 --all replays the whole archive"
+            ),
+            (false, false) => anyhow::bail!("give either --id or filters, not both"),
+        };
+        Ok(JobRequest {
+            selection,
+            target: self.target.as_deref().map(parse_target).transpose()?,
+            rate_per_sec: self.rate,
+            dry_run: self.dry_run,
+            include_replayed: self.include_replayed,
+            canary: self.canary.map(|count| Canary {
+                count,
+                wait_secs: self.canary_wait,
+                max_deaths: self.canary_max_deaths,
+            }),
+            request_key: None,
+        })
+    }
+}
+
+/// The plan, as printed before anything is published.
+pub fn plan_text(job: &ReplayJob) -> String {
+    let p = &job.plan;
+    let mut out = format!(
+        "Replay job {}: {} messages selected, {} to publish\n",
+        job.id, p.messages, p.to_publish
+    );
+    for t in &p.targets {
+        out.push_str(&format!(
+            "  {:>8}  to {}\n",
+            t.messages,
+            ReplayTarget {
+                exchange: t.exchange.clone(),
+                routing_key: t.routing_key.clone(),
+            }
+            .label()
+        ));
+    }
+    out.push_str(&format!(
+        "  skipped: {} without a known target, {} already replayed, {} dismissed, {} in another job\n",
+        p.no_target, p.already_replayed, p.dismissed, p.in_other_jobs
+    ));
+    if let Some(s) = job.estimated_seconds {
+        out.push_str(&format!(
+            "  at {}/s: about {}\n",
+            job.rate_per_sec.unwrap_or_default(),
+            crate::web::human_duration(s)
+        ));
+    }
+    out
+}
+
+/// One progress line.
+pub fn progress_text(job: &ReplayJob) -> String {
+    let c = &job.counts;
+    format!(
+        "{}: {}/{} settled · published {} · unroutable {} · nacked {} · failed {} · skipped {} · cancelled {}{}",
+        job.state.as_str(),
+        job.done(),
+        job.total,
+        c.published,
+        c.unroutable,
+        c.nacked,
+        c.failed,
+        c.skipped,
+        c.cancelled,
+        job.detail
+            .as_deref()
+            .map(|d| format!(" · {d}"))
+            .unwrap_or_default()
+    )
+}
+
+/// Runs `lazarus replay`.
+pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::Result<Ending> {
+    let request = config.request()?;
+    request
+        .check()
+        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
+    let (selection, selection_text) = request
+        .selection
+        .resolve(&fields)
+        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let url = &config.connection.database_url;
+    let archive: Arc<dyn Archive> = archive::open(url)
+        .await
+        .with_context(|| format!("opening the archive {}", redact_url(url)))?;
+    let key = crate::web::new_request_key();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: &key,
+            actor: ANONYMOUS_ACTOR,
+            selection: &selection,
+            selection_text: &selection_text,
+            target: request.target.as_ref(),
+            rate_per_sec: request.rate_per_sec,
+            include_replayed: request.include_replayed,
+            canary: request.canary,
+            start: !request.dry_run,
+        })
+        .await?;
+    print!("{}", plan_text(&job));
+    if request.dry_run {
+        println!("Dry run: nothing was published. The plan is on the Replays page.");
+        return Ok(Ending::Clean);
+    }
+    let settings = RunnerSettings::new(&config.connection.amqp_url);
+    let printer = tokio::spawn(print_progress(archive.clone(), job.id));
+    let ending = follow(&*archive, &settings, job.id, &shutdown).await;
+    printer.abort();
+    let job = archive.job(job.id).await?.context("the job disappeared")?;
+    println!("{}", progress_text(&job));
+    ending
+}
+
+/// Runs the job here whenever no other instance holds it, until it is over or paused.
+async fn follow(
+    archive: &dyn Archive,
+    settings: &RunnerSettings,
+    id: i64,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Ending> {
+    loop {
+        let job = archive.job(id).await?.context("the job disappeared")?;
+        match job.state {
+            JobState::Completed if job.counts.problems() == 0 => return Ok(Ending::Clean),
+            JobState::Completed | JobState::Cancelled | JobState::Paused => {
+                return Ok(Ending::Problems)
+            }
+            _ if shutdown.is_cancelled() => {
+                eprintln!(
+                    "Interrupted: job {id} stays queued; `lazarus serve` on this archive takes it up."
+                );
+                return Ok(Ending::Interrupted);
+            }
+            _ => {}
+        }
+        if !run_one(archive, settings, id, shutdown).await? {
+            // Another instance runs it: follow from the database.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+    }
+}
+
+async fn print_progress(archive: Arc<dyn Archive>, id: i64) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Ok(Some(job)) = archive.job(id).await {
+            eprintln!("{}", progress_text(&job));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Cli, Command};
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> ReplayConfig {
+        let mut all = vec!["lazarus", "replay"];
+        all.extend_from_slice(args);
+        match Cli::parse_from(all).command {
+            Command::Replay(c) => c,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn targets_split_at_the_first_slash() {
+        let t = parse_target("orders/eu/created").unwrap();
+        assert_eq!(
+            (t.exchange.as_str(), t.routing_key.as_str()),
+            ("orders", "eu/created")
+        );
+        let t = parse_target("/invoices").unwrap();
+        assert_eq!(
+            (t.exchange.as_str(), t.routing_key.as_str()),
+            ("", "invoices")
+        );
+        assert!(parse_target("orders").is_err());
+    }
+
+    #[test]
+    fn a_selection_is_required_and_one_kind_only() {
+        let err = config(&[]).request().unwrap_err().to_string();
+        assert!(err.contains("--all replays the whole archive"), "{err}");
+        assert!(config(&["--all"]).request().is_ok());
+        let err = config(&["--id", "3", "--queue", "q"])
+            .request()
+            .unwrap_err();
+        assert!(err.to_string().contains("not both"));
+        let r = config(&[
+            "--queue",
+            "billing.dlq",
+            "--rate",
+            "50",
+            "--canary",
+            "5",
+            "--dry-run",
+        ])
+        .request()
+        .unwrap();
+        assert_eq!(
+            r.selection.filter.unwrap().queue.as_deref(),
+            Some("billing.dlq")
+        );
+        assert_eq!(r.canary.unwrap().wait_secs, 30);
+        assert!(r.dry_run);
+    }
+}

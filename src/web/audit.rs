@@ -1,0 +1,61 @@
+//! The audit log page: every replay, edit, job action and dismissal, newest first.
+
+use askama::Template;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use super::api_replays::AuditParams;
+use super::html::{filters, render, utc, PageError};
+use super::{AppError, AppState};
+
+pub struct EntryRow {
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub job_id: Option<String>,
+    pub message_id: Option<String>,
+    pub summary: String,
+}
+
+#[derive(Template)]
+#[template(path = "audit.html")]
+pub struct AuditPage {
+    pub entries: Vec<EntryRow>,
+    pub next_link: Option<String>,
+}
+
+/// `/audit?before=`
+pub async fn audit_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<AuditParams>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let Query(params) = params.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
+    let (before, limit) = params.parse().map_err(page_error)?;
+    let entries = state
+        .archive
+        .audit_log(before, limit)
+        .await
+        .map_err(|e| page_error(e.into()))?;
+    let next_link = (entries.len() == limit as usize)
+        .then(|| entries.last())
+        .flatten()
+        .map(|e| format!("/audit?before={}", e.id));
+    Ok(render(&AuditPage {
+        entries: entries
+            .into_iter()
+            .map(|e| EntryRow {
+                at: utc(e.at),
+                actor: e.actor,
+                action: e.action,
+                job_id: e.job_id,
+                message_id: e.message_id,
+                summary: e.summary,
+            })
+            .collect(),
+        next_link,
+    }))
+}

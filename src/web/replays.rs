@@ -1,0 +1,416 @@
+//! Replay pages: a selection from the list becomes a plan (or a dismissal), a plan becomes
+//! a job, and a job page shows live progress, its controls and every message's outcome.
+
+use askama::Template;
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+
+use super::api::{parse_id, ListParams};
+use super::api_replays::{
+    self, dismiss_selection, find_job, IdValue, ItemParams, JobRequest, SelectionRequest,
+    ITEM_OUTCOMES,
+};
+use super::html::{filters, is_htmx, render, utc, PageError};
+use super::{AppError, AppState};
+use crate::archive::{Canary, JobItem, JobState, ReplayJob};
+use crate::death::ReplayTarget;
+
+/// The fields of a posted form, repeated names included (the list's ticked `id`s).
+pub struct FormPairs(Vec<(String, String)>);
+
+impl FormPairs {
+    pub fn parse(body: &[u8]) -> Self {
+        FormPairs(
+            form_urlencoded::parse(body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    /// The first non-empty value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == name && !v.trim().is_empty())
+            .map(|(_, v)| v.trim())
+    }
+
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str, label: &str) -> Result<Option<T>, AppError> {
+        self.get(name)
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    AppError::BadRequest(format!("{label} must be a whole number, not {v:?}"))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// The selection a list form posts: the ticked rows, or every message matching its filters.
+fn selection_of(form: &FormPairs, body: &[u8]) -> Result<SelectionRequest, AppError> {
+    if form.get("all_matching").is_some() {
+        let filter: ListParams = serde_urlencoded::from_bytes(body)
+            .map_err(|e| AppError::BadRequest(format!("the list's filters are malformed: {e}")))?;
+        return Ok(SelectionRequest {
+            ids: None,
+            filter: Some(filter),
+        });
+    }
+    let ids = form.all("id");
+    if ids.is_empty() {
+        return Err(AppError::BadRequest(
+            "tick the messages to act on, or \"select all messages matching these filters\"".into(),
+        ));
+    }
+    Ok(SelectionRequest {
+        ids: Some(ids.into_iter().map(IdValue::Text).collect()),
+        filter: None,
+    })
+}
+
+/// The replay options of the list's selection form.
+fn job_request_of(form: &FormPairs, selection: SelectionRequest) -> Result<JobRequest, AppError> {
+    let exchange = form.get("target_exchange");
+    let routing_key = form.get("target_routing_key");
+    let target = (exchange.is_some() || routing_key.is_some()).then(|| ReplayTarget {
+        exchange: exchange.unwrap_or_default().to_owned(),
+        routing_key: routing_key.unwrap_or_default().to_owned(),
+    });
+    let canary = match form.number::<u32>("canary_count", "the canary size")? {
+        Some(count) if count > 0 => Some(Canary {
+            count,
+            wait_secs: form
+                .number("canary_wait_secs", "the canary wait")?
+                .unwrap_or(30),
+            max_deaths: form
+                .number("canary_max_deaths", "the canary threshold")?
+                .unwrap_or(0),
+        }),
+        _ => None,
+    };
+    Ok(JobRequest {
+        selection,
+        target,
+        rate_per_sec: form.number("rate_per_sec", "the rate")?,
+        dry_run: true,
+        include_replayed: form.get("include_replayed").is_some(),
+        canary,
+        request_key: form.get("request_key").map(str::to_owned),
+    })
+}
+
+/// `POST /messages/select`: the list's selection, planned for replay or dismissed.
+pub async fn selection_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let form = FormPairs::parse(&body);
+    let selection = selection_of(&form, &body).map_err(page_error)?;
+    match form.get("action") {
+        Some("dismiss") => {
+            let note = form.get("note").unwrap_or_default();
+            dismiss_selection(&state, &selection, note)
+                .await
+                .map_err(page_error)?;
+            let back: ListParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+            Ok(Redirect::to(&format!("/messages?{}", back.to_query(None))).into_response())
+        }
+        _ => {
+            let request = job_request_of(&form, selection).map_err(page_error)?;
+            let job = api_replays::create(&state, request)
+                .await
+                .map_err(page_error)?;
+            Ok(Redirect::to(&format!("/replays/{}", job.id)).into_response())
+        }
+    }
+}
+
+/// One job as its pages show it.
+pub struct JobView {
+    pub id: i64,
+    pub state: &'static str,
+    pub active: bool,
+    pub detail: String,
+    pub actor: String,
+    pub created_at: String,
+    pub selection: String,
+    pub target: String,
+    pub rate: String,
+    pub estimate: String,
+    pub canary: String,
+    pub include_replayed: bool,
+    pub total: i64,
+    pub done: i64,
+    /// Percent done, for the progress bar.
+    pub percent: i64,
+    pub counts: Vec<(&'static str, i64)>,
+    pub can_pause: bool,
+    pub can_resume: bool,
+    pub can_cancel: bool,
+    pub can_start: bool,
+}
+
+impl JobView {
+    pub fn new(job: &ReplayJob) -> Self {
+        let c = &job.counts;
+        let state = job.state;
+        JobView {
+            id: job.id,
+            state: state.as_str(),
+            active: !state.is_final() && state != JobState::Planned,
+            detail: job.detail.clone().unwrap_or_default(),
+            actor: job.actor.clone(),
+            created_at: utc(job.created_at),
+            selection: job.selection.to_string(),
+            target: job.target.as_ref().map_or_else(
+                || "each message's own replay target".to_owned(),
+                ReplayTarget::label,
+            ),
+            rate: job
+                .rate_per_sec
+                .map_or_else(|| "no limit".to_owned(), |r| format!("{r} messages/s")),
+            estimate: match job.estimated_seconds {
+                Some(s) => format!("about {}", human_duration(s)),
+                None => "as fast as the broker confirms".to_owned(),
+            },
+            canary: job.canary.map_or_else(
+                || "none".to_owned(),
+                |c| {
+                    format!(
+                        "first {} messages, then wait {} s; pause if more than {} die again",
+                        c.count, c.wait_secs, c.max_deaths
+                    )
+                },
+            ),
+            include_replayed: job.include_replayed,
+            total: job.total,
+            done: job.done(),
+            percent: if job.total > 0 {
+                job.done() * 100 / job.total
+            } else {
+                100
+            },
+            counts: vec![
+                ("published", c.published),
+                ("unroutable", c.unroutable),
+                ("nacked", c.nacked),
+                ("failed", c.failed),
+                ("skipped", c.skipped),
+                ("cancelled", c.cancelled),
+                ("pending", c.pending),
+            ],
+            can_start: state == JobState::Planned,
+            can_pause: matches!(state, JobState::Queued | JobState::Running),
+            can_resume: state == JobState::Paused,
+            can_cancel: !state.is_final(),
+        }
+    }
+}
+
+/// `90 s`, `12 min`, `2.5 h`.
+pub fn human_duration(secs: f64) -> String {
+    if secs < 90.0 {
+        format!("{} s", secs.ceil() as i64)
+    } else if secs < 90.0 * 60.0 {
+        format!("{} min", (secs / 60.0).ceil() as i64)
+    } else {
+        format!("{:.1} h", secs / 3600.0)
+    }
+}
+
+pub struct ItemRow {
+    pub message_id: i64,
+    pub target: String,
+    pub outcome: String,
+    pub detail: String,
+}
+
+impl ItemRow {
+    fn new(item: &JobItem) -> Self {
+        ItemRow {
+            message_id: item.message_id,
+            target: item
+                .target
+                .as_ref()
+                .map_or_else(|| "—".to_owned(), ReplayTarget::label),
+            outcome: item.outcome.clone().unwrap_or_else(|| "pending".into()),
+            detail: item.detail.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "replay.html")]
+pub struct JobPage {
+    pub job: JobView,
+    pub plan: crate::archive::Plan,
+    pub outcome_filter: String,
+    pub outcomes: &'static [&'static str],
+    pub items: Vec<ItemRow>,
+    pub next_link: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "partials/job_progress.html")]
+pub struct ProgressPartial {
+    pub job: JobView,
+}
+
+/// `/replays/{id}`: a plan to start, or a job's progress and outcomes.
+pub async fn job_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    params: Result<Query<ItemParams>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let (_, id) = parse_id(id).map_err(page_error)?;
+    let Query(params) = params.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
+    let (outcome, after, limit) = params.parse().map_err(page_error)?;
+    let job = find_job(&state, id).await.map_err(page_error)?;
+    let items = state
+        .archive
+        .job_items(id, outcome, after, limit)
+        .await
+        .map_err(|e| page_error(e.into()))?;
+    let next_link = (items.len() == limit as usize)
+        .then(|| items.last())
+        .flatten()
+        .map(|last| {
+            format!(
+                "/replays/{id}?outcome={}&after={}",
+                outcome.unwrap_or_default(),
+                last.message_id
+            )
+        });
+    Ok(render(&JobPage {
+        job: JobView::new(&job),
+        plan: job.plan.clone(),
+        outcome_filter: outcome.unwrap_or_default().to_owned(),
+        outcomes: &ITEM_OUTCOMES,
+        items: items.iter().map(ItemRow::new).collect(),
+        next_link,
+    }))
+}
+
+/// `/replays/{id}/progress`: the live part of the job page, polled while the job is active.
+pub async fn progress_partial(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let (_, id) = parse_id(id).map_err(page_error)?;
+    let job = find_job(&state, id).await.map_err(page_error)?;
+    Ok(render(&ProgressPartial {
+        job: JobView::new(&job),
+    }))
+}
+
+/// `POST /replays/{id}/{start|pause|resume|cancel}` from the job page.
+pub async fn control_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let Path((id, action)) = path.map_err(|e| page_error(AppError::NotFound(e.body_text())))?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| page_error(AppError::NotFound(format!("no replay job with id {id:?}"))))?;
+    let job = api_replays::control(&state, id, &action)
+        .await
+        .map_err(page_error)?;
+    if is_htmx(&headers) {
+        return Ok(render(&ProgressPartial {
+            job: JobView::new(&job),
+        }));
+    }
+    Ok(Redirect::to(&format!("/replays/{id}")).into_response())
+}
+
+#[derive(Template)]
+#[template(path = "replays.html")]
+pub struct JobsPage {
+    pub jobs: Vec<JobView>,
+}
+
+/// `/replays`: every job and plan, newest first.
+pub async fn list_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let jobs = state
+        .archive
+        .jobs(200)
+        .await
+        .map_err(|e| PageError::new(e, &headers))?;
+    Ok(render(&JobsPage {
+        jobs: jobs.iter().map(JobView::new).collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_fields_are_all_kept() {
+        let form = FormPairs::parse(b"id=3&id=5&note=&rate_per_sec=%2010%20");
+        assert_eq!(form.all("id"), ["3", "5"]);
+        assert_eq!(form.get("note"), None);
+        assert_eq!(
+            form.number::<u32>("rate_per_sec", "rate").unwrap(),
+            Some(10)
+        );
+        assert!(form.number::<u32>("id", "x").is_ok());
+    }
+
+    #[test]
+    fn a_selection_needs_ticks_or_all_matching() {
+        let body = b"queue=billing.dlq&action=plan";
+        let err = selection_of(&FormPairs::parse(body), body).unwrap_err();
+        assert!(err.to_string().contains("tick the messages"), "{err}");
+        let body = b"queue=billing.dlq&all_matching=1&id=4";
+        let selection = selection_of(&FormPairs::parse(body), body).unwrap();
+        assert_eq!(
+            selection.filter.unwrap().queue.as_deref(),
+            Some("billing.dlq")
+        );
+    }
+
+    #[test]
+    fn plan_options_come_from_the_form() {
+        let body = b"id=1&target_exchange=orders&rate_per_sec=50&canary_count=5&include_replayed=1";
+        let form = FormPairs::parse(body);
+        let request = job_request_of(&form, selection_of(&form, body).unwrap()).unwrap();
+        assert_eq!(request.target.unwrap().exchange, "orders");
+        assert_eq!(request.rate_per_sec, Some(50));
+        assert_eq!(request.canary.unwrap().wait_secs, 30);
+        assert!(request.include_replayed && request.dry_run);
+        let body = b"id=1&rate_per_sec=fast";
+        let form = FormPairs::parse(body);
+        let err = job_request_of(&form, selection_of(&form, body).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("the rate must be a whole number"));
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(12.2), "13 s");
+        assert_eq!(human_duration(600.0), "10 min");
+        assert_eq!(human_duration(9000.0), "2.5 h");
+    }
+}
