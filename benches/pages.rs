@@ -13,8 +13,6 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage, SqliteArchive};
-use lazarus::metrics::Metrics;
-use lazarus::status::IngestStatus;
 use lazarus::web::{router, AppState};
 use sqlx::Row;
 use time::OffsetDateTime;
@@ -200,13 +198,11 @@ async fn main() {
         .unwrap();
     fill(&archive, rows).await;
     let pool = archive.pool().clone();
-    let state = AppState {
-        archive: Arc::new(archive),
-        metrics: Arc::new(Metrics::default()),
-        status: IngestStatus::default(),
-        business_fields: Arc::from(vec!["invoice".to_owned(), "customer".to_owned()]),
-        amqp_url: Arc::from("amqp://guest:guest@127.0.0.1:5672/%2f"),
-    };
+    let state = AppState::new(
+        Arc::new(archive),
+        vec!["invoice".to_owned(), "customer".to_owned()],
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    );
     let invoice = format!("INV-2026-{:07}", rows / 2 + 1);
 
     let page = |uri: String| {

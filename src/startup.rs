@@ -8,16 +8,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::amqp::consumer::{self, ConsumerContext};
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
-use crate::metrics::Metrics;
 use crate::replay::job;
-use crate::status::IngestStatus;
 use crate::web::{self, AppState};
 
 /// Business fields per archive: each is a list column and an index entry per message.
@@ -49,14 +46,11 @@ impl Application {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
-        let state = AppState {
+        let state = AppState::new(
             archive,
-            metrics: Arc::new(Metrics::default()),
-            status: IngestStatus::default(),
-            business_fields: config.fields.iter().map(|f| f.name.clone()).collect(),
-            amqp_url: Arc::from(config.connection.amqp_url.as_str()),
-            jobs_wake: Arc::new(Notify::new()),
-        };
+            config.fields.iter().map(|f| f.name.clone()).collect(),
+            &config.connection.amqp_url,
+        );
         Ok(Application {
             config,
             listener,

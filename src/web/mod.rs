@@ -43,6 +43,20 @@ pub struct AppState {
     pub jobs_wake: Arc<Notify>,
 }
 
+impl AppState {
+    /// Fresh metrics, status and runner wake-up around an archive.
+    pub fn new(archive: Arc<dyn Archive>, business_fields: Vec<String>, amqp_url: &str) -> Self {
+        AppState {
+            archive,
+            metrics: Arc::new(Metrics::default()),
+            status: IngestStatus::default(),
+            business_fields: business_fields.into(),
+            amqp_url: Arc::from(amqp_url),
+            jobs_wake: Arc::new(Notify::new()),
+        }
+    }
+}
+
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.
 pub fn router(state: AppState) -> Router {
     Router::new()

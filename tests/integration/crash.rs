@@ -2,35 +2,17 @@
 //! restarted: every message archived exactly once, the DLQ empty.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lapin::types::AMQPValue;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::helpers::*;
 
 const BACKLOG: i64 = 20_000;
 
 fn start_lazarus(dlq: &str, db: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_lazarus"))
-        .args([
-            "serve",
-            "--queue",
-            dlq,
-            "--listen",
-            "127.0.0.1:0",
-            "--batch-size",
-            "100",
-        ])
-        .arg("--database-url")
-        .arg(format!("sqlite://{}", db.display()))
-        .env("LAZARUS_AMQP_URL", amqp_url())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the lazarus binary starts")
+    lazarus_process(&amqp_url(), dlq, db, &["--batch-size", "100"])
 }
 
 async fn rows(db: &Path) -> i64 {

@@ -166,10 +166,26 @@ impl Topology {
     }
 
     pub async fn wait_for_depth(&self, queue: &str, depth: u32, timeout: Duration) {
+        self.wait_for_depth_where(queue, depth, timeout, |now| now == depth)
+            .await
+    }
+
+    pub async fn wait_for_depth_at_least(&self, queue: &str, depth: u32, timeout: Duration) {
+        self.wait_for_depth_where(queue, depth, timeout, |now| now >= depth)
+            .await
+    }
+
+    async fn wait_for_depth_where(
+        &self,
+        queue: &str,
+        depth: u32,
+        timeout: Duration,
+        done: impl Fn(u32) -> bool,
+    ) {
         let start = Instant::now();
         loop {
             let now = self.depth(queue).await;
-            if now == depth {
+            if done(now) {
                 return;
             }
             assert!(
@@ -638,4 +654,87 @@ pub fn unacked(queue: &str) -> u64 {
     .find(|(name, _)| *name == queue)
     .map(|(_, n)| n.trim().parse().unwrap())
     .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl"))
+}
+
+/// A work queue that dead-letters through a fanout DLX into a DLQ: (work, dlq).
+pub async fn work_queue_with_dlq(t: &mut Topology, p: &str) -> (String, String) {
+    let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
+    t.exchange(&dlx, ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
+        .await;
+    (work, dlq)
+}
+
+/// A consumer that still fails: it rejects everything, until aborted.
+pub async fn rejecting_worker(queue: &str) -> tokio::task::JoinHandle<()> {
+    spawn_worker(&amqp_url(), queue, |_, d| async move {
+        d.reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+/// A consumer that has been fixed: it acks everything, until aborted.
+pub async fn acking_worker(queue: &str) -> tokio::task::JoinHandle<()> {
+    spawn_worker(&amqp_url(), queue, |_, d| async move {
+        d.ack(lapin::options::BasicAckOptions::default())
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+/// The real `lazarus` binary serving `dlq` into the archive file `db`, with extra flags.
+pub fn lazarus_process(
+    amqp_url: &str,
+    dlq: &str,
+    db: &std::path::Path,
+    extra: &[&str],
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args(["serve", "--queue", dlq, "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", db.display()))
+        .env("LAZARUS_AMQP_URL", amqp_url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the lazarus binary starts")
+}
+
+impl TestApp {
+    /// Polls a replay job until `done` holds for it, and returns it.
+    pub async fn wait_for_job(
+        &self,
+        id: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let start = Instant::now();
+        loop {
+            let job = self.json(&format!("/api/replays/{id}"), 200).await;
+            if done(&job) {
+                return job;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "job {id} within {timeout:?}: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The archive id of every message archived from `queue`, oldest first.
+    pub async fn ids(&self, queue: &str) -> Vec<String> {
+        self.all_messages(queue)
+            .await
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
 }

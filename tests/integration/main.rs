@@ -8,6 +8,7 @@ mod crash;
 mod demo;
 mod failures;
 mod headers;
+mod jobs;
 mod pages;
 mod reconnect;
 mod replay;

@@ -8,8 +8,6 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage, SqliteArchive};
-use lazarus::metrics::Metrics;
-use lazarus::status::IngestStatus;
 use lazarus::web::{router, AppState};
 use tower::ServiceExt;
 
@@ -78,13 +76,11 @@ impl Pages {
             .map(|m| PreparedMessage::with_rules(m, &rules))
             .collect();
         archive.store_batch(&prepared).await.unwrap();
-        let state = AppState {
-            archive: Arc::new(archive),
-            metrics: Arc::new(Metrics::default()),
-            status: IngestStatus::default(),
-            business_fields: Arc::from(vec!["invoice".to_owned()]),
-            amqp_url: Arc::from("amqp://guest:guest@127.0.0.1:5672/%2f"),
-        };
+        let state = AppState::new(
+            Arc::new(archive),
+            vec!["invoice".to_owned()],
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        );
         Pages { state, _dir: dir }
     }
 

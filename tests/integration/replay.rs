@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicGetOptions, BasicRejectOptions};
+use lapin::options::BasicGetOptions;
 use lapin::types::{AMQPValue, DecimalValue, FieldTable};
 use lapin::ExchangeKind;
 use lazarus::amqp::connection::connect;
@@ -14,27 +14,6 @@ use lazarus::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage, REPLAY_
 use lazarus::death::ReplayTarget;
 
 use crate::helpers::*;
-
-/// A work queue that dead-letters through a fanout DLX into a DLQ: (work, dlq).
-async fn work_queue_with_dlq(t: &mut Topology, p: &str) -> (String, String) {
-    let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
-    t.exchange(&dlx, ExchangeKind::Fanout).await;
-    t.queue(&dlq, Default::default()).await;
-    t.bind(&dlq, &dlx, "").await;
-    t.queue(&work, args(&[("x-dead-letter-exchange", s(&dlx))]))
-        .await;
-    (work, dlq)
-}
-
-/// A consumer that still fails: it rejects everything, until aborted.
-async fn rejecting_worker(queue: &str) -> tokio::task::JoinHandle<()> {
-    spawn_worker(&amqp_url(), queue, |_, d| async move {
-        d.reject(BasicRejectOptions { requeue: false })
-            .await
-            .unwrap();
-    })
-    .await
-}
 
 #[tokio::test]
 async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link() {

@@ -9,9 +9,76 @@ use lapin::types::AMQPValue;
 use lapin::{BasicProperties, ExchangeKind};
 use serde_json::{json, Value};
 
+use lazarus::amqp::headers::MessageProperties;
+use lazarus::death::is_death_header;
+
 use crate::helpers::*;
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Replays one archived message through a bulk job (to its own target, or `target`) and
+/// returns the finished job.
+async fn replay_job(app: &TestApp, id: &str, target: Option<Value>) -> Value {
+    let mut request = json!({"ids": [id]});
+    if let Some(target) = target {
+        request["target"] = target;
+    }
+    let job = app.post_json("/api/replays", request, 200).await;
+    app.wait_for_job(job["id"].as_str().unwrap(), WAIT, |j| {
+        j["state"] == "completed"
+    })
+    .await
+}
+
+/// The body, properties and typed headers of the next message in `queue`.
+async fn take_copy(t: &Topology, queue: &str) -> (Vec<u8>, Value, Value) {
+    let start = std::time::Instant::now();
+    loop {
+        let got = t
+            .channel
+            .basic_get(
+                queue.into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap();
+        if let Some(got) = got {
+            let (props, headers) = MessageProperties::from_amqp(&got.delivery.properties);
+            return (
+                got.delivery.data.clone(),
+                serde_json::to_value(props).unwrap(),
+                serde_json::to_value(headers.unwrap_or_default()).unwrap(),
+            );
+        }
+        assert!(start.elapsed() < WAIT, "no copy arrived in {queue}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The copy is the archived message exactly — body, properties, typed headers — minus the
+/// death headers, plus the links to its record and its job.
+fn assert_exact_copy(original: &Value, body: &[u8], copy: (Vec<u8>, Value, Value), job: &Value) {
+    let (copy_body, copy_props, mut copy_headers) = copy;
+    assert_eq!(copy_body, body, "body bytes");
+    assert_eq!(copy_props, original["properties"], "properties");
+    let headers = copy_headers.as_object_mut().unwrap();
+    headers.retain(|name, _| !is_death_header(name));
+    let link = headers
+        .remove("x-lazarus-replay-of")
+        .expect("linked to its record");
+    assert_eq!(link["value"], original["id"]);
+    let job_link = headers
+        .remove("x-lazarus-replay-job")
+        .expect("linked to its job");
+    assert_eq!(job_link["value"], job["id"]);
+    let mut expected = original["headers"].as_object().cloned().unwrap_or_default();
+    expected.retain(|name, _| !is_death_header(name));
+    assert_eq!(
+        Value::Object(headers.clone()),
+        Value::Object(expected),
+        "typed headers"
+    );
+}
 
 /// Deaths without their `time` (asserted separately: present and recent).
 fn deaths_without_time(detail: &Value) -> Value {
@@ -131,6 +198,12 @@ async fn seed_000_ttl_retry_loop_with_parking_queue() {
     );
     assert_eq!(app.body(detail["id"].as_str().unwrap()).await, body);
     assert!(detail["death_problems"].as_array().unwrap().is_empty());
+
+    // Replayed, it goes to the first death's target (the work queue), not the retry queue.
+    let job = replay_job(&app, detail["id"].as_str().unwrap(), None).await;
+    assert_eq!(job["counts"]["published"], 1, "{job}");
+    assert_exact_copy(&detail, body, take_copy(&t, &work).await, &job);
+    assert_eq!(t.depth(&retry).await, 0);
     t.cleanup().await;
 }
 
@@ -266,6 +339,10 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
         json!({"exchange": billing, "routing_key": "invoice.created"})
     );
     assert_eq!(app.body(detail["id"].as_str().unwrap()).await, invoice);
+    // Replayed to the topic exchange with its original key: back in the invoices queue.
+    let job = replay_job(&app, detail["id"].as_str().unwrap(), None).await;
+    assert_eq!(job["counts"]["published"], 1, "{job}");
+    assert_exact_copy(&detail, invoice, take_copy(&t, &invoices).await, &job);
 
     let metrics = app.get("/metrics").await.text();
     assert!(
@@ -353,6 +430,49 @@ async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
         assert_eq!(detail["properties"]["expiration"], Value::Null);
         assert_eq!(detail["body"]["data"], "测试死信消息");
     }
+
+    // Replayed through the fanout with an empty key, the copy expires in the TTL queue
+    // again: archived as a new record, linked both ways to the one replayed.
+    let original = app.detail_by_message_id(&dlx_q, "queue-ttl").await;
+    let job = replay_job(&app, original["id"].as_str().unwrap(), None).await;
+    assert_eq!(job["counts"]["published"], 1, "{job}");
+    app.wait_for_archived(3, WAIT).await;
+    let all = app.all_messages(&dlx_q).await;
+    let again = app
+        .json(
+            &format!("/api/messages/{}", all[2]["id"].as_str().unwrap()),
+            200,
+        )
+        .await;
+    let again_body = app.body(again["id"].as_str().unwrap()).await;
+    let copy = (
+        again_body,
+        again["properties"].clone(),
+        again["headers"].clone(),
+    );
+    assert_exact_copy(&original, "测试死信消息".as_bytes(), copy, &job);
+    let page = app
+        .get(&format!("/messages/{}", again["id"].as_str().unwrap()))
+        .await
+        .text();
+    assert!(
+        page.contains(&format!(
+            "href=\"/messages/{}\"",
+            original["id"].as_str().unwrap()
+        )),
+        "the new record links to the one replayed"
+    );
+    let page = app
+        .get(&format!("/messages/{}", original["id"].as_str().unwrap()))
+        .await
+        .text();
+    assert!(
+        page.contains(&format!(
+            "href=\"/messages/{}\"",
+            again["id"].as_str().unwrap()
+        )),
+        "the replayed record links to the copy that died again"
+    );
     t.cleanup().await;
 }
 
@@ -493,5 +613,19 @@ async fn seed_004_spring_retry_with_bare_dead_copies() {
         .json(&format!("/api/messages?queue={dead}&reason=none"), 200)
         .await;
     assert_eq!(none["messages"].as_array().unwrap().len(), 1);
+
+    // No history, no target: a job skips it; with a target chosen, it is delivered.
+    let id = all[0]["id"].as_str().unwrap();
+    let job = replay_job(&app, id, None).await;
+    assert_eq!(job["counts"]["skipped"], 1, "{job}");
+    assert_eq!(job["plan"]["no_target"], 1);
+    let job = replay_job(
+        &app,
+        id,
+        Some(json!({"exchange": ex, "routing_key": "normal"})),
+    )
+    .await;
+    assert_eq!(job["counts"]["published"], 1, "{job}");
+    assert_exact_copy(&detail, body, take_copy(&t, &normal).await, &job);
     t.cleanup().await;
 }

@@ -1,0 +1,672 @@
+//! Bulk replay against the real broker: plans freeze their selection, jobs publish with
+//! per-message outcomes, skip what was replayed, report unroutable messages and missing
+//! exchanges, pause, resume and cancel promptly, and a canary stops a replay whose copies
+//! die again. Dismissals and the audit log ride along.
+
+use std::time::{Duration, Instant};
+
+use lapin::options::BasicGetOptions;
+use lapin::ExchangeKind;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// Dead-letters `n` JSON messages through `work` into `dlq` with a rejecting consumer, and
+/// waits until Lazarus archived them (`already` archived before).
+async fn dead_letter(t: &Topology, app: &TestApp, work: &str, n: usize, already: i64) {
+    publish_many(&t.channel, "", work, "m", n).await;
+    let worker = rejecting_worker(work).await;
+    app.wait_for_archived(already + n as i64, Duration::from_secs(30))
+        .await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await; // its channel closes
+}
+
+fn state(job: &Value) -> &str {
+    job["state"].as_str().unwrap()
+}
+
+fn count(job: &Value, outcome: &str) -> i64 {
+    job["counts"][outcome].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
+    let p = unique("plan");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    dead_letter(&t, &app, &work, 5, 0).await;
+    // A bare copy in the DLQ: no death history, so no known target.
+    t.publish("", &dlq, b"bare", json_props("bare-1")).await;
+    app.wait_for_archived(6, Duration::from_secs(10)).await;
+    let ids = app.ids(&dlq).await;
+
+    // One was replayed on its own already.
+    let single = app
+        .post_json(&format!("/api/messages/{}/replay", ids[0]), json!({}), 200)
+        .await;
+    assert_eq!(single["outcome"], "published");
+    t.wait_for_depth(&work, 1, Duration::from_secs(5)).await;
+    t.channel
+        .queue_purge(work.as_str().into(), Default::default())
+        .await
+        .unwrap();
+
+    let plan = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "dry_run": true}),
+            200,
+        )
+        .await;
+    assert_eq!(state(&plan), "planned");
+    assert_eq!(
+        plan["plan"],
+        json!({
+            "messages": 6, "to_publish": 4,
+            "targets": [{"exchange": "", "routing_key": work, "messages": 4}],
+            "no_target": 1, "already_replayed": 1, "dismissed": 0, "in_other_jobs": 0
+        })
+    );
+    assert_eq!(t.depth(&work).await, 0, "a plan publishes nothing");
+
+    // Archived after the plan: not swept in.
+    dead_letter(&t, &app, &work, 1, 6).await;
+    let id = plan["id"].as_str().unwrap();
+    let started = app
+        .post_json(&format!("/api/replays/{id}/start"), json!({}), 200)
+        .await;
+    assert_ne!(state(&started), "planned");
+    let job = app
+        .wait_for_job(id, Duration::from_secs(20), |j| state(j) == "completed")
+        .await;
+    assert_eq!(count(&job, "published"), 4);
+    assert_eq!(count(&job, "skipped"), 2);
+    assert_eq!(count(&job, "pending"), 0);
+    assert_eq!(job["total"], 6);
+    t.wait_for_depth(&work, 4, Duration::from_secs(5)).await;
+
+    // The copies carry the links to their record and their job.
+    let got = t
+        .channel
+        .basic_get(work.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .unwrap();
+    let headers = got.delivery.properties.headers().clone().unwrap();
+    let text = |name: &str| match headers.inner().get(name) {
+        Some(lapin::types::AMQPValue::LongString(s)) => s.to_string(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(text("x-lazarus-replay-job"), id);
+    assert_eq!(text("x-lazarus-replay-of"), ids[1]);
+    assert!(!headers.inner().contains_key("x-death"));
+
+    // Per-message outcomes.
+    let skipped = app
+        .json(&format!("/api/replays/{id}/items?outcome=skipped"), 200)
+        .await;
+    let details: Vec<&str> = skipped["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(details, ["already replayed", "no known target"]);
+    let published = app
+        .json(
+            &format!("/api/replays/{id}/items?outcome=published&limit=2"),
+            200,
+        )
+        .await;
+    assert_eq!(published["items"].as_array().unwrap().len(), 2);
+    assert!(published["next_after"].is_string());
+    for id in &ids[1..5] {
+        assert_eq!(
+            app.json(&format!("/api/messages/{id}"), 200).await["status"],
+            "replayed"
+        );
+    }
+
+    // Clear answers for what cannot be done.
+    let again = app
+        .post_json(&format!("/api/replays/{id}/start"), json!({}), 409)
+        .await;
+    assert!(
+        again["error"].as_str().unwrap().contains("completed"),
+        "{again}"
+    );
+    app.post_json("/api/replays/999999/cancel", json!({}), 404)
+        .await;
+    app.post_json(&format!("/api/replays/{id}/explode"), json!({}), 404)
+        .await;
+    app.json(&format!("/api/replays/{id}/items?outcome=lost"), 400)
+        .await;
+    for bad in [
+        json!({}),
+        json!({"ids": ["1"], "filter": {}}),
+        json!({"ids": []}),
+        json!({"ids": ["abc"]}),
+        json!({"ids": ["1"], "rate_per_sec": 0}),
+        json!({"ids": ["1"], "canary": {"count": 0, "wait_secs": 1}}),
+        json!({"filter": {"q": "\"open"}}),
+    ] {
+        let answer = app.post_json("/api/replays", bad.clone(), 400).await;
+        assert!(answer["error"].is_string(), "{bad} → {answer}");
+    }
+
+    // The same request key gives the same job back.
+    let keyed = json!({"ids": [ids[5]], "request_key": "k-1", "dry_run": true});
+    let a = app.post_json("/api/replays", keyed.clone(), 200).await;
+    let b = app.post_json("/api/replays", keyed, 200).await;
+    assert_eq!(a["id"], b["id"]);
+
+    let audit = app.json("/api/audit", 200).await;
+    let actions: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for action in ["replay", "job_plan", "job_start", "job_complete"] {
+        assert!(actions.contains(&action), "{action} not in {actions:?}");
+    }
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn unroutable_copies_are_reported_and_stay_replayable() {
+    let p = unique("jobroute");
+    let (exchange, queue, dlq) = (format!("{p}.direct"), format!("{p}.q"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.exchange(&exchange, ExchangeKind::Direct).await;
+    t.queue(&queue, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, "u", 3).await;
+    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let target = json!({"exchange": exchange, "routing_key": "orders"});
+
+    // Nothing is bound for the key: every copy comes back unroutable.
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": target}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let job = app
+        .wait_for_job(id, Duration::from_secs(20), |j| state(j) == "completed")
+        .await;
+    assert_eq!(count(&job, "unroutable"), 3);
+    assert_eq!(count(&job, "published"), 0);
+    let items = app.json(&format!("/api/replays/{id}/items"), 200).await;
+    assert!(items["items"][0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("NO_ROUTE"));
+    for m in app.all_messages(&dlq).await {
+        assert_eq!(m["status"], "replay_failed");
+    }
+
+    // Bound again, the same messages replay (a failed replay is not "already replayed").
+    t.bind(&queue, &exchange, "orders").await;
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": target}),
+            200,
+        )
+        .await;
+    let job = app
+        .wait_for_job(job["id"].as_str().unwrap(), Duration::from_secs(20), |j| {
+            state(j) == "completed"
+        })
+        .await;
+    assert_eq!(count(&job, "published"), 3);
+    t.wait_for_depth(&queue, 3, Duration::from_secs(5)).await;
+
+    // A target exchange that does not exist pauses the job before anything is published.
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": {"exchange": format!("{p}.gone"), "routing_key": "x"}, "include_replayed": true}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let job = app
+        .wait_for_job(id, Duration::from_secs(20), |j| state(j) == "paused")
+        .await;
+    assert!(
+        job["detail"].as_str().unwrap().contains("does not exist"),
+        "{job}"
+    );
+    assert_eq!(count(&job, "pending"), 3);
+    let job = app
+        .post_json(&format!("/api/replays/{id}/cancel"), json!({}), 200)
+        .await;
+    assert_eq!(state(&job), "cancelled");
+    assert_eq!(count(&job, "cancelled"), 3);
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn pause_resume_and_cancel_take_effect_within_a_second() {
+    let p = unique("cancel");
+    let (queue, dlq) = (format!("{p}.q"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&queue, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, "c", 400).await;
+    app.wait_for_archived(400, Duration::from_secs(20)).await;
+
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": {"exchange": "", "routing_key": queue}, "rate_per_sec": 50}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    // Settles within a second, then stays put for another.
+    let still = |t: &Topology, queue: String| {
+        let channel = t.channel.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let depth = |c: lapin::Channel, q: String| async move {
+                c.queue_declare(
+                    q.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await
+                .unwrap()
+                .message_count()
+            };
+            let settled = depth(channel.clone(), queue.clone()).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            (settled, depth(channel, queue).await)
+        }
+    };
+
+    t.wait_for_depth_at_least(&queue, 25, Duration::from_secs(10))
+        .await;
+    let paused = app
+        .post_json(&format!("/api/replays/{id}/pause"), json!({}), 200)
+        .await;
+    assert_eq!(state(&paused), "paused");
+    let (settled, later) = still(&t, queue.clone()).await;
+    assert_eq!(settled, later, "publishing went on after the pause");
+    assert!(settled < 400);
+
+    app.post_json(&format!("/api/replays/{id}/resume"), json!({}), 200)
+        .await;
+    t.wait_for_depth_at_least(&queue, settled + 25, Duration::from_secs(10))
+        .await;
+    let cancelled = app
+        .post_json(&format!("/api/replays/{id}/cancel"), json!({}), 200)
+        .await;
+    assert_eq!(state(&cancelled), "cancelled");
+    let at_cancel = t.depth(&queue).await;
+    let (settled, later) = still(&t, queue.clone()).await;
+    assert_eq!(settled, later, "publishing went on after the cancel");
+    assert!(settled < 400, "the job ended before the cancel");
+    let job = app
+        .wait_for_job(&id, Duration::from_secs(5), |j| count(j, "pending") == 0)
+        .await;
+    assert_eq!(
+        count(&job, "published") + count(&job, "cancelled"),
+        400,
+        "every message has one final outcome: {job}"
+    );
+    assert_eq!(count(&job, "published"), i64::from(settled));
+    eprintln!(
+        "cancelled at {at_cancel} of 400 in the queue; {} more confirmed after the cancel answered",
+        settled - at_cancel
+    );
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_canary_pauses_the_job_when_its_copies_die_again() {
+    let p = unique("canary");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    dead_letter(&t, &app, &work, 20, 0).await;
+
+    // The consumer still fails: the first 3 copies die again and come back archived.
+    let worker = rejecting_worker(&work).await;
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "canary": {"count": 3, "wait_secs": 2, "max_deaths": 0}}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let job = app
+        .wait_for_job(id, Duration::from_secs(20), |j| state(j) == "paused")
+        .await;
+    assert!(
+        job["detail"]
+            .as_str()
+            .unwrap()
+            .contains("3 of the first 3 replayed copies died again"),
+        "{job}"
+    );
+    assert_eq!(count(&job, "published"), 3);
+    assert_eq!(count(&job, "pending"), 17);
+    app.wait_for_archived(23, Duration::from_secs(5)).await;
+    let copies = app.all_messages(&dlq).await.into_iter().skip(20).count();
+    assert_eq!(copies, 3, "the copies that died again are archived");
+    worker.abort();
+
+    // Fixed: resuming publishes the rest without judging the canary again.
+    let fixed = acking_worker(&work).await;
+    app.post_json(&format!("/api/replays/{id}/resume"), json!({}), 200)
+        .await;
+    let job = app
+        .wait_for_job(id, Duration::from_secs(20), |j| state(j) == "completed")
+        .await;
+    assert_eq!(count(&job, "published"), 20);
+    fixed.abort();
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry() {
+    let p = unique("dismiss");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, "d", 4).await;
+    app.wait_for_archived(4, Duration::from_secs(10)).await;
+    let ids = app.ids(&dlq).await;
+
+    let missing_note = app
+        .post_json(&format!("/api/messages/{}/dismiss", ids[0]), json!({}), 400)
+        .await;
+    assert!(missing_note["error"].as_str().unwrap().contains("note"));
+    let one = app
+        .post_json(
+            &format!("/api/messages/{}/dismiss", ids[0]),
+            json!({"note": "duplicate of INV-7, refunded by hand"}),
+            200,
+        )
+        .await;
+    assert_eq!(one["dismissed"], 1);
+    let detail = app.json(&format!("/api/messages/{}", ids[0]), 200).await;
+    assert_eq!(detail["status"], "dismissed");
+    assert_eq!(
+        detail["status_note"],
+        "duplicate of INV-7, refunded by hand"
+    );
+
+    let rest = app
+        .post_json(
+            "/api/messages/dismiss",
+            json!({"filter": {"queue": dlq, "status": "archived"}, "note": "test traffic"}),
+            200,
+        )
+        .await;
+    assert_eq!(rest["dismissed"], 3);
+    let dismissed = app
+        .json(&format!("/api/messages?queue={dlq}&status=dismissed"), 200)
+        .await;
+    assert_eq!(dismissed["messages"].as_array().unwrap().len(), 4);
+    app.post_json("/api/messages/999999/dismiss", json!({"note": "x"}), 404)
+        .await;
+
+    // A bulk replay skips dismissed messages unless asked to include them.
+    let plan = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": {"exchange": "", "routing_key": dlq}, "dry_run": true}),
+            200,
+        )
+        .await;
+    assert_eq!(plan["plan"]["dismissed"], 4);
+    assert_eq!(plan["plan"]["to_publish"], 0);
+    let audit = app.json("/api/audit?limit=5", 200).await;
+    let dismissals: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "dismiss")
+        .map(|e| e["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(dismissals.len(), 2, "{audit}");
+    assert!(dismissals[0].contains("test traffic"));
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn edit_and_replay_publishes_the_edit_and_keeps_the_original() {
+    let p = unique("edit");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    dead_letter(&t, &app, &work, 1, 0).await;
+    let id = app.ids(&dlq).await.remove(0);
+    let path = format!("/api/messages/{id}/replay");
+
+    let invalid = app
+        .post_json(&path, json!({"body": "{\"n\": 0,"}), 400)
+        .await;
+    assert!(
+        invalid["error"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{invalid}"
+    );
+    assert_eq!(t.depth(&work).await, 0);
+
+    let edited = app
+        .post_json(
+            &path,
+            json!({
+                "body": "{\"n\": 0, \"fixed\": true}",
+                "headers": {"tenant": {"type": "short-short-uint", "value": 9}}
+            }),
+            200,
+        )
+        .await;
+    assert_eq!(edited["outcome"], "published");
+    assert_eq!(edited["edited"], true);
+    let got = t
+        .channel
+        .basic_get(work.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.delivery.data, b"{\"n\": 0, \"fixed\": true}");
+    let headers = got.delivery.properties.headers().clone().unwrap();
+    assert_eq!(
+        headers.inner().get("tenant"),
+        Some(&lapin::types::AMQPValue::ShortShortUInt(9))
+    );
+    assert!(headers.inner().contains_key("x-lazarus-replay-of"));
+    // The archived original is untouched.
+    assert!(String::from_utf8(app.body(&id).await)
+        .unwrap()
+        .starts_with("{\"n\": 0, \"padding\""));
+    let audit = app.json("/api/audit", 200).await;
+    assert_eq!(audit["entries"][0]["action"], "edit_replay");
+    t.cleanup().await;
+}
+
+const JOB_SIZE: usize = 20_000;
+/// Publishes in flight at most (the `--replay-window` default): what one interruption can
+/// publish twice.
+const WINDOW: usize = 500;
+
+/// Every `x-lazarus-replay-of` in `queue`, consuming it empty.
+async fn drain_links(url: &str, queue: &str) -> Vec<String> {
+    use futures_util::StreamExt;
+    let t = Topology::on(url).await;
+    let depth = t.depth(queue).await as usize;
+    let mut consumer = t
+        .channel
+        .basic_consume(
+            queue.into(),
+            "drain".into(),
+            lapin::options::BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let mut links = Vec::with_capacity(depth);
+    while links.len() < depth {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("the queue drains")
+            .unwrap()
+            .unwrap();
+        let headers = delivery.properties.headers().clone().unwrap();
+        match headers.inner().get("x-lazarus-replay-of") {
+            Some(lapin::types::AMQPValue::LongString(s)) => links.push(s.to_string()),
+            other => panic!("a copy without its link: {other:?}"),
+        }
+    }
+    links
+}
+
+#[tokio::test]
+async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
+    use lazarus::archive::{JobSpec, MessageFilter, Selection};
+    use lazarus::death::ReplayTarget;
+
+    let vhost = Vhost::create("jobcrash");
+    let (dlq, work) = ("dlq", "work");
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, Default::default()).await;
+    t.queue(work, Default::default()).await;
+    publish_many(&t.channel, "", dlq, "jc", JOB_SIZE).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("archive.db");
+    let flags = ["--job-lease-secs", "2"];
+    let mut first = lazarus_process(&vhost.url(), dlq, &db, &flags);
+    let start = Instant::now();
+    while count_rows(&db, "SELECT COUNT(*) FROM messages").await < JOB_SIZE as i64 {
+        assert!(start.elapsed() < Duration::from_secs(60), "ingest too slow");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The job is made in the archive file the process runs from (as `lazarus replay` does).
+    let archive = lazarus::archive::open(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let selection = Selection::Filter(MessageFilter {
+        queue: Some(dlq.into()),
+        ..Default::default()
+    });
+    let target = ReplayTarget {
+        exchange: String::new(),
+        routing_key: work.into(),
+    };
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "crash-test",
+            actor: "test",
+            selection: &selection,
+            selection_text: "{}",
+            target: Some(&target),
+            rate_per_sec: Some(2_500),
+            include_replayed: false,
+            canary: None,
+            start: true,
+        })
+        .await
+        .unwrap();
+    let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
+    let wait_published = |n: i64| async move {
+        let start = Instant::now();
+        while published().await < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "job stalled before {n}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    wait_published(3_000).await;
+    rabbitmqctl(&[
+        "close_all_connections",
+        "-p",
+        &vhost.name,
+        "closed by the job test",
+    ]);
+    let at_close = published().await;
+    wait_published(at_close + 4_000).await;
+    first.start_kill().unwrap(); // SIGKILL
+    first.wait().await.unwrap();
+    let at_kill = published().await;
+    assert!(
+        at_kill < JOB_SIZE as i64,
+        "killed too late ({at_kill} published)"
+    );
+
+    let mut second = lazarus_process(&vhost.url(), dlq, &db, &flags);
+    let start = Instant::now();
+    let job = loop {
+        let job = archive.job(job.id).await.unwrap().unwrap();
+        if job.state.is_final() {
+            break job;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "job not finished: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(job.state.as_str(), "completed");
+    assert_eq!(job.total, JOB_SIZE as i64);
+    assert_eq!(job.counts.published, JOB_SIZE as i64, "{:?}", job.counts);
+    assert_eq!(job.counts.pending, 0);
+    assert_eq!(
+        count_rows(
+            &db,
+            "SELECT COUNT(*) FROM replay_job_items WHERE outcome = 'published'"
+        )
+        .await,
+        JOB_SIZE as i64,
+        "every message has exactly one final outcome"
+    );
+
+    let links = drain_links(&vhost.url(), work).await;
+    let distinct: std::collections::HashSet<&String> = links.iter().collect();
+    assert_eq!(distinct.len(), JOB_SIZE, "every message arrived");
+    let duplicates = links.len() - distinct.len();
+    assert!(
+        duplicates <= 2 * WINDOW,
+        "{duplicates} copies published twice: more than one window per interruption"
+    );
+    eprintln!(
+        "connection closed at {at_close}, SIGKILL at {at_kill} of {JOB_SIZE} published; \
+         {duplicates} published twice"
+    );
+    let pid = second.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), second.wait())
+        .await
+        .expect("SIGTERM stops lazarus")
+        .unwrap();
+    assert!(status.success(), "lazarus exited with {status}");
+}
