@@ -427,15 +427,34 @@ pub async fn http_request(
     path: &str,
     json: Option<&str>,
 ) -> HttpResponse {
+    http_send(addr, method, path, json.map(|b| ("application/json", b))).await
+}
+
+/// POSTs an HTML form (`a=1&b=2`), as a browser without script would.
+pub async fn post_form(addr: SocketAddr, path: &str, form: &str) -> HttpResponse {
+    http_send(
+        addr,
+        "POST",
+        path,
+        Some(("application/x-www-form-urlencoded", form)),
+    )
+    .await
+}
+
+async fn http_send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    typed_body: Option<(&str, &str)>,
+) -> HttpResponse {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let body = json.unwrap_or("");
-    let content = if json.is_some() {
-        format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+    let body = typed_body.map_or("", |(_, b)| b);
+    let content = match typed_body {
+        Some((content_type, body)) => format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
             body.len()
-        )
-    } else {
-        String::new()
+        ),
+        None => String::new(),
     };
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content}\r\n{body}"

@@ -670,3 +670,163 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
         .unwrap();
     assert!(status.success(), "lazarus exited with {status}");
 }
+
+#[tokio::test]
+async fn the_pages_plan_start_and_follow_a_replay_without_script() {
+    let p = unique("jobpages");
+    let (queue, dlq) = (format!("{p}.q"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&queue, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, "pg", 3).await;
+    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let ids = app.ids(&dlq).await;
+
+    let list = app.get(&format!("/messages?queue={dlq}")).await.text();
+    assert!(list.contains(r#"<form id="selection""#), "{list}");
+    assert!(list.contains(&format!(
+        r#"<input type="hidden" form="selection" name="queue" value="{dlq}">"#
+    )));
+
+    // Nothing ticked: a clear page, not a plan.
+    let none = post_form(
+        app.addr,
+        "/messages/select",
+        &format!("queue={dlq}&action=plan"),
+    )
+    .await;
+    assert_eq!(none.status, 400);
+    assert!(none.text().contains("tick the messages"));
+
+    // Two ticked rows, a chosen target and a rate: a plan page.
+    let form = format!(
+        "id={}&id={}&target_exchange=&target_routing_key={queue}&rate_per_sec=100&action=plan",
+        ids[0], ids[1]
+    );
+    let planned = post_form(app.addr, "/messages/select", &form).await;
+    assert_eq!(planned.status, 303, "{}", planned.text());
+    let location = planned.header("location").unwrap().to_owned();
+    let page = app.get(&location).await.text();
+    assert!(page.contains("Replay plan"), "{page}");
+    assert!(
+        page.contains("<strong>2</strong>"),
+        "two to publish: {page}"
+    );
+    assert!(page.contains("Start replay"));
+    assert_eq!(t.depth(&queue).await, 0);
+
+    // Start from the page; the progress partial is what htmx polls.
+    let started = post_form(app.addr, &format!("{location}/start"), "").await;
+    assert_eq!(started.status, 303);
+    t.wait_for_depth(&queue, 2, Duration::from_secs(10)).await;
+    let id = location.trim_start_matches("/replays/");
+    app.wait_for_job(id, Duration::from_secs(10), |j| state(j) == "completed")
+        .await;
+    let progress = app.get(&format!("{location}/progress")).await.text();
+    assert!(progress.contains("completed"), "{progress}");
+    assert!(
+        !progress.contains("hx-trigger"),
+        "a finished job is not polled"
+    );
+    let page = app
+        .get(&format!("{location}?outcome=published"))
+        .await
+        .text();
+    assert!(page.contains(&format!(r#"href="/messages/{}""#, ids[1])));
+    assert!(app.get("/replays").await.text().contains(&location));
+    assert_eq!(app.get("/replays/12345678").await.status, 404);
+    assert_eq!(
+        app.get(&format!("{location}?outcome=bogus")).await.status,
+        400
+    );
+
+    // Every message matching the filters, dismissed with a note.
+    let dismissed = post_form(
+        app.addr,
+        "/messages/select",
+        &format!("queue={dlq}&all_matching=1&action=dismiss&note=load+test"),
+    )
+    .await;
+    assert_eq!(dismissed.status, 303);
+    assert_eq!(
+        app.json(&format!("/api/messages/{}", ids[2]), 200).await["status"],
+        "dismissed"
+    );
+    let audit = app.get("/audit").await.text();
+    assert!(audit.contains("load test"), "{audit}");
+    assert!(audit.contains(&format!(r#"href="{location}""#)));
+    t.cleanup().await;
+}
+
+/// Runs `lazarus replay` against an archive file and broker; returns (exit code, stdout).
+async fn lazarus_replay(db: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .arg("replay")
+        .args(args)
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", db.display()))
+        .env("LAZARUS_AMQP_URL", amqp_url())
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("lazarus replay {args:?}:\n{stdout}{stderr}");
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+#[tokio::test]
+async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
+    let p = unique("cli");
+    let (queue, dlq, exchange) = (format!("{p}.q"), format!("{p}.dlq"), format!("{p}.ex"));
+    let mut t = Topology::new().await;
+    t.queue(&queue, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    t.exchange(&exchange, ExchangeKind::Direct).await;
+    let mut app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, "cli", 5).await;
+    app.wait_for_archived(5, Duration::from_secs(10)).await;
+    app.stop().await; // the CLI runs its job itself
+    let db = app.db_path.clone();
+    let target = format!("/{queue}");
+
+    let (code, out) =
+        lazarus_replay(&db, &["--queue", &dlq, "--target", &target, "--dry-run"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("5 messages selected, 5 to publish"), "{out}");
+    assert!(out.contains("Dry run"));
+    assert_eq!(t.depth(&queue).await, 0);
+
+    let (code, out) = lazarus_replay(
+        &db,
+        &["--queue", &dlq, "--target", &target, "--rate", "1000"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("completed: 5/5 settled · published 5"),
+        "{out}"
+    );
+    t.wait_for_depth(&queue, 5, Duration::from_secs(5)).await;
+
+    // Already replayed: skipped, nothing to publish, still a clean run.
+    let (code, out) = lazarus_replay(&db, &["--queue", &dlq, "--target", &target]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("5 already replayed"), "{out}");
+
+    // Nothing bound for the key: unroutable, so the exit code says it failed.
+    let unbound = format!("{exchange}/nowhere");
+    let (code, out) = lazarus_replay(
+        &db,
+        &["--queue", &dlq, "--target", &unbound, "--include-replayed"],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unroutable 5"), "{out}");
+
+    let (code, _) = lazarus_replay(&db, &["--target", &target]).await;
+    assert_ne!(code, 0, "no selection is refused");
+    t.cleanup().await;
+}
