@@ -400,12 +400,15 @@ async fn lazarus(archive: &Timed, url: &str, dlq: &str, run: usize, n: usize) ->
 
 /// The baseline: the same messages, held in memory, published on a confirm channel with
 /// `mandatory` and at most `window` confirms outstanding (opening its connection is timed,
-/// as the job's is).
+/// as the job's is). With `steps`, it also waits for every outstanding confirm after each
+/// `window` messages, as the job's runner does between two steps (a diagnosis, not the
+/// baseline).
 async fn raw(
     url: &str,
     exchange: &str,
     messages: &[(Vec<u8>, BasicProperties)],
     window: usize,
+    steps: bool,
 ) -> Duration {
     let start = Instant::now();
     let connection = Connection::connect(url, ConnectionProperties::default())
@@ -416,13 +419,18 @@ async fn raw(
         .confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    let mut pending = VecDeque::with_capacity(window);
+    let mut pending: VecDeque<lapin::PublisherConfirm> = VecDeque::with_capacity(window);
     let settle = |c: Confirmation| {
         assert!(matches!(c, Confirmation::Ack(None)), "not published: {c:?}");
     };
-    for (body, props) in messages {
+    for (i, (body, props)) in messages.iter().enumerate() {
+        if steps && i % window == 0 {
+            for confirm in pending.drain(..) {
+                settle(confirm.await.unwrap());
+            }
+        }
         if pending.len() >= window {
-            let confirm: lapin::PublisherConfirm = pending.pop_front().unwrap();
+            let confirm = pending.pop_front().unwrap();
             settle(confirm.await.unwrap());
         }
         pending.push_back(
@@ -664,14 +672,17 @@ async fn main() {
         .await
         .unwrap();
 
-    let (mut laz_runs, mut raw_runs) = (Vec::new(), Vec::new());
+    let (mut laz_runs, mut raw_runs, mut step_runs) = (Vec::new(), Vec::new(), Vec::new());
     for run in 1..=runs {
         println!("run {run}/{runs}: lazarus replay job...");
         let laz = lazarus(&archive, &url, &dlq, run, n).await;
         check_and_purge(&channel, &target, n).await;
         laz_runs.push(laz);
         println!("run {run}/{runs}: raw lapin publisher...");
-        raw_runs.push(raw(&url, &exchange, &messages, window).await);
+        raw_runs.push(raw(&url, &exchange, &messages, window, false).await);
+        check_and_purge(&channel, &target, n).await;
+        println!("run {run}/{runs}: raw lapin publisher in the job's steps...");
+        step_runs.push(raw(&url, &exchange, &messages, window, true).await);
         check_and_purge(&channel, &target, n).await;
     }
     let moved = shovel(&channel, &base, &messages).await;
@@ -716,18 +727,21 @@ async fn main() {
     }
     println!();
     println!(
-        "| lazarus run | create_job | advance_job (steps) | publishing and confirms (the rest) |"
+        "| lazarus run | in all | create_job | advance_job (calls) | publishing and confirms \
+         (the rest) | raw in the job's steps of {window}, no database |"
     );
-    println!("|---|---|---|---|");
-    for (i, laz) in laz_runs.iter().enumerate() {
+    println!("|---|---|---|---|---|---|");
+    for (i, (laz, steps)) in laz_runs.iter().zip(&step_runs).enumerate() {
         let publishing = laz.total.saturating_sub(laz.create + laz.advance);
         println!(
-            "| {} | {} s | {} s ({}) | {} s |",
+            "| {} | {} s | {} s | {} s ({}) | {} s | {} s |",
             i + 1,
+            s(laz.total),
             s(laz.create),
             s(laz.advance),
             laz.steps,
-            s(publishing)
+            s(publishing),
+            s(*steps)
         );
     }
     println!();

@@ -213,8 +213,12 @@ impl ServeConfig {
         }
     }
 
-    pub fn runner_settings(&self) -> RunnerSettings {
+    pub fn runner_settings(
+        &self,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> RunnerSettings {
         RunnerSettings {
+            metrics,
             window: self.replay_window.max(1),
             lease: Duration::from_secs(self.job_lease_secs.max(1)),
             ..RunnerSettings::new(&self.connection.amqp_url)

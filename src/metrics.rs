@@ -27,6 +27,12 @@ pub struct IngestErrorLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `published`, `unroutable`, `nacked` or `failed`.
+    pub outcome: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -36,6 +42,7 @@ pub struct Metrics {
     pub batch_commit_seconds: Histogram,
     pub consumer_connected: Family<QueueLabels, Gauge>,
     pub ingest_errors: Family<IngestErrorLabels, Counter>,
+    replayed: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -47,6 +54,7 @@ impl Default for Metrics {
         let batch_commit_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let consumer_connected = Family::<QueueLabels, Gauge>::default();
         let ingest_errors = Family::<IngestErrorLabels, Counter>::default();
+        let replayed = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "archived_messages",
             "Messages in the archive, by DLQ and first-death reason",
@@ -77,8 +85,14 @@ impl Default for Metrics {
             "Ingest failures by DLQ and kind (broker, queue_missing, database, crash)",
             ingest_errors.clone(),
         );
+        registry.register(
+            "replayed_messages",
+            "Replay outcomes this process reported (single replays and jobs), by outcome",
+            replayed.clone(),
+        );
         Metrics {
             registry,
+            replayed,
             archived,
             ingested,
             duplicates,
@@ -97,6 +111,14 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    pub fn replayed(&self, outcome: &str, n: u64) {
+        self.replayed
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc_by(n);
     }
 
     pub fn set_connected(&self, queue: &str, connected: bool) {

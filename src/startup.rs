@@ -97,7 +97,7 @@ impl Application {
         }
         tracker.spawn(job::run(
             self.state.archive.clone(),
-            self.config.runner_settings(),
+            self.config.runner_settings(self.state.metrics.clone()),
             self.state.jobs_wake.clone(),
             token.clone(),
         ));

@@ -22,6 +22,7 @@ use crate::archive::{
     Archive, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, OutgoingMessage,
     ReplayJob,
 };
+use crate::metrics::Metrics;
 
 /// How a runner works.
 #[derive(Debug, Clone)]
@@ -37,6 +38,8 @@ pub struct RunnerSettings {
     pub step_bytes: u64,
     /// How often an idle runner looks for a job (a local request wakes it at once).
     pub poll: Duration,
+    /// Where publish outcomes are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl RunnerSettings {
@@ -48,6 +51,7 @@ impl RunnerSettings {
             window: 500,
             step_bytes: 8 * 1024 * 1024,
             poll: Duration::from_secs(1),
+            metrics: Arc::new(Metrics::default()),
         }
     }
 
@@ -365,6 +369,9 @@ impl<'a> Runner<'a> {
                 })
                 .await;
             sent += messages.len() as u64;
+            for o in outcomes.iter().filter(|o| !o.retry) {
+                self.settings.metrics.replayed(o.outcome, 1);
+            }
             if let Some(left) = canary_left.as_mut() {
                 *left = (*left - messages.len() as i64).max(0);
                 canary_published = Instant::now();

@@ -400,6 +400,7 @@ async fn replay_message(
         },
     )
     .await?;
+    state.metrics.replayed(&record.outcome, 1);
     Ok(Json(record))
 }
 

@@ -419,6 +419,7 @@ pub async fn replay_form(
     )
     .await
     .map_err(|e| page_error(e.into()))?;
+    state.metrics.replayed(&record.outcome, 1);
     if is_htmx(&headers) {
         return Ok(render(&ReplayResultPartial {
             row: ReplayRow::new(&record),
