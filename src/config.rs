@@ -31,7 +31,7 @@ pub enum Command {
     /// Replay archived messages from the command line: select them with the list's filters
     /// (or ids), print the plan, then publish here with progress. Exits non-zero when a
     /// message could not be published, a canary paused the job, or it was interrupted.
-    Replay(ReplayConfig),
+    Replay(Box<ReplayConfig>),
 }
 
 #[derive(Debug, Clone, Args)]

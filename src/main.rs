@@ -26,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
                 shutdown_signal().await;
                 trigger.cancel();
             });
-            let ending = lazarus::replay::cli::run(replay, token).await?;
+            let ending = lazarus::replay::cli::run(*replay, token).await?;
             std::process::exit(ending as i32)
         }
     }

@@ -14,7 +14,7 @@ pub enum Selection {
     /// These archive ids (unknown ones are ignored).
     Ids(Vec<i64>),
     /// Every message the list shows for this filter at the moment the action is taken.
-    Filter(MessageFilter),
+    Filter(Box<MessageFilter>),
 }
 
 /// Replay only the first `count` messages, wait `wait_secs`, and go on only if at most

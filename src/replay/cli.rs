@@ -248,7 +248,7 @@ mod tests {
         let mut all = vec!["lazarus", "replay"];
         all.extend_from_slice(args);
         match Cli::parse_from(all).command {
-            Command::Replay(c) => c,
+            Command::Replay(c) => *c,
             _ => unreachable!(),
         }
     }

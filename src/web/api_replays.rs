@@ -82,7 +82,7 @@ impl SelectionRequest {
                 let filter = filter.filters_only();
                 let (parsed, _) = filter.parse(business_fields)?;
                 let text = json!({ "filter": filter }).to_string();
-                Ok((Selection::Filter(parsed), text))
+                Ok((Selection::Filter(Box::new(parsed)), text))
             }
             _ => Err(AppError::BadRequest(
                 "give either \"ids\" or \"filter\" (the list's filters) to select messages".into(),

@@ -570,10 +570,10 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     let archive = lazarus::archive::open(&format!("sqlite://{}", db.display()))
         .await
         .unwrap();
-    let selection = Selection::Filter(MessageFilter {
+    let selection = Selection::Filter(Box::new(MessageFilter {
         queue: Some(dlq.into()),
         ..Default::default()
-    });
+    }));
     let target = ReplayTarget {
         exchange: String::new(),
         routing_key: work.into(),
