@@ -15,6 +15,12 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     BadRequest(String),
+    /// Not signed in (or an unknown token).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Signed in, but the role does not allow it (or a cross-site request).
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
     /// A dependency (the broker) is unreachable.
@@ -41,6 +47,8 @@ impl AppError {
         match self {
             AppError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
+            AppError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m.clone()),
+            AppError::Forbidden(m) => (StatusCode::FORBIDDEN, m.clone()),
             AppError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
             AppError::Archive(e @ ArchiveError::UnknownJob(_)) => {
                 (StatusCode::NOT_FOUND, e.to_string())

@@ -12,9 +12,12 @@ mod messages;
 mod overview;
 mod payload;
 mod replays;
+mod security;
 
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::Notify;
@@ -76,5 +79,9 @@ pub fn router(state: AppState) -> Router {
         .nest("/api", api::routes().merge(api_replays::routes()))
         .fallback(error::not_found)
         .with_state(state)
+        .layer(DefaultBodyLimit::max(security::MAX_REQUEST_BYTES))
+        .layer(middleware::from_fn(security::refuse_cross_site))
+        .layer(middleware::from_fn(security::time_limit))
+        .layer(middleware::from_fn(security::security_headers))
         .layer(TraceLayer::new_for_http())
 }
