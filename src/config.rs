@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::amqp::consumer::BatchSettings;
-use crate::archive::{BusinessField, IngestRules};
+use crate::archive::{BusinessField, IngestRules, Role};
+use crate::auth::{AuthMode, AuthSettings};
 use crate::replay::job::RunnerSettings;
 
 #[derive(Debug, Parser)]
@@ -32,6 +33,68 @@ pub enum Command {
     /// (or ids), print the plan, then publish here with progress. Exits non-zero when a
     /// message could not be published, a canary paused the job, or it was interrupted.
     Replay(Box<ReplayConfig>),
+    /// Manage the users who sign in with `--auth users` (or whose role the proxy uses).
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Manage API tokens for automation.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum UserCommand {
+    /// Add a user (or change their role). The password is read from LAZARUS_PASSWORD or
+    /// the first line of standard input; --no-password for users of the trusted proxy.
+    Add {
+        name: String,
+        #[arg(long, default_value = "viewer")]
+        role: Role,
+        #[arg(long)]
+        no_password: bool,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Set a new password (read like `add`'s); ends the user's sessions.
+    Passwd {
+        name: String,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Remove a user and end their sessions.
+    Remove {
+        name: String,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// List the users and their roles.
+    List {
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token and print it (only its hash is kept).
+    Create {
+        /// What uses it, e.g. ci-replay.
+        name: String,
+        #[arg(long, default_value = "viewer")]
+        role: Role,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Revoke a token by its id.
+    Revoke {
+        id: i64,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// List the tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -193,6 +256,31 @@ pub struct ServeConfig {
     /// another instance (or a restart) takes it over.
     #[arg(long, env = "LAZARUS_JOB_LEASE_SECS", default_value_t = 15)]
     pub job_lease_secs: u64,
+
+    /// How callers sign in: none (loopback only), users (built-in, `lazarus user add`) or
+    /// proxy (X-Forwarded-User from --trusted-proxy addresses).
+    #[arg(long, env = "LAZARUS_AUTH", value_enum, default_value = "none")]
+    pub auth: AuthMode,
+
+    /// An address whose X-Forwarded-User and X-Forwarded-Email are believed (repeatable).
+    #[arg(
+        long = "trusted-proxy",
+        env = "LAZARUS_TRUSTED_PROXY",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+
+    /// The role of a proxy user who has no role set with `lazarus user add NAME --role`.
+    #[arg(long, env = "LAZARUS_PROXY_DEFAULT_ROLE", default_value = "viewer")]
+    pub proxy_default_role: Role,
+
+    /// A signed-in session unused this many seconds is ended.
+    #[arg(long, env = "LAZARUS_SESSION_IDLE_SECS", default_value_t = 3600)]
+    pub session_idle_secs: u64,
+
+    /// Mark the session cookie Secure: set it when people reach Lazarus over HTTPS.
+    #[arg(long, env = "LAZARUS_SECURE_COOKIES")]
+    pub secure_cookies: bool,
 }
 
 impl ServeConfig {
@@ -213,6 +301,27 @@ impl ServeConfig {
         }
     }
 
+    /// The authentication settings; `none` is refused on anything but a loopback address.
+    pub fn auth_settings(&self) -> Result<AuthSettings, String> {
+        if self.auth == AuthMode::None && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "--auth none lets anyone who reaches {} replay messages: it is only allowed on a \
+                 loopback address. Use --auth users or --auth proxy.",
+                self.listen
+            ));
+        }
+        if self.auth == AuthMode::Proxy && self.trusted_proxies.is_empty() {
+            return Err("--auth proxy needs --trusted-proxy: the proxy's address".into());
+        }
+        Ok(AuthSettings {
+            mode: self.auth,
+            trusted_proxies: self.trusted_proxies.clone(),
+            proxy_default_role: self.proxy_default_role,
+            session_idle: Duration::from_secs(self.session_idle_secs.max(1)),
+            secure_cookies: self.secure_cookies,
+        })
+    }
+
     pub fn runner_settings(
         &self,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
@@ -230,7 +339,7 @@ impl ServeConfig {
         match Cli::parse_from(["lazarus", "serve"]).command {
             Command::Serve(config) => config,
             Command::Demo(demo) => demo.serve,
-            Command::Replay(_) => unreachable!("parsed as serve"),
+            _ => unreachable!("parsed as serve"),
         }
     }
 }
@@ -249,6 +358,8 @@ impl fmt::Debug for ServeConfig {
             .field("fields", &self.fields)
             .field("replay_window", &self.replay_window)
             .field("job_lease_secs", &self.job_lease_secs)
+            .field("auth", &self.auth)
+            .field("trusted_proxies", &self.trusted_proxies)
             .finish()
     }
 }

@@ -2,8 +2,10 @@
 //! and serves them through a web dashboard and a JSON API.
 #![forbid(unsafe_code)]
 
+pub mod accounts_cli;
 pub mod amqp;
 pub mod archive;
+pub mod auth;
 pub mod body;
 pub mod config;
 pub mod death;

@@ -19,6 +19,8 @@ async fn main() -> anyhow::Result<()> {
                 .await
         }
         Command::Demo(demo) => run_demo(demo).await,
+        Command::User(command) => lazarus::accounts_cli::user(command).await,
+        Command::Token(command) => lazarus::accounts_cli::token(command).await,
         Command::Replay(replay) => {
             let token = tokio_util::sync::CancellationToken::new();
             let trigger = token.clone();

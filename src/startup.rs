@@ -46,11 +46,13 @@ impl Application {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
-        let state = AppState::new(
+        let auth = config.auth_settings().map_err(anyhow::Error::msg)?;
+        let mut state = AppState::new(
             archive,
             config.fields.iter().map(|f| f.name.clone()).collect(),
             &config.connection.amqp_url,
         );
+        state.auth = Arc::new(auth);
         Ok(Application {
             config,
             listener,
@@ -110,7 +112,8 @@ impl Application {
             trigger.cancel();
         });
         tracing::info!(address = %self.local_addr(), queues = ?self.config.queues, "lazarus is serving");
-        let served = axum::serve(self.listener, web::router(self.state))
+        let app = web::router(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(token.clone().cancelled_owned())
             .await;
         // Whatever stopped the server also stops the consumers.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{id_as_string, MessageFilter};
+use super::{id_as_string, Actor, MessageFilter};
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::ReplayTarget;
 
@@ -32,7 +32,7 @@ pub struct Canary {
 pub struct JobSpec<'a> {
     /// The same key never makes a second job: a retried request gets the first one back.
     pub request_key: &'a str,
-    pub actor: &'a str,
+    pub actor: &'a Actor,
     pub selection: &'a Selection,
     /// What the user asked for (JSON), kept for the job page and the audit log.
     pub selection_text: &'a str,
@@ -258,11 +258,14 @@ pub struct AuditEntry {
     pub at: OffsetDateTime,
     pub actor: String,
     /// `replay`, `edit_replay`, `dismiss`, `job_plan`, `job_start`, `job_pause`,
-    /// `job_resume`, `job_cancel`, `job_canary_pause`, `job_complete`.
+    /// `job_resume`, `job_cancel`, `job_complete`, `login`, `login_failed`, `logout`,
+    /// `user_put`, `user_password`, `user_remove`, `token_create`, `token_revoke`.
     pub action: String,
     pub job_id: Option<String>,
     pub message_id: Option<String>,
     pub summary: String,
+    /// The client's address, when it came over the network.
+    pub source: Option<String>,
 }
 
 /// A replay with a changed body and/or headers; the original stays archived as it was.

@@ -1,9 +1,11 @@
 //! The archive: the [`Archive`] trait every backend implements, the records it stores and
 //! returns, list filters and keyset pages. The backend is chosen from the database URL.
 
+mod accounts;
 mod jobs;
 mod record;
 mod sqlite;
+mod sqlite_accounts;
 mod sqlite_jobs;
 
 use std::collections::BTreeMap;
@@ -16,6 +18,7 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
 
+pub use accounts::{Actor, Role, TokenRecord, UserRecord};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
     JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
@@ -114,7 +117,7 @@ pub struct MessageSummary {
     pub fields: BTreeMap<String, String>,
 }
 
-fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+pub fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
 }
 
@@ -329,7 +332,7 @@ pub trait Archive: Send + Sync + 'static {
         &self,
         message_id: i64,
         request_key: &str,
-        actor: &str,
+        actor: &Actor,
         target: &ReplayTarget,
         edit: Option<&ReplayEdit>,
     ) -> Result<ReplayStart, ArchiveError>;
@@ -363,7 +366,7 @@ pub trait Archive: Send + Sync + 'static {
         &self,
         id: i64,
         action: JobAction,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<ReplayJob, ArchiveError>;
     /// Takes the oldest queued job (or job `only`), or a running one whose runner's lease
     /// ran out, for `owner` until `lease_ms` from now.
@@ -414,7 +417,7 @@ pub trait Archive: Send + Sync + 'static {
         selection: &Selection,
         selection_text: &str,
         note: &str,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<u64, ArchiveError>;
     /// The audit log, newest first, before entry id `before`.
     async fn audit_log(
@@ -422,6 +425,47 @@ pub trait Archive: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, ArchiveError>;
+    /// Adds a user, or changes the role (and password, when given) of an existing one.
+    async fn put_user(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+        role: Role,
+        by: &Actor,
+    ) -> Result<(), ArchiveError>;
+    /// `false` when there is no such user.
+    async fn set_password(
+        &self,
+        name: &str,
+        password_hash: &str,
+        by: &Actor,
+    ) -> Result<bool, ArchiveError>;
+    /// Removes a user and ends their sessions; `false` when there was none.
+    async fn remove_user(&self, name: &str, by: &Actor) -> Result<bool, ArchiveError>;
+    async fn user(&self, name: &str) -> Result<Option<UserRecord>, ArchiveError>;
+    async fn users(&self) -> Result<Vec<UserRecord>, ArchiveError>;
+    async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError>;
+    /// The user of a session used within the last `idle_ms` (an idle one is ended).
+    async fn session_user(
+        &self,
+        token_hash: &str,
+        idle_ms: u64,
+    ) -> Result<Option<UserRecord>, ArchiveError>;
+    async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError>;
+    async fn create_token(
+        &self,
+        name: &str,
+        token_hash: &str,
+        role: Role,
+        by: &Actor,
+    ) -> Result<i64, ArchiveError>;
+    /// The token with this hash, unless revoked.
+    async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError>;
+    /// `false` when there is no such token or it was revoked already.
+    async fn revoke_token(&self, id: i64, by: &Actor) -> Result<bool, ArchiveError>;
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ArchiveError>;
+    /// Appends an audit entry that no other change goes with (a login, a failed login).
+    async fn record(&self, actor: &Actor, action: &str, summary: &str) -> Result<(), ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }

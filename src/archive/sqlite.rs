@@ -11,15 +11,16 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::sqlite_accounts;
 use super::sqlite_jobs::{self, audit};
+use super::{
+    Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
+    ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
+};
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
     MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
     ReplayStart, StoreOutcome, StoredBody, NO_REASON,
-};
-use super::{
-    AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
-    ReplayEdit, ReplayJob, Selection,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -563,7 +564,7 @@ impl Archive for SqliteArchive {
         &self,
         message_id: i64,
         request_key: &str,
-        actor: &str,
+        actor: &Actor,
         target: &ReplayTarget,
         edit: Option<&ReplayEdit>,
     ) -> Result<ReplayStart, ArchiveError> {
@@ -582,7 +583,7 @@ impl Archive for SqliteArchive {
         )
         .bind(message_id)
         .bind(request_key)
-        .bind(actor)
+        .bind(&actor.name)
         .bind(millis(OffsetDateTime::now_utc()))
         .bind(&target.exchange)
         .bind(&target.routing_key)
@@ -683,7 +684,7 @@ impl Archive for SqliteArchive {
         &self,
         id: i64,
         action: JobAction,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<ReplayJob, ArchiveError> {
         sqlite_jobs::control_job(&self.pool, id, action, actor).await
     }
@@ -743,7 +744,7 @@ impl Archive for SqliteArchive {
         selection: &Selection,
         selection_text: &str,
         note: &str,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<u64, ArchiveError> {
         sqlite_jobs::dismiss(&self.pool, selection, selection_text, note, actor).await
     }
@@ -754,6 +755,82 @@ impl Archive for SqliteArchive {
         limit: u32,
     ) -> Result<Vec<AuditEntry>, ArchiveError> {
         sqlite_jobs::audit_log(&self.pool, before, limit).await
+    }
+
+    async fn put_user(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+        role: Role,
+        by: &Actor,
+    ) -> Result<(), ArchiveError> {
+        sqlite_accounts::put_user(&self.pool, name, password_hash, role, by).await
+    }
+
+    async fn set_password(
+        &self,
+        name: &str,
+        password_hash: &str,
+        by: &Actor,
+    ) -> Result<bool, ArchiveError> {
+        sqlite_accounts::set_password(&self.pool, name, password_hash, by).await
+    }
+
+    async fn remove_user(&self, name: &str, by: &Actor) -> Result<bool, ArchiveError> {
+        sqlite_accounts::remove_user(&self.pool, name, by).await
+    }
+
+    async fn user(&self, name: &str) -> Result<Option<UserRecord>, ArchiveError> {
+        sqlite_accounts::user(&self.pool, name).await
+    }
+
+    async fn users(&self) -> Result<Vec<UserRecord>, ArchiveError> {
+        sqlite_accounts::users(&self.pool).await
+    }
+
+    async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError> {
+        sqlite_accounts::create_session(&self.pool, token_hash, user).await
+    }
+
+    async fn session_user(
+        &self,
+        token_hash: &str,
+        idle_ms: u64,
+    ) -> Result<Option<UserRecord>, ArchiveError> {
+        sqlite_accounts::session_user(&self.pool, token_hash, idle_ms).await
+    }
+
+    async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError> {
+        sqlite_accounts::end_session(&self.pool, token_hash).await
+    }
+
+    async fn create_token(
+        &self,
+        name: &str,
+        token_hash: &str,
+        role: Role,
+        by: &Actor,
+    ) -> Result<i64, ArchiveError> {
+        sqlite_accounts::create_token(&self.pool, name, token_hash, role, by).await
+    }
+
+    async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError> {
+        sqlite_accounts::token(&self.pool, token_hash).await
+    }
+
+    async fn revoke_token(&self, id: i64, by: &Actor) -> Result<bool, ArchiveError> {
+        sqlite_accounts::revoke_token(&self.pool, id, by).await
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ArchiveError> {
+        sqlite_accounts::tokens(&self.pool).await
+    }
+
+    async fn record(&self, actor: &Actor, action: &str, summary: &str) -> Result<(), ArchiveError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        audit(&mut tx, actor, action, None, None, summary).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), ArchiveError> {

@@ -7,8 +7,8 @@ use time::OffsetDateTime;
 
 use super::sqlite::{from_millis, millis, push_filter};
 use super::{
-    ArchiveError, AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem,
-    JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayJob, Selection, TargetCount,
+    Actor, ArchiveError, AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts,
+    JobItem, JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayJob, Selection, TargetCount,
 };
 use crate::death::ReplayTarget;
 
@@ -36,21 +36,22 @@ fn now() -> i64 {
 /// Appends one line to the audit log, inside the transaction of what it records.
 pub async fn audit(
     tx: &mut Transaction<'_, Sqlite>,
-    actor: &str,
+    actor: &Actor,
     action: &str,
     job_id: Option<i64>,
     message_id: Option<i64>,
     summary: &str,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO audit_log (at, actor, action, job_id, message_id, summary) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO audit_log (at, actor, action, job_id, message_id, summary, source) VALUES (?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(now())
-    .bind(actor)
+    .bind(&actor.name)
     .bind(action)
     .bind(job_id)
     .bind(message_id)
     .bind(summary)
+    .bind(&actor.source)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -231,7 +232,7 @@ pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJ
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '{}', ?) ON CONFLICT (request_key) DO NOTHING RETURNING id",
     )
     .bind(spec.request_key)
-    .bind(spec.actor)
+    .bind(&spec.actor.name)
     .bind(now())
     .bind(spec.selection_text)
     .bind(spec.target.map(|t| &t.exchange))
@@ -440,7 +441,7 @@ pub async fn control_job(
     pool: &SqlitePool,
     id: i64,
     action: JobAction,
-    actor: &str,
+    actor: &Actor,
 ) -> Result<ReplayJob, ArchiveError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let job = job_in(&mut tx, id).await?;
@@ -785,7 +786,15 @@ async fn complete(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), Archi
         "replay job {id} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
         c.published, c.unroutable, c.nacked, c.failed, c.skipped
     );
-    audit(tx, &job.actor, "job_complete", Some(id), None, &summary).await?;
+    audit(
+        tx,
+        &Actor::system("lazarus"),
+        "job_complete",
+        Some(id),
+        None,
+        &summary,
+    )
+    .await?;
     Ok(())
 }
 
@@ -815,7 +824,15 @@ pub async fn release_job(
             "replay job {id} paused: {}",
             detail.unwrap_or("no reason given")
         );
-        audit(&mut tx, "lazarus", "job_pause", Some(id), None, &summary).await?;
+        audit(
+            &mut tx,
+            &Actor::system("lazarus"),
+            "job_pause",
+            Some(id),
+            None,
+            &summary,
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(())
@@ -875,7 +892,7 @@ pub async fn dismiss(
     selection: &Selection,
     selection_text: &str,
     note: &str,
-    actor: &str,
+    actor: &Actor,
 ) -> Result<u64, ArchiveError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let mut q =
@@ -901,7 +918,7 @@ pub async fn audit_log(
     limit: u32,
 ) -> Result<Vec<AuditEntry>, ArchiveError> {
     let rows = sqlx::query(
-        "SELECT id, at, actor, action, job_id, message_id, summary FROM audit_log \
+        "SELECT id, at, actor, action, job_id, message_id, summary, source FROM audit_log \
          WHERE id < ? ORDER BY id DESC LIMIT ?",
     )
     .bind(before.unwrap_or(i64::MAX))
@@ -922,6 +939,7 @@ pub async fn audit_log(
                     .try_get::<Option<i64>, _>("message_id")?
                     .map(|i| i.to_string()),
                 summary: row.try_get("summary")?,
+                source: row.try_get("source")?,
             })
         })
         .collect()

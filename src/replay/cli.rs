@@ -9,10 +9,9 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{run_one, RunnerSettings};
-use crate::archive::{self, Archive, Canary, JobSpec, JobState, ReplayJob};
+use crate::archive::{self, Actor, Archive, Canary, JobSpec, JobState, ReplayJob};
 use crate::config::{redact_url, ReplayConfig};
 use crate::death::ReplayTarget;
-use crate::replay::single::ANONYMOUS_ACTOR;
 use crate::web::{JobRequest, ListParams};
 
 /// How `lazarus replay` ended, as its exit code says.
@@ -100,6 +99,12 @@ impl ReplayConfig {
     }
 }
 
+/// The command line's actor in the audit log: `cli:` and the OS user.
+pub fn cli_actor() -> Actor {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    Actor::system(&format!("cli:{user}"))
+}
+
 /// The plan, as printed before anything is published.
 pub fn plan_text(job: &ReplayJob) -> String {
     let p = &job.plan;
@@ -172,7 +177,7 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
     let job = archive
         .create_job(&JobSpec {
             request_key: &key,
-            actor: ANONYMOUS_ACTOR,
+            actor: &cli_actor(),
             selection: &selection,
             selection_text: &selection_text,
             target: request.target.as_ref(),

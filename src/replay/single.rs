@@ -5,13 +5,10 @@
 use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
 use crate::archive::{
-    Archive, ArchiveError, ArchivedMessage, MessageStatus, ReplayEdit, ReplayRecord, ReplayStart,
-    StoredBody,
+    Actor, Archive, ArchiveError, ArchivedMessage, MessageStatus, ReplayEdit, ReplayRecord,
+    ReplayStart, StoredBody,
 };
 use crate::death::ReplayTarget;
-
-/// Who replays, until authentication exists.
-pub const ANONYMOUS_ACTOR: &str = "anonymous";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -82,7 +79,7 @@ pub struct SingleReplay<'a> {
     /// A changed body and/or headers (the archived message stays as it was).
     pub edit: Option<ReplayEdit>,
     pub request_key: &'a str,
-    pub actor: &'a str,
+    pub actor: &'a Actor,
 }
 
 /// Replays one message once for its request key.

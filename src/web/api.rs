@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use super::auth::Caller;
 use super::{AppError, AppState};
 use crate::amqp::headers::Table;
 use crate::archive::{
@@ -18,7 +19,7 @@ use crate::archive::{
     ReplayRecord, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
 use crate::death::ReplayTarget;
-use crate::replay::single::{replay_one, SingleReplay, ANONYMOUS_ACTOR};
+use crate::replay::single::{replay_one, SingleReplay};
 use crate::search;
 
 pub fn routes() -> Router<AppState> {
@@ -378,6 +379,7 @@ pub struct ReplayRequest {
 
 async fn replay_message(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     request: Result<Json<ReplayRequest>, JsonRejection>,
 ) -> Result<Json<ReplayRecord>, AppError> {
@@ -396,7 +398,7 @@ async fn replay_message(
             target: request.target,
             edit,
             request_key: &key,
-            actor: ANONYMOUS_ACTOR,
+            actor: &caller.actor(),
         },
     )
     .await?;

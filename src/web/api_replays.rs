@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::api::{new_request_key, parse_id, ListParams};
+use super::auth::Caller;
 use super::{AppError, AppState};
 use crate::archive::{
-    AuditEntry, Canary, JobAction, JobItem, JobSpec, ReplayJob, Selection, MAX_PAGE_SIZE,
+    Actor, AuditEntry, Canary, JobAction, JobItem, JobSpec, ReplayJob, Selection, MAX_PAGE_SIZE,
 };
 use crate::death::ReplayTarget;
-use crate::replay::single::ANONYMOUS_ACTOR;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -135,7 +135,11 @@ impl JobRequest {
 }
 
 /// Freezes a selection into a plan or job, and wakes the local runner for a job.
-pub async fn create(state: &AppState, request: JobRequest) -> Result<ReplayJob, AppError> {
+pub async fn create(
+    state: &AppState,
+    request: JobRequest,
+    actor: &Actor,
+) -> Result<ReplayJob, AppError> {
     request.check()?;
     let (selection, selection_text) = request.selection.resolve(&state.business_fields)?;
     let key = request.request_key.clone().unwrap_or_else(new_request_key);
@@ -143,7 +147,7 @@ pub async fn create(state: &AppState, request: JobRequest) -> Result<ReplayJob, 
         .archive
         .create_job(&JobSpec {
             request_key: &key,
-            actor: ANONYMOUS_ACTOR,
+            actor,
             selection: &selection,
             selection_text: &selection_text,
             target: request.target.as_ref(),
@@ -158,16 +162,18 @@ pub async fn create(state: &AppState, request: JobRequest) -> Result<ReplayJob, 
 }
 
 /// Starts, pauses, resumes or cancels a job, and wakes the local runner.
-pub async fn control(state: &AppState, id: i64, action: &str) -> Result<ReplayJob, AppError> {
+pub async fn control(
+    state: &AppState,
+    id: i64,
+    action: &str,
+    actor: &Actor,
+) -> Result<ReplayJob, AppError> {
     let action = JobAction::parse(action).ok_or_else(|| {
         AppError::NotFound(format!(
             "no job action {action:?}: use start, pause, resume or cancel"
         ))
     })?;
-    let job = state
-        .archive
-        .control_job(id, action, ANONYMOUS_ACTOR)
-        .await?;
+    let job = state.archive.control_job(id, action, actor).await?;
     state.jobs_wake.notify_one();
     Ok(job)
 }
@@ -183,10 +189,11 @@ pub async fn find_job(state: &AppState, id: i64) -> Result<ReplayJob, AppError> 
 
 async fn create_job(
     State(state): State<AppState>,
+    caller: Caller,
     request: Result<Json<JobRequest>, JsonRejection>,
 ) -> Result<Json<ReplayJob>, AppError> {
     let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    Ok(Json(create(&state, request).await?))
+    Ok(Json(create(&state, request, &caller.actor()).await?))
 }
 
 #[derive(Debug, Serialize)]
@@ -291,6 +298,7 @@ async fn job_items(
 
 async fn control_job(
     State(state): State<AppState>,
+    caller: Caller,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<ReplayJob>, AppError> {
     let Path((id, action)) =
@@ -298,7 +306,7 @@ async fn control_job(
     let id = id
         .parse()
         .map_err(|_| AppError::NotFound(format!("no replay job with id {id:?}")))?;
-    Ok(Json(control(&state, id, &action).await?))
+    Ok(Json(control(&state, id, &action, &caller.actor()).await?))
 }
 
 /// `POST /api/messages/dismiss`: `{"ids": [...]}` or `{"filter": {...}}`, and a `note`.
@@ -318,6 +326,7 @@ pub async fn dismiss_selection(
     state: &AppState,
     selection: &SelectionRequest,
     note: &str,
+    actor: &Actor,
 ) -> Result<u64, AppError> {
     let note = note.trim();
     if note.is_empty() {
@@ -333,16 +342,17 @@ pub async fn dismiss_selection(
     let (selection, text) = selection.resolve(&state.business_fields)?;
     Ok(state
         .archive
-        .dismiss(&selection, &text, note, ANONYMOUS_ACTOR)
+        .dismiss(&selection, &text, note, actor)
         .await?)
 }
 
 async fn dismiss(
     State(state): State<AppState>,
+    caller: Caller,
     request: Result<Json<DismissRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, AppError> {
     let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    let n = dismiss_selection(&state, &request.selection, &request.note).await?;
+    let n = dismiss_selection(&state, &request.selection, &request.note, &caller.actor()).await?;
     Ok(Json(json!({ "dismissed": n })))
 }
 
@@ -354,6 +364,7 @@ struct NoteRequest {
 
 async fn dismiss_one(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     request: Result<Json<NoteRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, AppError> {
@@ -368,7 +379,7 @@ async fn dismiss_one(
         ids: Some(vec![IdValue::Number(numeric)]),
         filter: None,
     };
-    let n = dismiss_selection(&state, &selection, &request.note).await?;
+    let n = dismiss_selection(&state, &selection, &request.note, &caller.actor()).await?;
     Ok(Json(json!({ "dismissed": n })))
 }
 

@@ -10,13 +10,14 @@ use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
 use super::api::{new_request_key, parse_id, ListParams};
 use super::api_replays::{dismiss_selection, IdValue, SelectionRequest};
+use super::auth::Caller;
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
 use crate::archive::{ArchivedMessage, MessageSummary, ReplayEdit, ReplayRecord};
 use crate::death::ReplayTarget;
-use crate::replay::single::{replay_one, SingleReplay, ANONYMOUS_ACTOR};
+use crate::replay::single::{replay_one, SingleReplay};
 use serde::Deserialize;
 
 pub struct Row {
@@ -390,6 +391,7 @@ impl ReplayForm {
 pub async fn replay_form(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     form: Result<Form<ReplayForm>, FormRejection>,
 ) -> Result<Response, PageError> {
@@ -414,7 +416,7 @@ pub async fn replay_form(
             target: Some(target),
             edit,
             request_key: &form.request_key,
-            actor: ANONYMOUS_ACTOR,
+            actor: &caller.actor(),
         },
     )
     .await
@@ -438,6 +440,7 @@ pub struct DismissForm {
 pub async fn dismiss_form(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     form: Result<Form<DismissForm>, FormRejection>,
 ) -> Result<Response, PageError> {
@@ -458,7 +461,7 @@ pub async fn dismiss_form(
         ids: Some(vec![IdValue::Number(numeric)]),
         filter: None,
     };
-    dismiss_selection(&state, &selection, &form.note)
+    dismiss_selection(&state, &selection, &form.note, &caller.actor())
         .await
         .map_err(page_error)?;
     Ok(Redirect::to(&format!("/messages/{id}")).into_response())

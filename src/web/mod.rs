@@ -1,10 +1,12 @@
 //! The HTTP surface: router, shared state and middleware stack in one place. Pages are
 //! server-rendered (askama) with htmx partial updates; `/api` is their JSON twin.
 
+mod admin;
 mod api;
 mod api_replays;
 mod assets;
 mod audit;
+pub mod auth;
 mod error;
 mod health;
 mod html;
@@ -24,6 +26,7 @@ use tokio::sync::Notify;
 use tower_http::trace::TraceLayer;
 
 use crate::archive::Archive;
+use crate::auth::{AuthSettings, Throttle};
 use crate::metrics::Metrics;
 use crate::status::IngestStatus;
 
@@ -44,10 +47,13 @@ pub struct AppState {
     pub amqp_url: Arc<str>,
     /// Wakes this process's replay job runner when a job is queued or resumed.
     pub jobs_wake: Arc<Notify>,
+    pub auth: Arc<AuthSettings>,
+    /// Failed sign-ins, to slow down guessing.
+    pub throttle: Arc<Throttle>,
 }
 
 impl AppState {
-    /// Fresh metrics, status and runner wake-up around an archive.
+    /// Fresh metrics, status and runner wake-up around an archive; no authentication.
     pub fn new(archive: Arc<dyn Archive>, business_fields: Vec<String>, amqp_url: &str) -> Self {
         AppState {
             archive,
@@ -56,6 +62,8 @@ impl AppState {
             business_fields: business_fields.into(),
             amqp_url: Arc::from(amqp_url),
             jobs_wake: Arc::new(Notify::new()),
+            auth: Arc::new(AuthSettings::none()),
+            throttle: Arc::new(Throttle::default()),
         }
     }
 }
@@ -74,12 +82,26 @@ pub fn router(state: AppState) -> Router {
         .route("/replays/{id}/progress", get(replays::progress_partial))
         .route("/replays/{id}/{action}", post(replays::control_form))
         .route("/audit", get(audit::audit_page))
+        .route("/login", get(auth::login_page).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/admin", get(admin::admin_page))
+        .route("/admin/tokens", post(admin::token_form))
+        .route("/admin/tokens/{id}/revoke", post(admin::revoke_form))
         .merge(assets::routes())
         .merge(health::routes())
-        .nest("/api", api::routes().merge(api_replays::routes()))
+        .nest(
+            "/api",
+            api::routes()
+                .merge(api_replays::routes())
+                .merge(admin::api_routes()),
+        )
         .fallback(error::not_found)
-        .with_state(state)
         .layer(DefaultBodyLimit::max(security::MAX_REQUEST_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .with_state(state)
         .layer(middleware::from_fn(security::refuse_cross_site))
         .layer(middleware::from_fn(security::time_limit))
         .layer(middleware::from_fn(security::security_headers))

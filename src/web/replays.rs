@@ -13,6 +13,7 @@ use super::api_replays::{
     self, dismiss_selection, find_job, IdValue, ItemParams, JobRequest, SelectionRequest,
     ITEM_OUTCOMES,
 };
+use super::auth::Caller;
 use super::html::{filters, is_htmx, render, utc, PageError};
 use super::{AppError, AppState};
 use crate::archive::{Canary, JobItem, JobState, ReplayJob};
@@ -114,6 +115,7 @@ fn job_request_of(form: &FormPairs, selection: SelectionRequest) -> Result<JobRe
 pub async fn selection_form(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     body: Bytes,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
@@ -122,7 +124,7 @@ pub async fn selection_form(
     match form.get("action") {
         Some("dismiss") => {
             let note = form.get("note").unwrap_or_default();
-            dismiss_selection(&state, &selection, note)
+            dismiss_selection(&state, &selection, note, &caller.actor())
                 .await
                 .map_err(page_error)?;
             let back: ListParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
@@ -130,7 +132,7 @@ pub async fn selection_form(
         }
         _ => {
             let request = job_request_of(&form, selection).map_err(page_error)?;
-            let job = api_replays::create(&state, request)
+            let job = api_replays::create(&state, request, &caller.actor())
                 .await
                 .map_err(page_error)?;
             Ok(Redirect::to(&format!("/replays/{}", job.id)).into_response())
@@ -324,6 +326,7 @@ pub async fn progress_partial(
 pub async fn control_form(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
@@ -331,7 +334,7 @@ pub async fn control_form(
     let id: i64 = id
         .parse()
         .map_err(|_| page_error(AppError::NotFound(format!("no replay job with id {id:?}"))))?;
-    let job = api_replays::control(&state, id, &action)
+    let job = api_replays::control(&state, id, &action, &caller.actor())
         .await
         .map_err(page_error)?;
     if is_htmx(&headers) {

@@ -115,12 +115,21 @@ mod tests {
     #[test]
     fn browsers_must_post_from_the_same_origin() {
         let post = Method::POST;
-        assert_eq!(cross_site(&post, &headers(&[("sec-fetch-site", "same-origin")])), None);
+        assert_eq!(
+            cross_site(&post, &headers(&[("sec-fetch-site", "same-origin")])),
+            None
+        );
         assert!(cross_site(&post, &headers(&[("sec-fetch-site", "cross-site")])).is_some());
         assert!(cross_site(&post, &headers(&[("sec-fetch-site", "same-site")])).is_some());
-        let same = headers(&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")]);
+        let same = headers(&[
+            ("origin", "http://127.0.0.1:8080"),
+            ("host", "127.0.0.1:8080"),
+        ]);
         assert_eq!(cross_site(&post, &same), None);
-        let other = headers(&[("origin", "https://evil.example"), ("host", "127.0.0.1:8080")]);
+        let other = headers(&[
+            ("origin", "https://evil.example"),
+            ("host", "127.0.0.1:8080"),
+        ]);
         assert!(cross_site(&post, &other).unwrap().contains("evil.example"));
         assert!(cross_site(&post, &headers(&[("origin", "null"), ("host", "x")])).is_some());
     }

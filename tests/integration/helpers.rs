@@ -396,6 +396,7 @@ impl Drop for TestApp {
     }
 }
 
+#[derive(Debug)]
 pub struct HttpResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -447,15 +448,29 @@ async fn http_send(
     path: &str,
     typed_body: Option<(&str, &str)>,
 ) -> HttpResponse {
+    http_with(addr, method, path, &[], typed_body).await
+}
+
+/// Any request, with extra headers (`Cookie`, `Authorization`, `Origin`, ...).
+pub async fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    typed_body: Option<(&str, &str)>,
+) -> HttpResponse {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let body = typed_body.map_or("", |(_, b)| b);
-    let content = match typed_body {
+    let mut content = match typed_body {
         Some((content_type, body)) => format!(
             "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
             body.len()
         ),
         None => String::new(),
     };
+    for (name, value) in headers {
+        content.push_str(&format!("{name}: {value}\r\n"));
+    }
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content}\r\n{body}"
     );

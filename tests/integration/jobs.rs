@@ -581,7 +581,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     let job = archive
         .create_job(&JobSpec {
             request_key: "crash-test",
-            actor: "test",
+            actor: &lazarus::archive::Actor::system("test"),
             selection: &selection,
             selection_text: "{}",
             target: Some(&target),

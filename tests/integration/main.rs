@@ -3,6 +3,7 @@
 mod helpers;
 
 mod api;
+mod auth;
 mod browser;
 mod crash;
 mod demo;

@@ -1,0 +1,127 @@
+//! `lazarus user …` and `lazarus token …`: managing who may sign in and the API tokens of
+//! automation, directly in the archive database (whoever runs them holds its credentials).
+
+use std::io::BufRead;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::archive::{self, Archive};
+use crate::auth::{hash_password, new_secret, secret_hash, TOKEN_PREFIX};
+use crate::config::{redact_url, ConnectionArgs, TokenCommand, UserCommand};
+use crate::replay::cli::cli_actor;
+
+async fn open(connection: &ConnectionArgs) -> anyhow::Result<Arc<dyn Archive>> {
+    let url = &connection.database_url;
+    archive::open(url)
+        .await
+        .with_context(|| format!("opening the archive {}", redact_url(url)))
+}
+
+/// The password from LAZARUS_PASSWORD, or the first line of standard input.
+fn read_password() -> anyhow::Result<String> {
+    if let Ok(password) = std::env::var("LAZARUS_PASSWORD") {
+        return Ok(password);
+    }
+    eprintln!("Password (one line on standard input):");
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from standard input")?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+fn hash(password: &str) -> anyhow::Result<String> {
+    hash_password(password).map_err(anyhow::Error::msg)
+}
+
+pub async fn user(command: UserCommand) -> anyhow::Result<()> {
+    match command {
+        UserCommand::Add {
+            name,
+            role,
+            no_password,
+            connection,
+        } => {
+            anyhow::ensure!(
+                !name.trim().is_empty() && name.len() <= 100,
+                "a user name has 1 to 100 characters"
+            );
+            let password_hash = if no_password {
+                None
+            } else {
+                Some(hash(&read_password()?)?)
+            };
+            open(&connection)
+                .await?
+                .put_user(name.trim(), password_hash.as_deref(), role, &cli_actor())
+                .await?;
+            println!("user {} is {}", name.trim(), role.as_str());
+        }
+        UserCommand::Passwd { name, connection } => {
+            let password_hash = hash(&read_password()?)?;
+            let changed = open(&connection)
+                .await?
+                .set_password(&name, &password_hash, &cli_actor())
+                .await?;
+            anyhow::ensure!(changed, "no user {name:?}");
+            println!("password of {name} changed; their sessions ended");
+        }
+        UserCommand::Remove { name, connection } => {
+            let removed = open(&connection)
+                .await?
+                .remove_user(&name, &cli_actor())
+                .await?;
+            anyhow::ensure!(removed, "no user {name:?}");
+            println!("user {name} removed");
+        }
+        UserCommand::List { connection } => {
+            for u in open(&connection).await?.users().await? {
+                let with = if u.password_hash.is_some() {
+                    "password"
+                } else {
+                    "proxy"
+                };
+                println!("{}\t{}\t{with}", u.name, u.role.as_str());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create {
+            name,
+            role,
+            connection,
+        } => {
+            let token = format!("{TOKEN_PREFIX}{}", new_secret());
+            let id = open(&connection)
+                .await?
+                .create_token(&name, &secret_hash(&token), role, &cli_actor())
+                .await?;
+            eprintln!(
+                "token {id} ({name}, {}); it is not shown again:",
+                role.as_str()
+            );
+            println!("{token}");
+        }
+        TokenCommand::Revoke { id, connection } => {
+            let revoked = open(&connection)
+                .await?
+                .revoke_token(id, &cli_actor())
+                .await?;
+            anyhow::ensure!(revoked, "no active token {id}");
+            println!("token {id} revoked");
+        }
+        TokenCommand::List { connection } => {
+            for t in open(&connection).await?.tokens().await? {
+                let state = if t.revoked { "revoked" } else { "active" };
+                println!("{}\t{}\t{}\t{state}", t.id, t.name, t.role.as_str());
+            }
+        }
+    }
+    Ok(())
+}

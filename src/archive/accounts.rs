@@ -1,0 +1,82 @@
+//! Who may do what, as every backend stores it: roles, users, API tokens, and the actor an
+//! audit entry names.
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+/// What a caller may do. Each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Pages and API reads.
+    Viewer,
+    /// Replay, edit & replay, dismiss.
+    Operator,
+    /// Users, tokens, the audit log.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Role::Viewer, Role::Operator, Role::Admin]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::parse(s).ok_or_else(|| format!("a role is viewer, operator or admin, not {s:?}"))
+    }
+}
+
+/// Who did something, and from where, as the audit log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    pub name: String,
+    /// The client's address, when it came over the network.
+    pub source: Option<String>,
+}
+
+impl Actor {
+    /// Lazarus itself (the job runner) or a command-line verb.
+    pub fn system(name: &str) -> Self {
+        Actor {
+            name: name.to_owned(),
+            source: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserRecord {
+    pub name: String,
+    /// An argon2id PHC string; `None` for users who only come through the trusted proxy.
+    #[serde(skip)]
+    pub password_hash: Option<String>,
+    pub role: Role,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenRecord {
+    #[serde(serialize_with = "super::id_as_string")]
+    pub id: i64,
+    pub name: String,
+    pub role: Role,
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    pub revoked: bool,
+}

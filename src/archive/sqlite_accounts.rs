@@ -1,0 +1,255 @@
+//! Users, sessions and API tokens on SQLite; every change is audited in its transaction.
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqlitePool};
+use time::OffsetDateTime;
+
+use super::sqlite::{from_millis, millis};
+use super::sqlite_jobs::audit;
+use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
+
+fn now() -> i64 {
+    millis(OffsetDateTime::now_utc())
+}
+
+/// A session's `last_seen` is written at most this often (not on every request).
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+fn role_of(row: &SqliteRow) -> Result<Role, ArchiveError> {
+    let role: String = row.try_get("role")?;
+    Role::parse(&role).ok_or_else(|| ArchiveError::Corrupt {
+        id: 0,
+        reason: format!("unknown role {role:?}"),
+    })
+}
+
+fn user_from_row(row: &SqliteRow) -> Result<UserRecord, ArchiveError> {
+    Ok(UserRecord {
+        name: row.try_get("name")?,
+        password_hash: row.try_get("password_hash")?,
+        role: role_of(row)?,
+        created_at: from_millis(row.try_get("created_at")?),
+    })
+}
+
+pub async fn put_user(
+    pool: &SqlitePool,
+    name: &str,
+    password_hash: Option<&str>,
+    role: Role,
+    by: &Actor,
+) -> Result<(), ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query(
+        "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (name) DO UPDATE SET role = excluded.role, \
+         password_hash = coalesce(excluded.password_hash, users.password_hash)",
+    )
+    .bind(name)
+    .bind(password_hash)
+    .bind(role.as_str())
+    .bind(now())
+    .execute(&mut *tx)
+    .await?;
+    let summary = format!("user {name} is {}", role.as_str());
+    audit(&mut tx, by, "user_put", None, None, &summary).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn set_password(
+    pool: &SqlitePool,
+    name: &str,
+    password_hash: &str,
+    by: &Actor,
+) -> Result<bool, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let changed = sqlx::query("UPDATE users SET password_hash = ? WHERE name = ?")
+        .bind(password_hash)
+        .bind(name)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if changed == 1 {
+        // A new password ends every session of the old one.
+        sqlx::query("DELETE FROM sessions WHERE user_name = ?")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        let summary = format!("password of {name} changed; their sessions ended");
+        audit(&mut tx, by, "user_password", None, None, &summary).await?;
+    }
+    tx.commit().await?;
+    Ok(changed == 1)
+}
+
+pub async fn remove_user(pool: &SqlitePool, name: &str, by: &Actor) -> Result<bool, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("DELETE FROM sessions WHERE user_name = ?")
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+    let removed = sqlx::query("DELETE FROM users WHERE name = ?")
+        .bind(name)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if removed == 1 {
+        let summary = format!("user {name} removed; their sessions ended");
+        audit(&mut tx, by, "user_remove", None, None, &summary).await?;
+    }
+    tx.commit().await?;
+    Ok(removed == 1)
+}
+
+pub async fn user(pool: &SqlitePool, name: &str) -> Result<Option<UserRecord>, ArchiveError> {
+    let row = sqlx::query("SELECT name, password_hash, role, created_at FROM users WHERE name = ?")
+        .bind(name)
+        .fetch_optional(pool)
+        .await?;
+    row.as_ref().map(user_from_row).transpose()
+}
+
+pub async fn users(pool: &SqlitePool) -> Result<Vec<UserRecord>, ArchiveError> {
+    let rows = sqlx::query("SELECT name, password_hash, role, created_at FROM users ORDER BY name")
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(user_from_row).collect()
+}
+
+pub async fn create_session(
+    pool: &SqlitePool,
+    token_hash: &str,
+    user: &str,
+) -> Result<(), ArchiveError> {
+    sqlx::query(
+        "INSERT INTO sessions (token_hash, user_name, created_at, last_seen) VALUES (?, ?, ?, ?)",
+    )
+    .bind(token_hash)
+    .bind(user)
+    .bind(now())
+    .bind(now())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub async fn session_user(
+    pool: &SqlitePool,
+    token_hash: &str,
+    idle_ms: u64,
+) -> Result<Option<UserRecord>, ArchiveError> {
+    let row = sqlx::query(
+        "SELECT u.name, u.password_hash, u.role, u.created_at, s.last_seen FROM sessions s \
+         JOIN users u ON u.name = s.user_name WHERE s.token_hash = ?",
+    )
+    .bind(token_hash)
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let last_seen: i64 = row.try_get("last_seen")?;
+    let now = now();
+    if now - last_seen > idle_ms as i64 {
+        end_session(pool, token_hash).await?;
+        return Ok(None);
+    }
+    if now - last_seen > TOUCH_EVERY_MS {
+        sqlx::query("UPDATE sessions SET last_seen = ? WHERE token_hash = ?")
+            .bind(now)
+            .bind(token_hash)
+            .execute(pool)
+            .await?;
+    }
+    Ok(Some(user_from_row(&row)?))
+}
+
+pub async fn end_session(pool: &SqlitePool, token_hash: &str) -> Result<(), ArchiveError> {
+    sqlx::query("DELETE FROM sessions WHERE token_hash = ?")
+        .bind(token_hash)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+pub async fn create_token(
+    pool: &SqlitePool,
+    name: &str,
+    token_hash: &str,
+    role: Role,
+    by: &Actor,
+) -> Result<i64, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(name)
+    .bind(token_hash)
+    .bind(role.as_str())
+    .bind(&by.name)
+    .bind(now())
+    .fetch_one(&mut *tx)
+    .await?;
+    let summary = format!("API token {id} ({name}) created as {}", role.as_str());
+    audit(&mut tx, by, "token_create", None, None, &summary).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+fn token_from_row(row: &SqliteRow) -> Result<TokenRecord, ArchiveError> {
+    Ok(TokenRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        role: role_of(row)?,
+        created_by: row.try_get("created_by")?,
+        created_at: from_millis(row.try_get("created_at")?),
+        revoked: row.try_get::<Option<i64>, _>("revoked_at")?.is_some(),
+    })
+}
+
+const TOKEN_COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at";
+
+pub async fn token(
+    pool: &SqlitePool,
+    token_hash: &str,
+) -> Result<Option<TokenRecord>, ArchiveError> {
+    let row = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL"
+    ))
+    .bind(token_hash)
+    .fetch_optional(pool)
+    .await?;
+    row.as_ref().map(token_from_row).transpose()
+}
+
+pub async fn revoke_token(pool: &SqlitePool, id: i64, by: &Actor) -> Result<bool, ArchiveError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let revoked =
+        sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+            .bind(now())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    if revoked == 1 {
+        audit(
+            &mut tx,
+            by,
+            "token_revoke",
+            None,
+            None,
+            &format!("API token {id} revoked"),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(revoked == 1)
+}
+
+pub async fn tokens(pool: &SqlitePool) -> Result<Vec<TokenRecord>, ArchiveError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(token_from_row).collect()
+}
