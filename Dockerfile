@@ -17,7 +17,9 @@ RUN apt-get update \
 COPY --from=build /src/target/release/lazarus /usr/local/bin/lazarus
 USER lazarus
 WORKDIR /var/lib/lazarus
+# Off loopback, someone must sign in: built-in users (`docker exec … lazarus user add`).
 ENV LAZARUS_LISTEN=0.0.0.0:8080 \
+    LAZARUS_AUTH=users \
     LAZARUS_DATABASE_URL=sqlite:///var/lib/lazarus/lazarus.db
 VOLUME ["/var/lib/lazarus"]
 EXPOSE 8080

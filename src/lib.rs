@@ -11,6 +11,8 @@ pub mod config;
 pub mod death;
 pub mod demo;
 pub mod metrics;
+#[cfg(test)]
+mod proptests;
 pub mod replay;
 pub mod search;
 pub mod startup;

@@ -203,6 +203,18 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
     let otto = sign_in(&app, "otto", PASSWORD).await.unwrap();
     let planned = as_user(&app, &otto, "POST", "/api/replays", Some(plan.clone())).await;
     assert_eq!(planned.status, 200, "{}", planned.text());
+    let replayed = as_user(
+        &app,
+        &otto,
+        "POST",
+        &format!("/api/messages/{id}/replay"),
+        Some(json!({"target": {"exchange": "", "routing_key": dlq}})),
+    )
+    .await;
+    assert_eq!(replayed.status, 200, "{}", replayed.text());
+    let replayed: Value = serde_json::from_slice(&replayed.body).unwrap();
+    assert_eq!(replayed["outcome"], "published");
+    assert_eq!(replayed["actor"], "otto");
     assert_eq!(
         as_user(&app, &otto, "GET", "/api/audit", None).await.status,
         403
@@ -499,6 +511,9 @@ async fn cross_site_posts_are_refused_and_pages_carry_security_headers() {
     t.cleanup().await;
 }
 
+/// A body with its content type.
+type TypedBody<'a> = Option<(&'a str, &'a str)>;
+
 #[tokio::test]
 async fn malformed_requests_to_every_route_get_a_4xx_with_a_message() {
     let p = unique("garbage");
@@ -508,7 +523,7 @@ async fn malformed_requests_to_every_route_get_a_4xx_with_a_message() {
     let app = TestApp::spawn(&[&dlq]).await;
     let json = "application/json";
     let form = "application/x-www-form-urlencoded";
-    let cases: Vec<(&str, &str, Option<(&str, &str)>)> = vec![
+    let cases: Vec<(&str, &str, TypedBody)> = vec![
         ("GET", "/api/messages?limit=-1", None),
         ("GET", "/api/messages?since=%ff%fe", None),
         ("GET", "/api/messages?q=%22", None),

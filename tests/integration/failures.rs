@@ -392,8 +392,12 @@ async fn deleting_the_queue_under_a_held_batch_keeps_the_messages() {
         .await
         .unwrap();
     app.wait_for_archived(5, Duration::from_secs(10)).await;
+    // Ready (200) until the consumer notices; then 503 with the queue missing.
     wait_until("queue_missing", Duration::from_secs(10), || async {
-        app.json("/readyz", 503).await["queues"][&dlq]["state"] == "queue_missing"
+        let ready = app.get("/readyz").await;
+        ready.status == 503
+            && serde_json::from_slice::<serde_json::Value>(&ready.body)
+                .is_ok_and(|v| v["queues"][&dlq]["state"] == "queue_missing")
     })
     .await;
 }

@@ -1,0 +1,127 @@
+//! Property tests: whatever a broker or a user sends — any header table, any `x-death`
+//! shape, any search text, any body bytes — decoding never panics, and the typed header
+//! form round-trips losslessly.
+
+use std::collections::BTreeMap;
+
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+
+use crate::amqp::headers::{table_from_amqp, table_to_amqp, AmqpValue, Bytes, JsonFloat, Table};
+
+fn value() -> impl Strategy<Value = AmqpValue> {
+    let leaf = prop_oneof![
+        any::<bool>().prop_map(AmqpValue::Boolean),
+        any::<i8>().prop_map(AmqpValue::ShortShortInt),
+        any::<u8>().prop_map(AmqpValue::ShortShortUint),
+        any::<i16>().prop_map(AmqpValue::ShortInt),
+        any::<u16>().prop_map(AmqpValue::ShortUint),
+        any::<i32>().prop_map(AmqpValue::LongInt),
+        any::<u32>().prop_map(AmqpValue::LongUint),
+        any::<i64>().prop_map(AmqpValue::LongLongInt),
+        any::<f32>().prop_map(|f| AmqpValue::Float(JsonFloat(f))),
+        any::<f64>().prop_map(|f| AmqpValue::Double(JsonFloat(f))),
+        (any::<u8>(), any::<u32>()).prop_map(|(scale, value)| AmqpValue::Decimal { scale, value }),
+        "[a-z.-]{0,20}".prop_map(AmqpValue::ShortString),
+        vec(any::<u8>(), 0..40).prop_map(|b| AmqpValue::LongString(Bytes(b))),
+        "[a-zA-Z0-9 .:-]{0,30}".prop_map(|s| AmqpValue::LongString(Bytes(s.into_bytes()))),
+        any::<u64>().prop_map(AmqpValue::Timestamp),
+        vec(any::<u8>(), 0..20).prop_map(|b| AmqpValue::ByteArray(Bytes(b))),
+        Just(AmqpValue::Void),
+    ];
+    leaf.prop_recursive(3, 48, 6, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..6).prop_map(AmqpValue::Array),
+            btree_map("[a-z-]{1,12}", inner, 0..6).prop_map(AmqpValue::Table),
+        ]
+    })
+}
+
+/// An `x-death` entry made of the fields the broker uses, each with any type.
+fn death_entry() -> impl Strategy<Value = AmqpValue> {
+    let keys = prop::sample::select(vec![
+        "queue",
+        "reason",
+        "count",
+        "exchange",
+        "routing-keys",
+        "time",
+        "original-expiration",
+    ]);
+    btree_map(keys.prop_map(str::to_owned), value(), 0..8).prop_map(AmqpValue::Table)
+}
+
+fn headers() -> impl Strategy<Value = Table> {
+    let death = prop_oneof![vec(death_entry(), 0..5).prop_map(AmqpValue::Array), value(),];
+    (
+        btree_map("[a-z-]{1,16}", value(), 0..6),
+        proptest::option::of(death),
+        proptest::option::of(value()),
+        proptest::option::of(value()),
+    )
+        .prop_map(|(mut table, death, first_queue, first_reason)| {
+            let extra: BTreeMap<&str, Option<AmqpValue>> = BTreeMap::from([
+                ("x-death", death),
+                ("x-first-death-queue", first_queue),
+                ("x-first-death-reason", first_reason),
+            ]);
+            for (k, v) in extra {
+                if let Some(v) = v {
+                    table.insert(k.to_owned(), v);
+                }
+            }
+            table
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn any_death_headers_decode_without_panicking(table in headers()) {
+        let history = crate::death::decode(Some(&table));
+        if history.replay_target.is_some() {
+            prop_assert!(history.first_death.is_some());
+        }
+        prop_assert!(history.deaths.len() <= 5);
+    }
+
+    #[test]
+    fn typed_json_round_trips_every_value(table in btree_map("[a-z-]{1,12}", value(), 0..8)) {
+        let json = serde_json::to_string(&table).unwrap();
+        let back: Table = serde_json::from_str(&json).unwrap();
+        prop_assert_eq!(back, table);
+    }
+
+    #[test]
+    fn amqp_tables_round_trip(table in btree_map("[a-z-]{1,12}", value(), 0..8)) {
+        prop_assert_eq!(table_from_amqp(&table_to_amqp(&table)), table);
+    }
+
+    #[test]
+    fn any_search_text_parses_or_says_why(input in "\\PC{0,120}") {
+        let fields = ["invoice".to_owned()];
+        match crate::search::parse(&input, &fields) {
+            Ok(search) => {
+                if let Some(fts) = search.fts_query() {
+                    // Every piece is quoted: user text never becomes FTS syntax.
+                    prop_assert_eq!(fts.matches('"').count() % 2, 0);
+                    prop_assert!(fts.starts_with('"'));
+                }
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn search_syntax_soup_never_panics(input in "[a-z:\"* \\-()^]{0,60}") {
+        let _ = crate::search::parse(&input, &["order".to_owned()]);
+    }
+
+    #[test]
+    fn any_body_bytes_become_text_or_not(bytes in vec(any::<u8>(), 0..300), gzip in any::<bool>()) {
+        let encoding = gzip.then_some("gzip");
+        let _ = crate::body::text(&bytes, Some("text/plain; charset=latin1"), encoding, 1024);
+        let _ = crate::body::text(&bytes, Some("application/json"), Some("deflate"), 1024);
+    }
+}
