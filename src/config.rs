@@ -281,6 +281,11 @@ pub struct ServeConfig {
     /// Mark the session cookie Secure: set it when people reach Lazarus over HTTPS.
     #[arg(long, env = "LAZARUS_SECURE_COOKIES")]
     pub secure_cookies: bool,
+
+    /// A JSON pointer (e.g. /card/number) whose value viewers see as *** in bodies and
+    /// business fields (repeatable).
+    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',')]
+    pub masks: Vec<String>,
 }
 
 impl ServeConfig {
@@ -360,6 +365,7 @@ impl fmt::Debug for ServeConfig {
             .field("job_lease_secs", &self.job_lease_secs)
             .field("auth", &self.auth)
             .field("trusted_proxies", &self.trusted_proxies)
+            .field("masks", &self.masks)
             .finish()
     }
 }

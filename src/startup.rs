@@ -53,6 +53,7 @@ impl Application {
             &config.connection.amqp_url,
         );
         state.auth = Arc::new(auth);
+        state.masking = Arc::new(web::masking::Masking::new(&config.masks, &config.fields));
         Ok(Application {
             config,
             listener,

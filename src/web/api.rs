@@ -170,11 +170,16 @@ impl ListParams {
 
 async fn list_messages(
     State(state): State<AppState>,
+    caller: Caller,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<MessagePage>, AppError> {
     let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (filter, page) = params.parse(&state.business_fields)?;
-    Ok(Json(state.archive.list_messages(&filter, page).await?))
+    let mut page = state.archive.list_messages(&filter, page).await?;
+    for m in &mut page.messages {
+        state.masking.fields(caller.role, &mut m.fields);
+    }
+    Ok(Json(page))
 }
 
 /// Ids are opaque to clients; anything that is not one of ours is simply not found.
@@ -222,10 +227,11 @@ struct MessageDetail {
 
 async fn get_message(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let (id, numeric) = parse_id(id)?;
-    let message = state
+    let mut message = state
         .archive
         .get_message(numeric)
         .await?
@@ -235,6 +241,10 @@ async fn get_message(
         .get_body(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
+    let body = state.masking.body(caller.role, body);
+    state
+        .masking
+        .fields(caller.role, &mut message.summary.fields);
     Ok(Json(MessageDetail {
         message,
         body: BodyJson::new(&body.bytes),
@@ -244,6 +254,7 @@ async fn get_message(
 /// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
 async fn download_body(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let (id, numeric) = parse_id(id)?;
@@ -252,6 +263,7 @@ async fn download_body(
         .get_body(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
+    let body = state.masking.body(caller.role, body);
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_owned()),

@@ -120,17 +120,21 @@ fn value(v: &Option<String>) -> &str {
 pub async fn list_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, PageError> {
     let Query(form) =
         params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
     let (rows, next_link, error) = match form.parse(&state.business_fields) {
         Ok((filter, page)) => {
-            let page = state
+            let mut page = state
                 .archive
                 .list_messages(&filter, page)
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
+            for m in &mut page.messages {
+                state.masking.fields(caller.role, &mut m.fields);
+            }
             let next = page
                 .next_cursor
                 .as_deref()
@@ -503,6 +507,7 @@ fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
 pub async fn detail_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
@@ -512,18 +517,24 @@ pub async fn detail_page(
             "no archived message with id {id:?}"
         )))
     };
-    let message = state
+    let mut message = state
         .archive
         .get_message(numeric)
         .await
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
-    let body = state
-        .archive
-        .get_body(numeric)
-        .await
-        .map_err(|e| page_error(e.into()))?
-        .ok_or_else(not_found)?;
+    state
+        .masking
+        .fields(caller.role, &mut message.summary.fields);
+    let body = state.masking.body(
+        caller.role,
+        state
+            .archive
+            .get_body(numeric)
+            .await
+            .map_err(|e| page_error(e.into()))?
+            .ok_or_else(not_found)?,
+    );
     let replays = state
         .archive
         .replays_of(numeric)

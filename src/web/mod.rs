@@ -10,6 +10,7 @@ pub mod auth;
 mod error;
 mod health;
 mod html;
+pub mod masking;
 mod messages;
 mod overview;
 mod payload;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub auth: Arc<AuthSettings>,
     /// Failed sign-ins, to slow down guessing.
     pub throttle: Arc<Throttle>,
+    /// What viewers may not read (`--mask`).
+    pub masking: Arc<masking::Masking>,
 }
 
 impl AppState {
@@ -64,6 +67,7 @@ impl AppState {
             jobs_wake: Arc::new(Notify::new()),
             auth: Arc::new(AuthSettings::none()),
             throttle: Arc::new(Throttle::default()),
+            masking: Arc::new(masking::Masking::default()),
         }
     }
 }

@@ -672,3 +672,29 @@ async fn users_and_tokens_are_managed_from_the_command_line() {
     );
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn viewers_see_masked_values_and_operators_the_message() {
+    let (app, t, _, id) = users_app(|c| c.masks = vec!["/padding".into()]).await;
+    let vera = sign_in(&app, "vera", PASSWORD).await.unwrap();
+    let otto = sign_in(&app, "otto", PASSWORD).await.unwrap();
+    let secret = "x".repeat(50);
+    for path in [
+        format!("/api/messages/{id}"),
+        format!("/api/messages/{id}/body"),
+        format!("/messages/{id}"),
+    ] {
+        let seen = as_user(&app, &vera, "GET", &path, None).await.text();
+        assert!(
+            !seen.contains(&secret),
+            "{path} shows a masked value to a viewer"
+        );
+        assert!(seen.contains("***"), "{path}: {seen}");
+        let seen = as_user(&app, &otto, "GET", &path, None).await.text();
+        assert!(
+            seen.contains(&secret),
+            "{path} hides the value from an operator"
+        );
+    }
+    t.cleanup().await;
+}
