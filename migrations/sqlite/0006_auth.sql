@@ -28,3 +28,14 @@ CREATE TABLE api_tokens (
 
 -- Where an audited action came from (the client's address).
 ALTER TABLE audit_log ADD COLUMN source TEXT;
+
+-- The audit log is append-only: the application never changes or removes an entry, and the
+-- database refuses to.
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'the audit log is append-only');
+END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'the audit log is append-only');
+END;

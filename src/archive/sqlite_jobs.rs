@@ -589,7 +589,9 @@ async fn record_outcomes(
     let now = now();
     for ((outcome, detail), ids) in groups {
         let ids_json = serde_json::to_string(&ids).expect("ids serialize");
-        sqlx::query(
+        // Only items still `sending` take the outcome (and count): one a cancel or another
+        // runner already settled keeps its first outcome.
+        let settled = sqlx::query(
             "UPDATE replay_job_items SET outcome = ?, detail = ?, finished_at = ? \
              WHERE job_id = ? AND outcome = 'sending' AND message_id IN (SELECT value FROM json_each(?))",
         )
@@ -599,7 +601,8 @@ async fn record_outcomes(
         .bind(id)
         .bind(&ids_json)
         .execute(&mut **tx)
-        .await?;
+        .await?
+        .rows_affected();
         let status = if outcome == "published" {
             "replayed"
         } else {
@@ -619,7 +622,7 @@ async fn record_outcomes(
         sqlx::query(&format!(
             "UPDATE replay_jobs SET {column} = {column} + ? WHERE id = ?"
         ))
-        .bind(ids.len() as i64)
+        .bind(settled as i64)
         .bind(id)
         .execute(&mut **tx)
         .await?;
