@@ -269,6 +269,37 @@ async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_i
         .await;
     assert!(result.contains("published"), "{result}");
     t.wait_for_depth(&invoices, 1, Duration::from_secs(5)).await;
+
+    // Bulk: every message of the DLQ, planned, started, followed live until done.
+    browser
+        .go(&format!("http://{}/messages?queue={dlq}", app.addr))
+        .await;
+    let all = browser.find("#select-all-matching").await;
+    browser
+        .call("POST", &format!("/element/{all}/click"), None)
+        .await;
+    let plan = browser.find("button[value=plan]").await;
+    browser
+        .call("POST", &format!("/element/{plan}/click"), None)
+        .await;
+    let summary = browser
+        .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
+        .await;
+    assert!(summary.starts_with("Replay plan"), "{summary}");
+    let skipped = browser.text("dl.props").await;
+    assert!(skipped.contains("1 already replayed"), "{skipped}");
+    let start = browser.find("#job-progress button").await;
+    browser
+        .call("POST", &format!("/element/{start}/click"), None)
+        .await;
+    // htmx polls the progress every second until the job is done.
+    let progress = browser
+        .wait_text("#job-progress", "the job to complete", |t| {
+            t.contains("completed")
+        })
+        .await;
+    assert!(progress.contains("3 of 3 messages settled"), "{progress}");
+    t.wait_for_depth(&invoices, 3, Duration::from_secs(5)).await;
     browser.quit().await;
     t.cleanup().await;
 }
