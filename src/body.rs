@@ -39,6 +39,20 @@ pub fn decompress(
     }))
 }
 
+/// What a masked value reads as (`--mask`).
+pub const MASK: &str = "***";
+
+/// The JSON with the values at `pointers` replaced by [`MASK`]; `None` when it is not JSON.
+pub fn mask_json(bytes: &[u8], pointers: &[String]) -> Option<Vec<u8>> {
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    for pointer in pointers {
+        if let Some(v) = value.pointer_mut(pointer) {
+            *v = serde_json::Value::String(MASK.into());
+        }
+    }
+    Some(serde_json::to_vec_pretty(&value).expect("JSON values serialize"))
+}
+
 /// The `charset` parameter of a content type, lower-cased.
 pub fn charset(content_type: &str) -> Option<String> {
     content_type.split(';').skip(1).find_map(|param| {

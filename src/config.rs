@@ -293,6 +293,7 @@ impl ServeConfig {
         IngestRules {
             error_headers: self.error_headers.clone(),
             fields: self.fields.clone(),
+            masks: self.masks.clone(),
         }
     }
 

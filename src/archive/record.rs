@@ -81,6 +81,8 @@ pub struct IngestRules {
     /// Header names (case-insensitive, first match wins) holding the failing consumer's error.
     pub error_headers: Vec<String>,
     pub fields: Vec<BusinessField>,
+    /// JSON pointers (`--mask`) whose values stay out of the full-text index.
+    pub masks: Vec<String>,
 }
 
 impl Default for IngestRules {
@@ -91,6 +93,7 @@ impl Default for IngestRules {
                 .map(|h| h.to_string())
                 .collect(),
             fields: Vec::new(),
+            masks: Vec::new(),
         }
     }
 }
@@ -234,7 +237,29 @@ impl PreparedMessage {
             limit,
         );
         let fields = extract_fields(text.as_deref(), &rules.fields);
-        let search_text = search_text(&message, text.as_deref(), &fields);
+        let search_text = if rules.masks.is_empty() {
+            search_text(&message, text.as_deref(), &fields)
+        } else {
+            // Masked values are not indexed: no word search can reveal them.
+            let masked = text.as_deref().and_then(|t| {
+                crate::body::mask_json(t.as_bytes(), &rules.masks)
+                    .map(|m| String::from_utf8_lossy(&m).into_owned())
+            });
+            let indexed: Vec<(String, String)> = fields
+                .iter()
+                .filter(|(name, _)| {
+                    !rules.fields.iter().any(|f| {
+                        &f.name == name
+                            && rules
+                                .masks
+                                .iter()
+                                .any(|p| f.pointer == *p || f.pointer.starts_with(&format!("{p}/")))
+                    })
+                })
+                .cloned()
+                .collect();
+            search_text(&message, masked.as_deref().or(text.as_deref()), &indexed)
+        };
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let history = death::decode(message.headers.as_ref());
@@ -463,6 +488,29 @@ mod tests {
         assert_eq!(p.search_text.ids, "m-1\ncorr-7\nINV-9");
         assert_eq!(p.search_text.headers, "timeout\n");
         assert_eq!(p.fields, [("invoice".into(), "INV-9".into())]);
+    }
+
+    #[test]
+    fn masked_values_stay_out_of_the_search_index() {
+        let mut m = message();
+        m.body = br#"{"card": {"number": "4111222233334444"}, "order": "O-7"}"#.to_vec();
+        let rules = IngestRules {
+            fields: vec![
+                "card=/card/number".parse().unwrap(),
+                "order=/order".parse().unwrap(),
+            ],
+            masks: vec!["/card".into()],
+            ..Default::default()
+        };
+        let p = PreparedMessage::with_rules(m, &rules);
+        let indexed = format!("{:?}", p.search_text);
+        assert!(!indexed.contains("4111222233334444"), "{indexed}");
+        assert!(indexed.contains("O-7"));
+        // The field itself is kept, for operators' exact searches.
+        assert!(p
+            .fields
+            .iter()
+            .any(|(n, v)| n == "card" && v == "4111222233334444"));
     }
 
     #[test]

@@ -276,18 +276,7 @@ pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJ
         let dismissed = format!("{STATUS_OF_ITEM} = 'dismissed'");
         skip_where(&mut tx, id, &dismissed, DISMISSED).await?;
     }
-    let elsewhere = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
-         WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
-         AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";
-    skip_where(&mut tx, id, elsewhere, IN_OTHER_JOB).await?;
-
-    let plan = plan_of(&mut tx, id).await?;
-    sqlx::query("UPDATE replay_jobs SET plan = ? WHERE id = ?")
-        .bind(serde_json::to_string(&plan).expect("plans serialize"))
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    recount(&mut tx, id).await?;
+    let plan = skip_elsewhere_and_plan(&mut tx, id).await?;
     let target = spec.target.map_or_else(
         || "each message's own target".to_owned(),
         ReplayTarget::label,
@@ -315,6 +304,26 @@ pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJ
     let job = job_in(&mut tx, id).await?;
     tx.commit().await?;
     Ok(job)
+}
+
+/// Skips what waits in another unfinished job (so two jobs never publish one message), then
+/// stores the plan and the counts. Run when a job is made and again when a plan starts.
+async fn skip_elsewhere_and_plan(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: i64,
+) -> Result<Plan, sqlx::Error> {
+    let elsewhere = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
+         WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
+         AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";
+    skip_where(tx, id, elsewhere, IN_OTHER_JOB).await?;
+    let plan = plan_of(tx, id).await?;
+    sqlx::query("UPDATE replay_jobs SET plan = ? WHERE id = ?")
+        .bind(serde_json::to_string(&plan).expect("plans serialize"))
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    recount(tx, id).await?;
+    Ok(plan)
 }
 
 async fn plan_of(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<Plan, sqlx::Error> {
@@ -483,6 +492,10 @@ pub async fn control_job(
     if next == Cancelled {
         cancel_items(&mut tx, id, runner_alive).await?;
     }
+    if action == JobAction::Start {
+        // Another job may have taken some of these messages since the plan was made.
+        skip_elsewhere_and_plan(&mut tx, id).await?;
+    }
     let job = job_in(&mut tx, id).await?;
     let summary = format!(
         "{} replay job {id} ({} published, {} not published, {} still to do)",
@@ -517,6 +530,17 @@ pub async fn claim_job(
 ) -> Result<Option<ReplayJob>, ArchiveError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let now = now();
+    // A cancelled job whose runner died before settling what it had handed to the broker.
+    let orphans: Vec<i64> = sqlx::query_scalar(
+        "UPDATE replay_jobs SET lease_owner = NULL, lease_until = NULL \
+         WHERE state = 'cancelled' AND lease_owner IS NOT NULL AND coalesce(lease_until, 0) < ? RETURNING id",
+    )
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    for orphan in orphans {
+        cancel_items(&mut tx, orphan, false).await?;
+    }
     let claimed: Option<i64> = sqlx::query_scalar(
         "UPDATE replay_jobs SET state = 'running', lease_owner = ?, lease_until = ?, \
          started_at = coalesce(started_at, ?), detail = NULL \
@@ -589,6 +613,20 @@ async fn record_outcomes(
     let now = now();
     for ((outcome, detail), ids) in groups {
         let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+        let status = if outcome == "published" {
+            "replayed"
+        } else {
+            "replay_failed"
+        };
+        sqlx::query(
+            "UPDATE messages SET status = ? WHERE id IN (SELECT message_id FROM replay_job_items \
+             WHERE job_id = ? AND outcome = 'sending' AND message_id IN (SELECT value FROM json_each(?)))",
+        )
+        .bind(status)
+        .bind(id)
+        .bind(&ids_json)
+        .execute(&mut **tx)
+        .await?;
         // Only items still `sending` take the outcome (and count): one a cancel or another
         // runner already settled keeps its first outcome.
         let settled = sqlx::query(
@@ -603,16 +641,6 @@ async fn record_outcomes(
         .execute(&mut **tx)
         .await?
         .rows_affected();
-        let status = if outcome == "published" {
-            "replayed"
-        } else {
-            "replay_failed"
-        };
-        sqlx::query("UPDATE messages SET status = ? WHERE id IN (SELECT value FROM json_each(?))")
-            .bind(status)
-            .bind(&ids_json)
-            .execute(&mut **tx)
-            .await?;
         let column = match outcome {
             "published" => "published",
             "unroutable" => "unroutable",
@@ -719,6 +747,12 @@ pub async fn advance_job(
         let column = if outcome == "skipped" {
             "skipped"
         } else {
+            sqlx::query(
+                "UPDATE messages SET status = 'replay_failed' WHERE id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(serde_json::to_string(ids).expect("ids serialize"))
+            .execute(&mut *tx)
+            .await?;
             "failed"
         };
         sqlx::query(&format!(

@@ -21,7 +21,7 @@ pub enum Ending {
     Clean = 0,
     /// Some messages were unroutable, nacked or failed; or the job was paused or cancelled.
     Problems = 1,
-    /// Ctrl-C: the job was handed back, still queued.
+    /// Ctrl-C: the job was paused.
     Interrupted = 130,
 }
 
@@ -67,15 +67,16 @@ impl ReplayConfig {
                         .map(|id| crate::web::IdValue::Number(*id))
                         .collect(),
                 ),
-                filter: None,
+                ..Default::default()
             },
             (true, false) => crate::web::SelectionRequest {
-                ids: None,
                 filter: Some(filter),
+                ..Default::default()
             },
             (true, true) if self.all => crate::web::SelectionRequest {
-                ids: None,
                 filter: Some(filter),
+                all: true,
+                ..Default::default()
             },
             (true, true) => anyhow::bail!(
                 "select messages with filters (--queue, --reason, --q, ...) or --id; \
@@ -192,7 +193,10 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
         println!("Dry run: nothing was published. The plan is on the Replays page.");
         return Ok(Ending::Clean);
     }
-    let settings = RunnerSettings::new(&config.connection.amqp_url);
+    let settings = RunnerSettings {
+        on_shutdown: JobState::Paused,
+        ..RunnerSettings::new(&config.connection.amqp_url)
+    };
     let printer = tokio::spawn(print_progress(archive.clone(), job.id));
     let ending = follow(&*archive, &settings, job.id, &shutdown).await;
     printer.abort();
@@ -217,7 +221,8 @@ async fn follow(
             }
             _ if shutdown.is_cancelled() => {
                 eprintln!(
-                    "Interrupted: job {id} stays queued; `lazarus serve` on this archive takes it up."
+                    "Interrupted: job {id} is paused; resume it on the Replays page, with \
+                     POST /api/replays/{id}/resume, or cancel it."
                 );
                 return Ok(Ending::Interrupted);
             }

@@ -40,6 +40,9 @@ pub struct RunnerSettings {
     pub poll: Duration,
     /// Where publish outcomes are counted.
     pub metrics: Arc<Metrics>,
+    /// What a job becomes when this process stops mid-job: `Queued` for another instance
+    /// (or the restart) to take up, `Paused` to wait for a person (the CLI).
+    pub on_shutdown: JobState,
 }
 
 impl RunnerSettings {
@@ -52,6 +55,7 @@ impl RunnerSettings {
             step_bytes: 8 * 1024 * 1024,
             poll: Duration::from_secs(1),
             metrics: Arc::new(Metrics::default()),
+            on_shutdown: JobState::Queued,
         }
     }
 
@@ -204,9 +208,17 @@ impl<'a> Runner<'a> {
             publisher.close().await;
         }
         if let Stop::Shutdown = stop {
+            let detail = (self.settings.on_shutdown == JobState::Paused)
+                .then_some("interrupted: resume it to go on");
             let _ = self
                 .archive
-                .release_job(id, &self.settings.owner, JobState::Queued, None, false)
+                .release_job(
+                    id,
+                    &self.settings.owner,
+                    self.settings.on_shutdown,
+                    detail,
+                    false,
+                )
                 .await;
         }
         tracing::info!(job = id, "replay job left this runner");
@@ -269,14 +281,18 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|t| t.exchange.as_str())
             .collect();
-        for exchange in exchanges {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let mut pending: Vec<&str> = exchanges.into_iter().collect();
+        while let Some(&exchange) = pending.first() {
             let exists = self
                 .publisher(job.id)
                 .await?
                 .exchange_exists(exchange)
                 .await;
             match exists {
-                Ok(true) => {}
+                Ok(true) => {
+                    pending.remove(0);
+                }
                 Ok(false) => {
                     let reason = format!(
                         "exchange {exchange:?} does not exist, so nothing more was published. \
@@ -294,7 +310,13 @@ impl<'a> Runner<'a> {
                         .await;
                     return Err(Stop::Left);
                 }
-                Err(_) => self.publisher = None,
+                Err(e) => {
+                    // The broker went away mid-check: check the same exchange again.
+                    self.publisher = None;
+                    let detail = format!("waiting for RabbitMQ: {e}");
+                    self.wait(job.id, backoff.next_delay(), Some(&detail))
+                        .await?;
+                }
             }
         }
         Ok(())
@@ -322,7 +344,7 @@ impl<'a> Runner<'a> {
         let canary_since = job.started_at.unwrap_or_else(OffsetDateTime::now_utc);
         let mut canary_published = Instant::now();
         let step = step_size(job.rate_per_sec, self.settings.window);
-        let started = Instant::now();
+        let mut started = Instant::now();
         let mut sent: u64 = 0;
         let mut outcomes: Vec<ItemOutcome> = Vec::new();
         loop {
@@ -352,7 +374,14 @@ impl<'a> Runner<'a> {
             };
             outcomes.clear();
             if let Some(rate) = job.rate_per_sec.filter(|r| *r > 0) {
-                let due = started + Duration::from_secs_f64(sent as f64 / f64::from(rate));
+                let ahead = Duration::from_secs_f64(sent as f64 / f64::from(rate));
+                // After a wait (a canary, a broker outage) the time lost is not made up
+                // in a burst: at most a second's worth of backlog is kept.
+                let now = Instant::now();
+                if started + ahead + Duration::from_secs(1) < now {
+                    started = now - ahead;
+                }
+                let due = started + ahead;
                 tokio::select! {
                     _ = tokio::time::sleep_until(due) => {}
                     _ = self.shutdown.cancelled() => {}
@@ -362,12 +391,26 @@ impl<'a> Runner<'a> {
             let job_tag = id.to_string();
             let batch: Vec<ReplayMessage<'_>> =
                 messages.iter().map(|m| to_replay(m, &job_tag)).collect();
-            let publisher = self.publisher(id).await?;
-            publisher
-                .publish_all(batch, window, |message_id, o| {
-                    outcomes.push(item_outcome(message_id, o))
-                })
-                .await;
+            self.publisher(id).await?;
+            let (archive, settings) = (self.archive, self.settings);
+            let publisher = self.publisher.as_ref().expect("connected above");
+            let publish = publisher.publish_all(batch, window, |message_id, o| {
+                outcomes.push(item_outcome(message_id, o))
+            });
+            // A step can wait on the broker (a memory or disk alarm blocks publishers):
+            // the lease is renewed meanwhile, so no other runner takes the job over.
+            let renew = async {
+                loop {
+                    tokio::time::sleep(settings.lease / 3).await;
+                    let _ = archive
+                        .note_job(id, &settings.owner, settings.lease_ms(), None, false)
+                        .await;
+                }
+            };
+            tokio::select! {
+                _ = publish => {}
+                _ = renew => unreachable!("renewing never ends"),
+            }
             sent += messages.len() as u64;
             for o in outcomes.iter().filter(|o| !o.retry) {
                 self.settings.metrics.replayed(o.outcome, 1);

@@ -31,8 +31,8 @@ pub struct TokenRequest {
     role: String,
 }
 
-/// A new token: stored hashed, shown once.
-#[derive(Debug, Serialize)]
+/// A new token: stored hashed, shown once (never `Debug`: it holds the secret).
+#[derive(Serialize)]
 pub struct NewToken {
     #[serde(serialize_with = "crate::archive::id_as_string")]
     id: i64,

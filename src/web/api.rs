@@ -175,6 +175,7 @@ async fn list_messages(
 ) -> Result<Json<MessagePage>, AppError> {
     let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (filter, page) = params.parse(&state.business_fields)?;
+    state.masking.check_search(caller.role, &filter)?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
         state.masking.fields(caller.role, &mut m.fields);

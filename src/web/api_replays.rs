@@ -47,6 +47,9 @@ pub enum IdValue {
 pub struct SelectionRequest {
     pub ids: Option<Vec<IdValue>>,
     pub filter: Option<ListParams>,
+    /// Required with an empty filter: yes, the whole archive.
+    #[serde(default)]
+    pub all: bool,
 }
 
 impl SelectionRequest {
@@ -80,6 +83,11 @@ impl SelectionRequest {
             }
             (None, Some(filter)) => {
                 let filter = filter.filters_only();
+                if filter == ListParams::default() && !self.all {
+                    return Err(AppError::BadRequest(
+                        "an empty filter selects the whole archive: narrow it, or send \"all\": true".into(),
+                    ));
+                }
                 let (parsed, _) = filter.parse(business_fields)?;
                 let text = json!({ "filter": filter }).to_string();
                 Ok((Selection::Filter(Box::new(parsed)), text))
@@ -377,7 +385,7 @@ async fn dismiss_one(
         .ok_or_else(|| AppError::NotFound(format!("no archived message with id {id:?}")))?;
     let selection = SelectionRequest {
         ids: Some(vec![IdValue::Number(numeric)]),
-        filter: None,
+        ..Default::default()
     };
     let n = dismiss_selection(&state, &selection, &request.note, &caller.actor()).await?;
     Ok(Json(json!({ "dismissed": n })))

@@ -87,18 +87,15 @@ async fn identify(
             session: false,
         }));
     }
-    if let Some(auth) = headers.get(header::AUTHORIZATION) {
-        let token = auth
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| t.starts_with(TOKEN_PREFIX))
-            .ok_or_else(|| {
-                AppError::Unauthorized(format!(
-                    "Authorization must be \"Bearer {TOKEN_PREFIX}…\" with an API token"
-                ))
-            })?;
+    // Only our own bearer tokens count; any other Authorization (a proxy's, a probe's
+    // Basic) is not ours to judge and is ignored.
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| t.starts_with(TOKEN_PREFIX));
+    if let Some(token) = token {
         let record = state
             .archive
             .token(&secret_hash(token))
@@ -160,6 +157,22 @@ async fn identify(
     }
 }
 
+/// Whether the request names a loopback host: without sign-in, a page reached under any
+/// other name (DNS rebinding) must not be able to drive Lazarus.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return true; // HTTP/1.0 without Host: not a browser on another site.
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Whether a refused request came from a browser page (it gets a sign-in redirect).
 fn wants_page(request: &Request) -> bool {
     !request.uri().path().starts_with("/api")
@@ -187,6 +200,13 @@ pub async fn authenticate(
             e.into_response()
         }
     };
+    if state.auth.mode == AuthMode::None && !loopback_host(&headers) {
+        return refuse(AppError::Forbidden(
+            "without sign-in (--auth none) Lazarus answers only to localhost and loopback \
+             addresses"
+                .into(),
+        ));
+    }
     let caller = match identify(&state, &headers, peer(&request)).await {
         Ok(caller) => caller,
         Err(e) => return refuse(e),
@@ -201,7 +221,10 @@ pub async fn authenticate(
             request.extensions_mut().insert(caller);
         }
         (Some(_), None)
-            if page && request.method() == axum::http::Method::GET && !is_htmx(&headers) =>
+            if state.auth.mode == AuthMode::Users
+                && page
+                && request.method() == axum::http::Method::GET
+                && !is_htmx(&headers) =>
         {
             let back = request
                 .uri()
@@ -292,7 +315,14 @@ pub struct LoginQuery {
 /// Only a path on this site may be returned to after signing in (no open redirect).
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+        {
+            n.to_owned()
+        }
         _ => "/".to_owned(),
     }
 }
@@ -311,7 +341,8 @@ pub async fn login_page(
     })
 }
 
-#[derive(Debug, Deserialize)]
+/// Never `Debug`: it holds a password.
+#[derive(Deserialize)]
 pub struct LoginForm {
     #[serde(default)]
     name: String,
@@ -443,7 +474,23 @@ mod tests {
         assert_eq!(safe_next(Some("//evil.example")), "/");
         assert_eq!(safe_next(Some("https://evil.example")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");
+        assert_eq!(safe_next(Some("/\t/evil.example")), "/");
+        assert_eq!(safe_next(Some("/a\r\nSet-Cookie: x")), "/");
         assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn only_loopback_names_pass_without_sign_in() {
+        let host = |h: &'static str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, HeaderValue::from_static(h));
+            loopback_host(&m)
+        };
+        assert!(host("127.0.0.1:8080") && host("localhost:8080") && host("[::1]:8080"));
+        assert!(host("LOCALHOST"));
+        assert!(!host("rebind.evil.example:8080"));
+        assert!(!host("10.0.0.5:8080"));
+        assert!(loopback_host(&HeaderMap::new()));
     }
 
     #[test]

@@ -1,27 +1,17 @@
 //! Masking for viewers: the JSON pointers given with `--mask` (card numbers, emails) are
 //! shown as `***` to callers with the viewer role — in bodies (page, API, download) and in
-//! the business fields extracted from them. Operators and admins see messages as archived.
+//! the business fields extracted from them — and viewers cannot search by those fields.
+//! Operators and admins see messages as archived. (Masked values are kept out of the
+//! full-text index at ingest.)
 
 use std::collections::BTreeMap;
 
-use crate::archive::{BusinessField, Role, StoredBody};
-
-/// What a masked value reads as.
-pub const MASK: &str = "***";
+use super::AppError;
+use crate::archive::{BusinessField, MessageFilter, Role, StoredBody};
+use crate::body::{mask_json, MASK};
 
 /// Bodies are decoded up to this size to be masked; a larger one is withheld from viewers.
 const MAX_MASKED_BODY: usize = 64 * 1024 * 1024;
-
-/// The JSON with the values at `pointers` replaced by [`MASK`]; `None` when it is not JSON.
-pub fn mask_json(bytes: &[u8], pointers: &[String]) -> Option<Vec<u8>> {
-    let mut value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    for pointer in pointers {
-        if let Some(v) = value.pointer_mut(pointer) {
-            *v = serde_json::Value::String(MASK.into());
-        }
-    }
-    Some(serde_json::to_vec_pretty(&value).expect("JSON values serialize"))
-}
 
 /// The masking rules of an instance.
 #[derive(Debug, Clone, Default)]
@@ -81,7 +71,26 @@ impl Masking {
                 content_type: body.content_type,
                 content_encoding: None,
             },
-            None => body,
+            // What is not JSON cannot be masked, so viewers do not see it.
+            None => StoredBody {
+                bytes: b"(withheld: masking is configured and this body is not JSON)".to_vec(),
+                content_type: Some("text/plain".into()),
+                content_encoding: None,
+            },
+        }
+    }
+
+    /// Refuses a viewer's search on a masked business field (it would reveal the value).
+    pub fn check_search(&self, role: Role, filter: &MessageFilter) -> Result<(), AppError> {
+        if !self.applies(role) {
+            return Ok(());
+        }
+        match filter.terms.iter().find(|t| self.fields.contains(&t.field)) {
+            Some(t) => Err(AppError::Forbidden(format!(
+                "{} is masked for viewers: it cannot be searched by",
+                t.field
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -116,6 +125,15 @@ mod tests {
         assert_eq!(v["email"], MASK);
         assert_eq!(v["n"], 1);
         assert_eq!(mask_json(b"not json", &["/a".into()]), None);
+        let m = Masking::new(&["/a".into()], &[]);
+        let text = StoredBody {
+            bytes: b"card 4111".to_vec(),
+            content_type: None,
+            content_encoding: None,
+        };
+        assert!(!String::from_utf8(m.body(Role::Viewer, text).bytes)
+            .unwrap()
+            .contains("4111"));
     }
 
     #[test]

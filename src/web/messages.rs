@@ -125,7 +125,13 @@ pub async fn list_page(
 ) -> Result<Response, PageError> {
     let Query(form) =
         params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
-    let (rows, next_link, error) = match form.parse(&state.business_fields) {
+    let parsed = form
+        .parse(&state.business_fields)
+        .and_then(|(filter, page)| {
+            state.masking.check_search(caller.role, &filter)?;
+            Ok((filter, page))
+        });
+    let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
             let mut page = state
                 .archive
@@ -372,7 +378,9 @@ pub struct ReplayForm {
 }
 
 impl ReplayForm {
-    fn edit(&self) -> Result<Option<ReplayEdit>, AppError> {
+    /// The edit from the form. Browsers send a textarea's line breaks as CRLF: they are
+    /// turned back into LF unless the archived body itself used CR.
+    fn edit(&self, original: &[u8]) -> Result<Option<ReplayEdit>, AppError> {
         if self.edit.is_none() {
             return Ok(None);
         }
@@ -384,10 +392,12 @@ impl ReplayForm {
                 ))
             })?),
         };
-        Ok(Some(ReplayEdit {
-            body: self.body.clone().map(String::into_bytes),
-            headers,
-        }))
+        let keep_cr = original.contains(&b'\r');
+        let body = self.body.as_ref().map(|b| match keep_cr {
+            true => b.clone().into_bytes(),
+            false => b.replace("\r\n", "\n").into_bytes(),
+        });
+        Ok(Some(ReplayEdit { body, headers }))
     }
 }
 
@@ -411,7 +421,17 @@ pub async fn replay_form(
             "choose a target: an exchange, a routing key, or both (the default exchange routes by queue name)".into(),
         )));
     }
-    let edit = form.edit().map_err(page_error)?;
+    let original = match form.edit.is_some() {
+        true => state
+            .archive
+            .get_body(numeric)
+            .await
+            .map_err(|e| page_error(e.into()))?
+            .map(|b| b.bytes)
+            .unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let edit = form.edit(&original).map_err(page_error)?;
     let record = replay_one(
         &*state.archive,
         &state.amqp_url,
@@ -463,7 +483,7 @@ pub async fn dismiss_form(
         })?;
     let selection = SelectionRequest {
         ids: Some(vec![IdValue::Number(numeric)]),
-        filter: None,
+        ..Default::default()
     };
     dismiss_selection(&state, &selection, &form.note, &caller.actor())
         .await

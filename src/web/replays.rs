@@ -63,9 +63,15 @@ fn selection_of(form: &FormPairs, body: &[u8]) -> Result<SelectionRequest, AppEr
     if form.get("all_matching").is_some() {
         let filter: ListParams = serde_urlencoded::from_bytes(body)
             .map_err(|e| AppError::BadRequest(format!("the list's filters are malformed: {e}")))?;
+        if filter.filters_only() == ListParams::default() {
+            return Err(AppError::BadRequest(
+                "\"all matching\" with no filter would select the whole archive: filter first"
+                    .into(),
+            ));
+        }
         return Ok(SelectionRequest {
-            ids: None,
             filter: Some(filter),
+            ..Default::default()
         });
     }
     let ids = form.all("id");
@@ -76,7 +82,7 @@ fn selection_of(form: &FormPairs, body: &[u8]) -> Result<SelectionRequest, AppEr
     }
     Ok(SelectionRequest {
         ids: Some(ids.into_iter().map(IdValue::Text).collect()),
-        filter: None,
+        ..Default::default()
     })
 }
 

@@ -129,6 +129,11 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
     assert_eq!(app.get("/healthz").await.status, 200, "health stays public");
     assert_eq!(app.get("/login").await.status, 200);
 
+    let sneaky = app.get("/login?next=/%09/evil.example").await.text();
+    assert!(
+        sneaky.contains(r#"name="next" value="/""#),
+        "no open redirect: {sneaky}"
+    );
     let wrong = sign_in(&app, "vera", "not her password").await.unwrap_err();
     assert_eq!(wrong.status, 401);
     assert!(wrong.text().contains("wrong name or password"));
@@ -389,7 +394,7 @@ async fn proxy_headers_count_only_from_the_trusted_proxy() {
     let as_proxy = |app: &TestApp, user: &'static str, method: &'static str, path: &'static str| {
         let addr = app.addr;
         async move {
-            let body = json!({"filter": {}, "dry_run": true}).to_string();
+            let body = json!({"filter": {}, "all": true, "dry_run": true}).to_string();
             http_with(
                 addr,
                 method,
@@ -503,6 +508,16 @@ async fn cross_site_posts_are_refused_and_pages_carry_security_headers() {
         page.text().contains("No sign-in"),
         "--auth none says so on every page"
     );
+    // Without sign-in, only loopback names are answered (no DNS rebinding).
+    let rebound = http_with(
+        app.addr,
+        "GET",
+        "/api/messages",
+        &[("Host", "rebind.evil.example")],
+        None,
+    )
+    .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.text());
     let download = app.get(&format!("/api/messages/{id}/body")).await;
     assert!(download
         .header("content-disposition")
@@ -675,10 +690,14 @@ async fn users_and_tokens_are_managed_from_the_command_line() {
 
 #[tokio::test]
 async fn viewers_see_masked_values_and_operators_the_message() {
-    let (app, t, _, id) = users_app(|c| c.masks = vec!["/padding".into()]).await;
+    let (app, t, _, id) = users_app(|c| {
+        c.masks = vec!["/padding".into()];
+        c.fields = vec!["pad=/padding".parse().unwrap()];
+    })
+    .await;
     let vera = sign_in(&app, "vera", PASSWORD).await.unwrap();
     let otto = sign_in(&app, "otto", PASSWORD).await.unwrap();
-    let secret = "x".repeat(50);
+    let secret = "x".repeat(200); // the whole padding value
     for path in [
         format!("/api/messages/{id}"),
         format!("/api/messages/{id}/body"),
@@ -696,5 +715,26 @@ async fn viewers_see_masked_values_and_operators_the_message() {
             "{path} hides the value from an operator"
         );
     }
+    // Viewers cannot search by a masked field, and no word search finds a masked value.
+    let by_field = format!("/api/messages?q=pad:{secret}");
+    assert_eq!(
+        as_user(&app, &vera, "GET", &by_field, None).await.status,
+        403
+    );
+    let found = as_user(&app, &otto, "GET", &by_field, None).await.text();
+    assert!(found.contains(&id), "operators search by it: {found}");
+    let by_word = as_user(
+        &app,
+        &otto,
+        "GET",
+        &format!("/api/messages?q={secret}"),
+        None,
+    )
+    .await
+    .text();
+    assert!(
+        !by_word.contains(&id),
+        "masked values are not in the word index: {by_word}"
+    );
     t.cleanup().await;
 }

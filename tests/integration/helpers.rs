@@ -471,8 +471,12 @@ pub async fn http_with(
     for (name, value) in headers {
         content.push_str(&format!("{name}: {value}\r\n"));
     }
+    let host = match headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        true => String::new(),
+        false => format!("Host: {addr}\r\n"),
+    };
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content}\r\n{body}"
+        "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n{content}\r\n{body}"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     // Read until the response is complete by its own framing: some servers (chromedriver)

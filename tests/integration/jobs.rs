@@ -151,6 +151,7 @@ async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
         json!({"ids": ["1"], "rate_per_sec": 0}),
         json!({"ids": ["1"], "canary": {"count": 0, "wait_secs": 1}}),
         json!({"filter": {"q": "\"open"}}),
+        json!({"filter": {}}),
     ] {
         let answer = app.post_json("/api/replays", bad.clone(), 400).await;
         assert!(answer["error"].is_string(), "{bad} → {answer}");
