@@ -558,7 +558,17 @@ pub async fn claim_job(
     .fetch_optional(&mut *tx)
     .await?;
     let job = match claimed {
-        Some(id) => Some(job_in(&mut tx, id).await?),
+        Some(id) => {
+            // Handed out by a runner that is gone: whether they reached the broker is
+            // unknown, so they are published again (the documented window).
+            sqlx::query(
+                "UPDATE replay_job_items SET outcome = NULL WHERE job_id = ? AND outcome = 'sending'",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            Some(job_in(&mut tx, id).await?)
+        }
         None => None,
     };
     tx.commit().await?;
@@ -603,6 +613,22 @@ async fn record_outcomes(
     id: i64,
     outcomes: &[ItemOutcome],
 ) -> Result<(), sqlx::Error> {
+    // Not confirmed (the connection broke, or never sent): to do again.
+    let retry: Vec<i64> = outcomes
+        .iter()
+        .filter(|o| o.retry)
+        .map(|o| o.message_id)
+        .collect();
+    if !retry.is_empty() {
+        sqlx::query(
+            "UPDATE replay_job_items SET outcome = NULL \
+             WHERE job_id = ? AND outcome = 'sending' AND message_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(id)
+        .bind(serde_json::to_string(&retry).expect("ids serialize"))
+        .execute(&mut **tx)
+        .await?;
+    }
     let mut groups: std::collections::BTreeMap<(&str, Option<&str>), Vec<i64>> = Default::default();
     for o in outcomes.iter().filter(|o| !o.retry) {
         groups
@@ -670,8 +696,9 @@ pub async fn advance_job(
     record_outcomes(&mut tx, id, outcomes).await?;
     if let Some(state) = renew(&mut tx, id, owner, lease_ms).await? {
         if state == JobState::Cancelled {
-            // Publishes that never got a confirm are now settled as cancelled.
-            cancel_items(&mut tx, id, false).await?;
+            // Asking for more means a step is still in flight: the runner settles it next,
+            // with nothing more to ask for; then what is left is settled as cancelled.
+            cancel_items(&mut tx, id, next.messages > 0).await?;
         }
         tx.commit().await?;
         return Ok(JobStep::Stop(state));
@@ -686,7 +713,7 @@ pub async fn advance_job(
     let candidates = sqlx::query(&format!(
         "SELECT i.message_id, i.attempts, m.body_size, m.status FROM replay_job_items i \
          JOIN messages m ON m.id = i.message_id \
-         WHERE i.job_id = ? AND {} ORDER BY i.message_id LIMIT ?",
+         WHERE i.job_id = ? AND {} AND i.outcome IS NULL ORDER BY i.message_id LIMIT ?",
         TODO.replace("outcome", "i.outcome")
     ))
     .bind(id)
@@ -694,6 +721,17 @@ pub async fn advance_job(
     .fetch_all(&mut *tx)
     .await?;
     if candidates.is_empty() {
+        let in_flight: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM replay_job_items WHERE job_id = ? AND outcome = 'sending')",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if in_flight {
+            // The last step is still being published: nothing more to hand out yet.
+            tx.commit().await?;
+            return Ok(JobStep::Publish(Vec::new()));
+        }
         complete(&mut tx, id).await?;
         tx.commit().await?;
         return Ok(JobStep::Stop(JobState::Completed));

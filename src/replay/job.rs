@@ -4,9 +4,10 @@
 //! and lets go when the job is paused, cancelled or the process shuts down.
 //!
 //! Crash safety: messages are recorded as `sending` before they are published and get their
-//! outcome in the transaction that hands out the next ones. After a crash, `sending`
-//! messages are published again: at most one step (`window` messages) can reach the broker
-//! twice; a message whose confirm was recorded is never published again.
+//! outcome in the transaction that hands out the step after next (handing out overlaps
+//! publishing, so the confirm window never waits for the database). After a crash,
+//! `sending` messages are published again: at most two steps (2 × `window` messages) can
+//! reach the broker twice; a message whose confirm was recorded is never published again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,6 +157,16 @@ pub fn item_outcome(message_id: i64, outcome: PublishOutcome) -> ItemOutcome {
         outcome,
         detail,
         retry,
+    }
+}
+
+/// A handed-out message that was never sent: it goes back to be done.
+fn not_sent(message_id: i64) -> ItemOutcome {
+    ItemOutcome {
+        message_id,
+        outcome: "failed",
+        detail: Some("not sent before the runner stopped".into()),
+        retry: true,
     }
 }
 
@@ -346,13 +357,18 @@ impl<'a> Runner<'a> {
         let step = step_size(job.rate_per_sec, self.settings.window);
         let mut started = Instant::now();
         let mut sent: u64 = 0;
+        // Outcomes of the last published step, not yet recorded.
         let mut outcomes: Vec<ItemOutcome> = Vec::new();
+        // Handed out (recorded as `sending`) while the last step was published; not yet sent.
+        let mut in_hand: Vec<OutgoingMessage> = Vec::new();
         loop {
             if self.shutdown.is_cancelled() {
+                // What was handed out but never sent goes back to be done.
+                outcomes.extend(in_hand.drain(..).map(|m| not_sent(m.message_id)));
                 self.advance(id, &outcomes, 0).await?;
                 return Err(Stop::Shutdown);
             }
-            if canary_left == Some(0) {
+            if canary_left == Some(0) && in_hand.is_empty() {
                 self.advance(id, &outcomes, 0).await?;
                 outcomes.clear();
                 let canary = canary.expect("a canary is set");
@@ -361,18 +377,23 @@ impl<'a> Runner<'a> {
                 self.judge_canary(id, canary, canary_since, wait).await?;
                 canary_left = None;
             }
-            let limit = match canary_left {
-                Some(left) => step.min(left as u32),
-                None => step,
-            };
-            let messages = match self.advance(id, &outcomes, limit).await? {
-                JobStep::Publish(messages) => messages,
-                JobStep::Stop(state) => {
-                    tracing::info!(job = id, state = state.as_str(), "replay job stopped");
-                    return Ok(());
+            if in_hand.is_empty() {
+                let limit = match canary_left {
+                    Some(left) => step.min(left as u32),
+                    None => step,
+                };
+                match self.advance(id, &outcomes, limit).await? {
+                    JobStep::Publish(messages) => in_hand = messages,
+                    JobStep::Stop(state) => {
+                        tracing::info!(job = id, state = state.as_str(), "replay job stopped");
+                        return Ok(());
+                    }
                 }
-            };
-            outcomes.clear();
+                outcomes.clear();
+                if in_hand.is_empty() {
+                    continue;
+                }
+            }
             if let Some(rate) = job.rate_per_sec.filter(|r| *r > 0) {
                 let ahead = Duration::from_secs_f64(sent as f64 / f64::from(rate));
                 // After a wait (a canary, a broker outage) the time lost is not made up
@@ -387,16 +408,35 @@ impl<'a> Runner<'a> {
                     _ = self.shutdown.cancelled() => {}
                 }
             }
+            let current = std::mem::take(&mut in_hand);
+            sent += current.len() as u64;
+            if let Some(left) = canary_left.as_mut() {
+                *left = (*left - current.len() as i64).max(0);
+            }
+            // The next step is handed out (and the last one's outcomes recorded) while this
+            // one is published: the confirm window never waits for the database.
+            let next_limit = match canary_left {
+                Some(left) => step.min(left as u32),
+                None => step,
+            };
             let window = self.settings.window;
             let job_tag = id.to_string();
             let batch: Vec<ReplayMessage<'_>> =
-                messages.iter().map(|m| to_replay(m, &job_tag)).collect();
+                current.iter().map(|m| to_replay(m, &job_tag)).collect();
             self.publisher(id).await?;
             let (archive, settings) = (self.archive, self.settings);
             let publisher = self.publisher.as_ref().expect("connected above");
+            let mut published = Vec::with_capacity(current.len());
             let publish = publisher.publish_all(batch, window, |message_id, o| {
-                outcomes.push(item_outcome(message_id, o))
+                published.push(item_outcome(message_id, o))
             });
+            let hand_out = async {
+                let needed = next_limit > 0 || !outcomes.is_empty();
+                match needed {
+                    true => Some(self.advance(id, &outcomes, next_limit).await),
+                    false => None,
+                }
+            };
             // A step can wait on the broker (a memory or disk alarm blocks publishers):
             // the lease is renewed meanwhile, so no other runner takes the job over.
             let renew = async {
@@ -407,17 +447,27 @@ impl<'a> Runner<'a> {
                         .await;
                 }
             };
-            tokio::select! {
-                _ = publish => {}
+            let next = tokio::select! {
+                (_, next) = async { tokio::join!(publish, hand_out) } => next,
                 _ = renew => unreachable!("renewing never ends"),
-            }
-            sent += messages.len() as u64;
+            };
+            outcomes = published;
             for o in outcomes.iter().filter(|o| !o.retry) {
                 self.settings.metrics.replayed(o.outcome, 1);
             }
-            if let Some(left) = canary_left.as_mut() {
-                *left = (*left - messages.len() as i64).max(0);
+            if canary_left.is_some() {
                 canary_published = Instant::now();
+            }
+            match next {
+                None => {}
+                Some(Ok(JobStep::Publish(messages))) => in_hand = messages,
+                Some(Ok(JobStep::Stop(_)) | Err(Stop::Left)) => {
+                    // Paused, cancelled or taken over: what was published is still recorded.
+                    let _ = self.advance(id, &outcomes, 0).await;
+                    tracing::info!(job = id, "replay job stopped");
+                    return Ok(());
+                }
+                Some(Err(stop)) => return Err(stop),
             }
             if outcomes.iter().any(|o| o.retry) {
                 // The channel or connection broke: those go out again on a new one.

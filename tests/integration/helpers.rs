@@ -475,9 +475,8 @@ pub async fn http_with(
         true => String::new(),
         false => format!("Host: {addr}\r\n"),
     };
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n{content}\r\n{body}"
-    );
+    let request =
+        format!("{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n{content}\r\n{body}");
     stream.write_all(request.as_bytes()).await.unwrap();
     // Read until the response is complete by its own framing: some servers (chromedriver)
     // keep the connection open despite `Connection: close`.
