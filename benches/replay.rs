@@ -3,26 +3,25 @@
 //! with a raw lapin publisher that has the same window of outstanding confirms, in the same
 //! run; then times RabbitMQ's shovel "Move messages" of the same N messages between queues.
 //!
-//! `cargo bench --bench replay` (env: BENCH_MESSAGES=100000, BENCH_RUNS=3,
-//! LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also needs
-//! `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel` when
-//! it is disabled, and is skipped when they are missing) and the default vhost. Prints a
-//! table of rates, the ratios, and where the Lazarus job's time went.
+//! `cargo bench --bench replay` (env: BENCH_MESSAGES=100000, BENCH_RUNS=3, BENCH_WINDOW=500,
+//! BENCH_SHOVEL=1, LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
+//! needs `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel`
+//! when it is disabled, and is skipped when they are missing or with BENCH_SHOVEL=0) and the
+//! default vhost. Prints a table of rates and the ratios.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::amqp::publisher::replay_headers;
-use lazarus::archive::*;
-use lazarus::death::ReplayTarget;
+use lazarus::archive::{
+    open, Actor, Archive, IncomingMessage, JobSpec, JobState, MessageFilter, PreparedMessage,
+    ReplayJob, Selection,
+};
 use lazarus::replay::job::{run_one, RunnerSettings};
 use time::OffsetDateTime;
 use tokio::process::Command;
@@ -124,187 +123,6 @@ async fn fill_archive(archive: &dyn Archive, base: &str, n: usize) {
     }
 }
 
-/// The archive, with the time spent in `advance_job` (the runner's one transaction per
-/// step) added up.
-struct Timed {
-    inner: Arc<dyn Archive>,
-    advance_nanos: AtomicU64,
-    advance_calls: AtomicU64,
-}
-
-impl Timed {
-    fn take(&self) -> (Duration, u64) {
-        (
-            Duration::from_nanos(self.advance_nanos.swap(0, Ordering::Relaxed)),
-            self.advance_calls.swap(0, Ordering::Relaxed),
-        )
-    }
-}
-
-#[async_trait]
-impl Archive for Timed {
-    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
-        self.inner.store_batch(batch).await
-    }
-    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {
-        self.inner.confirm_acked(archive_ids).await
-    }
-    async fn list_messages(
-        &self,
-        filter: &MessageFilter,
-        page: PageRequest,
-    ) -> Result<MessagePage, ArchiveError> {
-        self.inner.list_messages(filter, page).await
-    }
-    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
-        self.inner.get_message(id).await
-    }
-    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError> {
-        self.inner.get_body(id).await
-    }
-    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
-        self.inner.counts().await
-    }
-    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
-        self.inner.hourly_counts(since).await
-    }
-    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
-        self.inner.failure_groups(limit).await
-    }
-    async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError> {
-        self.inner.related(message).await
-    }
-    async fn begin_replay(
-        &self,
-        message_id: i64,
-        request_key: &str,
-        actor: &str,
-        target: &ReplayTarget,
-        edit: Option<&ReplayEdit>,
-    ) -> Result<ReplayStart, ArchiveError> {
-        self.inner
-            .begin_replay(message_id, request_key, actor, target, edit)
-            .await
-    }
-    async fn finish_replay(
-        &self,
-        replay_id: i64,
-        outcome: &str,
-        detail: Option<&str>,
-        status: MessageStatus,
-    ) -> Result<ReplayRecord, ArchiveError> {
-        self.inner
-            .finish_replay(replay_id, outcome, detail, status)
-            .await
-    }
-    async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError> {
-        self.inner.replays_of(message_id).await
-    }
-    async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
-        self.inner.create_job(spec).await
-    }
-    async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError> {
-        self.inner.job(id).await
-    }
-    async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError> {
-        self.inner.jobs(limit).await
-    }
-    async fn job_items(
-        &self,
-        id: i64,
-        outcome: Option<&str>,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<JobItem>, ArchiveError> {
-        self.inner.job_items(id, outcome, after, limit).await
-    }
-    async fn control_job(
-        &self,
-        id: i64,
-        action: JobAction,
-        actor: &str,
-    ) -> Result<ReplayJob, ArchiveError> {
-        self.inner.control_job(id, action, actor).await
-    }
-    async fn claim_job(
-        &self,
-        owner: &str,
-        lease_ms: u64,
-        only: Option<i64>,
-    ) -> Result<Option<ReplayJob>, ArchiveError> {
-        self.inner.claim_job(owner, lease_ms, only).await
-    }
-    async fn advance_job(
-        &self,
-        id: i64,
-        owner: &str,
-        lease_ms: u64,
-        outcomes: &[ItemOutcome],
-        next: ChunkLimit,
-    ) -> Result<JobStep, ArchiveError> {
-        let start = Instant::now();
-        let step = self
-            .inner
-            .advance_job(id, owner, lease_ms, outcomes, next)
-            .await;
-        self.advance_nanos
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.advance_calls.fetch_add(1, Ordering::Relaxed);
-        step
-    }
-    async fn release_job(
-        &self,
-        id: i64,
-        owner: &str,
-        state: JobState,
-        detail: Option<&str>,
-        canary_done: bool,
-    ) -> Result<(), ArchiveError> {
-        self.inner
-            .release_job(id, owner, state, detail, canary_done)
-            .await
-    }
-    async fn note_job(
-        &self,
-        id: i64,
-        owner: &str,
-        lease_ms: u64,
-        detail: Option<&str>,
-        canary_done: bool,
-    ) -> Result<bool, ArchiveError> {
-        self.inner
-            .note_job(id, owner, lease_ms, detail, canary_done)
-            .await
-    }
-    async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError> {
-        self.inner.canary_done(id).await
-    }
-    async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError> {
-        self.inner.canary_deaths(id, since).await
-    }
-    async fn dismiss(
-        &self,
-        selection: &Selection,
-        selection_text: &str,
-        note: &str,
-        actor: &str,
-    ) -> Result<u64, ArchiveError> {
-        self.inner
-            .dismiss(selection, selection_text, note, actor)
-            .await
-    }
-    async fn audit_log(
-        &self,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>, ArchiveError> {
-        self.inner.audit_log(before, limit).await
-    }
-    async fn ping(&self) -> Result<(), ArchiveError> {
-        self.inner.ping().await
-    }
-}
-
 async fn depth(channel: &Channel, queue: &str) -> u32 {
     let passive = QueueDeclareOptions {
         passive: true,
@@ -344,71 +162,67 @@ fn durable() -> QueueDeclareOptions {
     }
 }
 
-/// What one Lazarus replay job took: in all, in `create_job` (freezing the selection), in
-/// the runner's `advance_job` transactions (and how many), the rest being publishing.
-struct LazarusRun {
-    total: Duration,
-    create: Duration,
-    advance: Duration,
-    steps: u64,
-}
-
-/// Replays every archived message of `dlq` with a job, run here until it completes.
-async fn lazarus(archive: &Timed, url: &str, dlq: &str, run: usize, n: usize) -> LazarusRun {
-    let selection = Selection::Filter(MessageFilter {
+/// A new, started job replaying every archived message of `dlq` to its own target (the same
+/// messages every run: they are `replayed` after the first, hence `include_replayed`).
+async fn create_job(archive: &dyn Archive, dlq: &str, key: &str, n: usize) -> ReplayJob {
+    let selection = Selection::Filter(Box::new(MessageFilter {
         queue: Some(dlq.to_owned()),
         ..Default::default()
-    });
+    }));
     let selection_text = serde_json::json!({ "queue": dlq }).to_string();
-    let key = format!("bench-{}-{run}", std::process::id());
-    let settings = RunnerSettings::new(url);
-    archive.take();
-    let start = Instant::now();
     let job = archive
         .create_job(&JobSpec {
-            request_key: &key,
-            actor: "bench",
+            request_key: key,
+            actor: &Actor::system("bench"),
             selection: &selection,
             selection_text: &selection_text,
             target: None,
             rate_per_sec: None,
-            // The same messages every run: they are `replayed` after the first.
             include_replayed: true,
             canary: None,
             start: true,
         })
         .await
         .unwrap();
-    let create = start.elapsed();
     assert_eq!(job.plan.to_publish as usize, n, "plan: {:?}", job.plan);
-    let ran = run_one(archive, &settings, job.id, &CancellationToken::new())
-        .await
-        .unwrap();
-    let total = start.elapsed();
-    let (advance, steps) = archive.take();
-    assert!(ran, "job {} was not claimed", job.id);
-    let job = archive.job(job.id).await.unwrap().unwrap();
+    job
+}
+
+async fn check_completed(archive: &dyn Archive, id: i64, n: usize) {
+    let job = archive.job(id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Completed, "{job:?}");
     assert_eq!(job.counts.published as usize, n, "{:?}", job.counts);
-    LazarusRun {
-        total,
-        create,
-        advance,
-        steps,
-    }
+}
+
+/// Lazarus: a job replaying every archived message of `dlq`, run here by the library's
+/// runner until it completes; timed from before `create_job`.
+async fn lazarus(
+    archive: &dyn Archive,
+    settings: &RunnerSettings,
+    dlq: &str,
+    run: usize,
+    n: usize,
+) -> Duration {
+    let key = format!("bench-{}-{run}", std::process::id());
+    let start = Instant::now();
+    let job = create_job(archive, dlq, &key, n).await;
+    let ran = run_one(archive, settings, job.id, &CancellationToken::new())
+        .await
+        .unwrap();
+    let elapsed = start.elapsed();
+    assert!(ran, "job {} was not claimed", job.id);
+    check_completed(archive, job.id, n).await;
+    elapsed
 }
 
 /// The baseline: the same messages, held in memory, published on a confirm channel with
 /// `mandatory` and at most `window` confirms outstanding (opening its connection is timed,
-/// as the job's is). With `steps`, it also waits for every outstanding confirm after each
-/// `window` messages, as the job's runner does between two steps (a diagnosis, not the
-/// baseline).
+/// as the job's is).
 async fn raw(
     url: &str,
     exchange: &str,
     messages: &[(Vec<u8>, BasicProperties)],
     window: usize,
-    steps: bool,
 ) -> Duration {
     let start = Instant::now();
     let connection = Connection::connect(url, ConnectionProperties::default())
@@ -423,12 +237,7 @@ async fn raw(
     let settle = |c: Confirmation| {
         assert!(matches!(c, Confirmation::Ack(None)), "not published: {c:?}");
     };
-    for (i, (body, props)) in messages.iter().enumerate() {
-        if steps && i % window == 0 {
-            for confirm in pending.drain(..) {
-                settle(confirm.await.unwrap());
-            }
-        }
+    for (body, props) in messages {
         if pending.len() >= window {
             let confirm = pending.pop_front().unwrap();
             settle(confirm.await.unwrap());
@@ -594,7 +403,7 @@ async fn shovel(
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 0 {
+    if values.len().is_multiple_of(2) {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]
@@ -613,18 +422,18 @@ async fn main() {
         format!("{base}.dlq"),
         format!("{base}.target"),
     );
-    let window = RunnerSettings::new(&url).window;
+    // The job's settings, as `lazarus serve` and `lazarus replay` use them; BENCH_WINDOW (a
+    // diagnosis) changes the confirm window and the step size, for the baseline too.
+    let mut settings = RunnerSettings::new(&url);
+    settings.window = env_or("BENCH_WINDOW", settings.window);
+    let window = settings.window;
 
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("replay.db").display());
-    let archive = Timed {
-        inner: open(&db).await.unwrap(),
-        advance_nanos: AtomicU64::new(0),
-        advance_calls: AtomicU64::new(0),
-    };
+    let archive = open(&db).await.unwrap();
     println!("archiving {n} 1 KB dead letters of {dlq}...");
     let filling = Instant::now();
-    fill_archive(&archive, &base, n).await;
+    fill_archive(&*archive, &base, n).await;
     println!("archived in {:.1} s", filling.elapsed().as_secs_f64());
 
     // What the job publishes, held in memory for the raw publisher and the shovel: the same
@@ -672,20 +481,20 @@ async fn main() {
         .await
         .unwrap();
 
-    let (mut laz_runs, mut raw_runs, mut step_runs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut laz_runs, mut raw_runs) = (Vec::new(), Vec::new());
     for run in 1..=runs {
         println!("run {run}/{runs}: lazarus replay job...");
-        let laz = lazarus(&archive, &url, &dlq, run, n).await;
+        laz_runs.push(lazarus(&*archive, &settings, &dlq, run, n).await);
         check_and_purge(&channel, &target, n).await;
-        laz_runs.push(laz);
         println!("run {run}/{runs}: raw lapin publisher...");
-        raw_runs.push(raw(&url, &exchange, &messages, window, false).await);
-        check_and_purge(&channel, &target, n).await;
-        println!("run {run}/{runs}: raw lapin publisher in the job's steps...");
-        step_runs.push(raw(&url, &exchange, &messages, window, true).await);
+        raw_runs.push(raw(&url, &exchange, &messages, window).await);
         check_and_purge(&channel, &target, n).await;
     }
-    let moved = shovel(&channel, &base, &messages).await;
+    let moved = if env_or("BENCH_SHOVEL", 1) == 0 {
+        Err("BENCH_SHOVEL=0".to_owned())
+    } else {
+        shovel(&channel, &base, &messages).await
+    };
     channel
         .queue_delete(target.as_str().into(), QueueDeleteOptions::default())
         .await
@@ -704,9 +513,9 @@ async fn main() {
         println!(
             "| lazarus replay job, run {} | {n} | {} | {:.0} | {:.2} |",
             i + 1,
-            s(laz.total),
-            rate(laz.total),
-            rate(laz.total) / rate(*raw)
+            s(*laz),
+            rate(*laz),
+            rate(*laz) / rate(*raw)
         );
         println!(
             "| raw lapin publisher, run {} | {n} | {} | {:.0} | - |",
@@ -715,7 +524,7 @@ async fn main() {
             rate(*raw)
         );
     }
-    let laz_rate = median(laz_runs.iter().map(|r| rate(r.total)).collect());
+    let laz_rate = median(laz_runs.iter().map(|d| rate(*d)).collect());
     let raw_rate = median(raw_runs.iter().map(|d| rate(*d)).collect());
     match &moved {
         Ok(m) => println!(
@@ -724,25 +533,6 @@ async fn main() {
             rate(m.total)
         ),
         Err(e) => println!("| shovel \"Move messages\": skipped ({e}) | {n} | - | - | - |"),
-    }
-    println!();
-    println!(
-        "| lazarus run | in all | create_job | advance_job (calls) | publishing and confirms \
-         (the rest) | raw in the job's steps of {window}, no database |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for (i, (laz, steps)) in laz_runs.iter().zip(&step_runs).enumerate() {
-        let publishing = laz.total.saturating_sub(laz.create + laz.advance);
-        println!(
-            "| {} | {} s | {} s | {} s ({}) | {} s | {} s |",
-            i + 1,
-            s(laz.total),
-            s(laz.create),
-            s(laz.advance),
-            laz.steps,
-            s(publishing),
-            s(*steps)
-        );
     }
     println!();
     println!(
