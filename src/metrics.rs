@@ -131,6 +131,8 @@ impl Metrics {
 
     /// The Prometheus text exposition, with archive totals as of now.
     pub fn render(&self, counts: &[QueueReasonCount]) -> String {
+        // Totals that no longer exist (purged) must not linger at their last value.
+        self.archived.clear();
         for c in counts {
             self.archived
                 .get_or_create(&QueueReasonLabels {

@@ -419,6 +419,16 @@ pub trait Archive: Send + Sync + 'static {
         note: &str,
         actor: &Actor,
     ) -> Result<u64, ArchiveError>;
+    /// Deletes the selected messages from the archive for good — bodies, search entries,
+    /// replay records, totals — except those an unfinished job still holds; returns how
+    /// many. Audited with the note.
+    async fn purge(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &Actor,
+    ) -> Result<u64, ArchiveError>;
     /// The audit log, newest first, before entry id `before`.
     async fn audit_log(
         &self,

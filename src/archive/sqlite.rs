@@ -749,6 +749,16 @@ impl Archive for SqliteArchive {
         sqlite_jobs::dismiss(&self.pool, selection, selection_text, note, actor).await
     }
 
+    async fn purge(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &Actor,
+    ) -> Result<u64, ArchiveError> {
+        sqlite_jobs::purge(&self.pool, selection, selection_text, note, actor).await
+    }
+
     async fn audit_log(
         &self,
         before: Option<i64>,

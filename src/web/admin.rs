@@ -11,6 +11,7 @@ use axum::{Form, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::api_replays::{SelectionRequest, MAX_NOTE_CHARS};
 use super::auth::Caller;
 use super::html::{filters, render, utc, PageError};
 use super::{AppError, AppState};
@@ -22,6 +23,7 @@ pub fn api_routes() -> Router<AppState> {
         .route("/admin/users", get(list_users))
         .route("/admin/tokens", get(list_tokens).post(create_token))
         .route("/admin/tokens/{id}/revoke", post(revoke_token))
+        .route("/admin/purge", post(purge))
         .route("/audit.ndjson", get(audit_ndjson))
 }
 
@@ -105,6 +107,37 @@ async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Va
 
 async fn list_tokens(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
     Ok(Json(json!({ "tokens": state.archive.tokens().await? })))
+}
+
+/// `POST /api/admin/purge`: `{"ids"|"filter", "all"?, "note"}`.
+#[derive(Debug, Deserialize)]
+pub struct PurgeRequest {
+    #[serde(flatten)]
+    selection: SelectionRequest,
+    #[serde(default)]
+    note: String,
+}
+
+/// Deletes the selected messages for good (retention, data removal requests); the note
+/// says why in the audit log.
+async fn purge(
+    State(state): State<AppState>,
+    caller: Caller,
+    request: Result<Json<PurgeRequest>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let note = request.note.trim();
+    if note.is_empty() || note.chars().count() > MAX_NOTE_CHARS {
+        return Err(AppError::BadRequest(format!(
+            "say why in a note (1 to {MAX_NOTE_CHARS} characters): a purge cannot be undone"
+        )));
+    }
+    let (selection, text) = request.selection.resolve(&state.business_fields)?;
+    let purged = state
+        .archive
+        .purge(&selection, &text, note, &caller.actor())
+        .await?;
+    Ok(Json(json!({ "purged": purged })))
 }
 
 /// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line.

@@ -229,6 +229,19 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
             &app,
             &otto,
             "POST",
+            "/api/admin/purge",
+            Some(json!({"ids": [id], "note": "x"}))
+        )
+        .await
+        .status,
+        403,
+        "only admins purge"
+    );
+    assert_eq!(
+        as_user(
+            &app,
+            &otto,
+            "POST",
             "/api/admin/tokens",
             Some(json!({"name": "x", "role": "admin"}))
         )

@@ -832,3 +832,77 @@ async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
     assert_ne!(code, 0, "no selection is refused");
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn purging_deletes_messages_with_their_bodies_search_entries_and_totals() {
+    let p = unique("purge");
+    let (keep, dlq) = (format!("{p}.keep"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&keep, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq, &keep]).await;
+    publish_many(&t.channel, "", &dlq, "gone", 4).await;
+    publish_many(&t.channel, "", &keep, "kept", 2).await;
+    app.wait_for_archived(6, Duration::from_secs(10)).await;
+    let ids = app.ids(&dlq).await;
+    // One of them was replayed: its replay record goes with it.
+    app.post_json(
+        &format!("/api/messages/{}/replay", ids[0]),
+        json!({"target": {"exchange": "", "routing_key": keep}}),
+        200,
+    )
+    .await;
+    app.wait_for_archived(7, Duration::from_secs(10)).await;
+
+    let no_note = app
+        .post_json("/api/admin/purge", json!({"filter": {"queue": dlq}}), 400)
+        .await;
+    assert!(no_note["error"].as_str().unwrap().contains("note"));
+    let purged = app
+        .post_json(
+            "/api/admin/purge",
+            json!({"filter": {"queue": dlq}, "note": "retention: test traffic"}),
+            200,
+        )
+        .await;
+    assert_eq!(purged["purged"], 4);
+    assert_eq!(
+        app.archived().await,
+        3,
+        "the totals lost the purged messages"
+    );
+    assert!(app.all_messages(&dlq).await.is_empty());
+    app.json(&format!("/api/messages/{}", ids[1]), 404).await;
+    assert_eq!(
+        app.get(&format!("/api/messages/{}/body", ids[1]))
+            .await
+            .status,
+        404
+    );
+    // (The replayed copy of gone-0 now lives in the other queue.)
+    let found = app
+        .json(&format!("/api/messages?q=gone%20queue:{dlq}"), 200)
+        .await;
+    assert_eq!(
+        found["messages"],
+        json!([]),
+        "gone from the search index too"
+    );
+    assert_eq!(
+        app.all_messages(&keep).await.len(),
+        3,
+        "the rest is untouched"
+    );
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        !metrics.contains(&format!("lazarus_archived_messages{{queue=\"{dlq}\"")),
+        "no stale total left: {metrics}"
+    );
+    let audit = app.json("/api/audit", 200).await;
+    assert_eq!(audit["entries"][0]["action"], "purge");
+    assert!(audit["entries"][0]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("purged 4 messages"));
+    t.cleanup().await;
+}
