@@ -6,6 +6,8 @@ mod jobs;
 mod record;
 mod sqlite;
 mod sqlite_accounts;
+mod sqlite_actions;
+mod sqlite_audit;
 mod sqlite_jobs;
 
 use std::collections::BTreeMap;

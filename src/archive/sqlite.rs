@@ -12,7 +12,9 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::sqlite_accounts;
-use super::sqlite_jobs::{self, audit};
+use super::sqlite_actions;
+use super::sqlite_audit::{self, audit};
+use super::sqlite_jobs;
 use super::{
     Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
     ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
@@ -101,6 +103,18 @@ pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a Mess
     }
     if let Some(until) = filter.until {
         q.push(" AND archived_at < ").push_bind(millis(until));
+    }
+}
+
+/// ` AND messages.id IN (...)` or the filter's conditions, after `SELECT ...`.
+pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'a Selection) {
+    match selection {
+        Selection::Ids(ids) => {
+            q.push(" FROM messages WHERE messages.id IN (SELECT value FROM json_each(")
+                .push_bind(serde_json::to_string(ids).expect("ids serialize"))
+                .push("))");
+        }
+        Selection::Filter(filter) => push_filter(q, filter),
     }
 }
 
@@ -746,7 +760,7 @@ impl Archive for SqliteArchive {
         note: &str,
         actor: &Actor,
     ) -> Result<u64, ArchiveError> {
-        sqlite_jobs::dismiss(&self.pool, selection, selection_text, note, actor).await
+        sqlite_actions::dismiss(&self.pool, selection, selection_text, note, actor).await
     }
 
     async fn purge(
@@ -756,7 +770,7 @@ impl Archive for SqliteArchive {
         note: &str,
         actor: &Actor,
     ) -> Result<u64, ArchiveError> {
-        sqlite_jobs::purge(&self.pool, selection, selection_text, note, actor).await
+        sqlite_actions::purge(&self.pool, selection, selection_text, note, actor).await
     }
 
     async fn audit_log(
@@ -764,7 +778,7 @@ impl Archive for SqliteArchive {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, ArchiveError> {
-        sqlite_jobs::audit_log(&self.pool, before, limit).await
+        sqlite_audit::audit_log(&self.pool, before, limit).await
     }
 
     async fn put_user(

@@ -5,7 +5,7 @@ use sqlx::{Row, SqlitePool};
 use time::OffsetDateTime;
 
 use super::sqlite::{from_millis, millis};
-use super::sqlite_jobs::audit;
+use super::sqlite_audit::audit;
 use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
 
 fn now() -> i64 {

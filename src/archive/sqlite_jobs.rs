@@ -1,14 +1,15 @@
-//! Replay jobs, dismissals and the audit log on SQLite: freezing a selection into items,
-//! handing them to a runner under a lease, recording outcomes, all in short transactions.
+//! Replay jobs on SQLite: freezing a selection into items, handing them to a runner under a
+//! lease, recording outcomes, all in short transactions.
 
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
-use super::sqlite::{from_millis, millis, push_filter};
+use super::sqlite::{from_millis, millis, push_selection};
+use super::sqlite_audit::audit;
 use super::{
-    Actor, ArchiveError, AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts,
-    JobItem, JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayJob, Selection, TargetCount,
+    Actor, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec,
+    JobState, JobStep, OutgoingMessage, Plan, ReplayJob, TargetCount,
 };
 use crate::death::ReplayTarget;
 
@@ -31,30 +32,6 @@ const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at, fin
 
 fn now() -> i64 {
     millis(OffsetDateTime::now_utc())
-}
-
-/// Appends one line to the audit log, inside the transaction of what it records.
-pub async fn audit(
-    tx: &mut Transaction<'_, Sqlite>,
-    actor: &Actor,
-    action: &str,
-    job_id: Option<i64>,
-    message_id: Option<i64>,
-    summary: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO audit_log (at, actor, action, job_id, message_id, summary, source) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(now())
-    .bind(&actor.name)
-    .bind(action)
-    .bind(job_id)
-    .bind(message_id)
-    .bind(summary)
-    .bind(&actor.source)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
@@ -161,20 +138,8 @@ pub async fn jobs(pool: &SqlitePool, limit: u32) -> Result<Vec<ReplayJob>, Archi
     rows.iter().map(job_from_row).collect()
 }
 
-/// ` AND messages.id IN (...)` or the filter's conditions, after `SELECT ...`.
-fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'a Selection) {
-    match selection {
-        Selection::Ids(ids) => {
-            q.push(" FROM messages WHERE messages.id IN (SELECT value FROM json_each(")
-                .push_bind(serde_json::to_string(ids).expect("ids serialize"))
-                .push("))");
-        }
-        Selection::Filter(filter) => push_filter(q, filter),
-    }
-}
-
 /// Recomputes a job's counts from its items (after bulk changes outside the runner).
-async fn recount(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), sqlx::Error> {
+pub(super) async fn recount(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE replay_jobs SET \
          published = (SELECT count(*) FROM replay_job_items WHERE job_id = ?1 AND outcome = 'published'), \
@@ -960,169 +925,4 @@ pub async fn canary_deaths(
     .bind(id)
     .fetch_one(pool)
     .await?)
-}
-
-pub async fn dismiss(
-    pool: &SqlitePool,
-    selection: &Selection,
-    selection_text: &str,
-    note: &str,
-    actor: &Actor,
-) -> Result<u64, ArchiveError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let mut q =
-        QueryBuilder::<Sqlite>::new("UPDATE messages SET status = 'dismissed', status_note = ");
-    q.push_bind(note)
-        .push(" WHERE status != 'dismissed' AND id IN (SELECT messages.id");
-    push_selection(&mut q, selection);
-    q.push(")");
-    let dismissed = q.build().execute(&mut *tx).await?.rows_affected();
-    let only = match selection {
-        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
-        _ => None,
-    };
-    let summary = format!("dismissed {dismissed} messages ({selection_text}): {note}");
-    audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
-    tx.commit().await?;
-    Ok(dismissed)
-}
-
-/// The selected messages' contribution to a running total, subtracted: `key` groups the
-/// messages as `table` keys its rows (on `on`).
-async fn subtract_totals(
-    tx: &mut Transaction<'_, Sqlite>,
-    table: &str,
-    key: &str,
-    on: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!(
-        "UPDATE {table} SET messages = {table}.messages - d.n FROM \
-         (SELECT {key}, count(*) AS n FROM messages WHERE id IN (SELECT id FROM purge_ids) GROUP BY 1, 2) AS d \
-         WHERE {on}"
-    ))
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(&format!("DELETE FROM {table} WHERE messages <= 0"))
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-pub async fn purge(
-    pool: &SqlitePool,
-    selection: &Selection,
-    selection_text: &str,
-    note: &str,
-    actor: &Actor,
-) -> Result<u64, ArchiveError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    sqlx::query("CREATE TEMP TABLE IF NOT EXISTS purge_ids (id INTEGER PRIMARY KEY)")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("DELETE FROM purge_ids")
-        .execute(&mut *tx)
-        .await?;
-    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO purge_ids SELECT messages.id");
-    push_selection(&mut q, selection);
-    q.push(
-        " AND NOT EXISTS (SELECT 1 FROM replay_job_items i JOIN replay_jobs j ON j.id = i.job_id \
-         WHERE i.message_id = messages.id AND j.state IN ('queued', 'running', 'paused'))",
-    );
-    let purged = q.build().execute(&mut *tx).await?.rows_affected();
-
-    // The totals kept at ingest lose what goes.
-    subtract_totals(
-        &mut tx,
-        "queue_reason_counts",
-        "queue AS q, coalesce(first_death_reason, 'none') AS r",
-        "queue_reason_counts.queue = d.q AND queue_reason_counts.reason = d.r",
-    )
-    .await?;
-    subtract_totals(
-        &mut tx,
-        "hourly_counts",
-        "queue AS q, archived_at / 3600000 AS h",
-        "hourly_counts.queue = d.q AND hourly_counts.hour = d.h",
-    )
-    .await?;
-    sqlx::query(
-        "UPDATE failure_groups SET messages = failure_groups.messages - d.n FROM \
-         (SELECT coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
-          coalesce(error, '') AS e, count(*) AS n FROM messages WHERE id IN (SELECT id FROM purge_ids) \
-          GROUP BY 1, 2, 3) AS d \
-         WHERE failure_groups.queue = d.q AND failure_groups.reason = d.r AND failure_groups.error = d.e",
-    )
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("DELETE FROM failure_groups WHERE messages <= 0")
-        .execute(&mut *tx)
-        .await?;
-    let jobs: Vec<i64> = sqlx::query_scalar(
-        "SELECT DISTINCT job_id FROM replay_job_items WHERE message_id IN (SELECT id FROM purge_ids)",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    for statement in [
-        "DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM purge_ids)",
-        "DELETE FROM message_fields WHERE message_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM message_bodies WHERE message_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM pending_acks WHERE archive_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM replays WHERE message_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM replay_job_items WHERE message_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM messages WHERE id IN (SELECT id FROM purge_ids)",
-    ] {
-        sqlx::query(statement).execute(&mut *tx).await?;
-    }
-    for job in jobs {
-        recount(&mut tx, job).await?;
-    }
-    // The oldest and newest of what is left, where that changed.
-    sqlx::query(
-        "UPDATE queue_reason_counts SET \
-         oldest_at = coalesce((SELECT min(archived_at) FROM messages m WHERE m.queue = queue_reason_counts.queue \
-             AND coalesce(m.first_death_reason, 'none') = queue_reason_counts.reason), oldest_at), \
-         newest_at = coalesce((SELECT max(archived_at) FROM messages m WHERE m.queue = queue_reason_counts.queue \
-             AND coalesce(m.first_death_reason, 'none') = queue_reason_counts.reason), newest_at) \
-         WHERE ? > 0",
-    )
-    .bind(purged as i64)
-    .execute(&mut *tx)
-    .await?;
-    let summary = format!("purged {purged} messages ({selection_text}): {note}");
-    audit(&mut tx, actor, "purge", None, None, &summary).await?;
-    tx.commit().await?;
-    Ok(purged)
-}
-
-pub async fn audit_log(
-    pool: &SqlitePool,
-    before: Option<i64>,
-    limit: u32,
-) -> Result<Vec<AuditEntry>, ArchiveError> {
-    let rows = sqlx::query(
-        "SELECT id, at, actor, action, job_id, message_id, summary, source FROM audit_log \
-         WHERE id < ? ORDER BY id DESC LIMIT ?",
-    )
-    .bind(before.unwrap_or(i64::MAX))
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(AuditEntry {
-                id: row.try_get("id")?,
-                at: from_millis(row.try_get("at")?),
-                actor: row.try_get("actor")?,
-                action: row.try_get("action")?,
-                job_id: row
-                    .try_get::<Option<i64>, _>("job_id")?
-                    .map(|i| i.to_string()),
-                message_id: row
-                    .try_get::<Option<i64>, _>("message_id")?
-                    .map(|i| i.to_string()),
-                summary: row.try_get("summary")?,
-                source: row.try_get("source")?,
-            })
-        })
-        .collect()
 }
