@@ -111,6 +111,7 @@ pub struct ReplayConfig {
     /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
     #[arg(long)]
     pub reason: Option<String>,
+    /// The queue of the first death (the DLQ itself for messages without history).
     #[arg(long)]
     pub first_death_queue: Option<String>,
     /// The failing consumer's error description (from --error-header).
@@ -125,6 +126,7 @@ pub struct ReplayConfig {
     /// archived, replayed, replay_failed or dismissed.
     #[arg(long)]
     pub status: Option<String>,
+    /// Content type (application/json also finds application/json; charset=utf-8).
     #[arg(long)]
     pub content_type: Option<String>,
     /// Archived at or after (RFC 3339, e.g. 2026-12-02T09:00:00Z).
