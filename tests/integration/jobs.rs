@@ -22,6 +22,21 @@ async fn dead_letter(t: &Topology, app: &TestApp, work: &str, n: usize, already:
     tokio::time::sleep(Duration::from_millis(200)).await; // its channel closes
 }
 
+/// A queue to replay into and a DLQ holding `n` archived messages without death history
+/// (message-ids `{prefix}-{i}`), with Lazarus archiving the DLQ: (topology, app, queue, dlq).
+async fn archived_bare(prefix: &str, n: usize) -> (Topology, TestApp, String, String) {
+    let p = unique(prefix);
+    let (queue, dlq) = (format!("{p}.q"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&queue, Default::default()).await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    publish_many(&t.channel, "", &dlq, prefix, n).await;
+    app.wait_for_archived(n as i64, Duration::from_secs(20))
+        .await;
+    (t, app, queue, dlq)
+}
+
 fn state(job: &Value) -> &str {
     job["state"].as_str().unwrap()
 }
@@ -178,15 +193,12 @@ async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
 
 #[tokio::test]
 async fn unroutable_copies_are_reported_and_stay_replayable() {
-    let p = unique("jobroute");
-    let (exchange, queue, dlq) = (format!("{p}.direct"), format!("{p}.q"), format!("{p}.dlq"));
-    let mut t = Topology::new().await;
+    let (mut t, app, queue, dlq) = archived_bare("u", 3).await;
+    let (p, exchange) = (
+        queue.trim_end_matches(".q").to_owned(),
+        format!("{queue}.direct"),
+    );
     t.exchange(&exchange, ExchangeKind::Direct).await;
-    t.queue(&queue, Default::default()).await;
-    t.queue(&dlq, Default::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    publish_many(&t.channel, "", &dlq, "u", 3).await;
-    app.wait_for_archived(3, Duration::from_secs(10)).await;
     let target = json!({"exchange": exchange, "routing_key": "orders"});
 
     // Nothing is bound for the key: every copy comes back unroutable.
@@ -256,14 +268,7 @@ async fn unroutable_copies_are_reported_and_stay_replayable() {
 
 #[tokio::test]
 async fn pause_resume_and_cancel_take_effect_within_a_second() {
-    let p = unique("cancel");
-    let (queue, dlq) = (format!("{p}.q"), format!("{p}.dlq"));
-    let mut t = Topology::new().await;
-    t.queue(&queue, Default::default()).await;
-    t.queue(&dlq, Default::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    publish_many(&t.channel, "", &dlq, "c", 400).await;
-    app.wait_for_archived(400, Duration::from_secs(20)).await;
+    let (t, app, queue, dlq) = archived_bare("c", 400).await;
 
     let job = app
         .post_json(
@@ -384,13 +389,7 @@ async fn a_canary_pauses_the_job_when_its_copies_die_again() {
 
 #[tokio::test]
 async fn dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry() {
-    let p = unique("dismiss");
-    let dlq = format!("{p}.dlq");
-    let mut t = Topology::new().await;
-    t.queue(&dlq, Default::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    publish_many(&t.channel, "", &dlq, "d", 4).await;
-    app.wait_for_archived(4, Duration::from_secs(10)).await;
+    let (t, app, _, dlq) = archived_bare("d", 4).await;
     let ids = app.ids(&dlq).await;
 
     let missing_note = app
@@ -675,14 +674,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
 
 #[tokio::test]
 async fn the_pages_plan_start_and_follow_a_replay_without_script() {
-    let p = unique("jobpages");
-    let (queue, dlq) = (format!("{p}.q"), format!("{p}.dlq"));
-    let mut t = Topology::new().await;
-    t.queue(&queue, Default::default()).await;
-    t.queue(&dlq, Default::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    publish_many(&t.channel, "", &dlq, "pg", 3).await;
-    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let (t, app, queue, dlq) = archived_bare("pg", 3).await;
     let ids = app.ids(&dlq).await;
 
     let list = app.get(&format!("/messages?queue={dlq}")).await.text();
@@ -781,15 +773,9 @@ async fn lazarus_replay(db: &std::path::Path, args: &[&str]) -> (i32, String) {
 
 #[tokio::test]
 async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
-    let p = unique("cli");
-    let (queue, dlq, exchange) = (format!("{p}.q"), format!("{p}.dlq"), format!("{p}.ex"));
-    let mut t = Topology::new().await;
-    t.queue(&queue, Default::default()).await;
-    t.queue(&dlq, Default::default()).await;
+    let (mut t, mut app, queue, dlq) = archived_bare("cli", 5).await;
+    let exchange = format!("{queue}.ex");
     t.exchange(&exchange, ExchangeKind::Direct).await;
-    let mut app = TestApp::spawn(&[&dlq]).await;
-    publish_many(&t.channel, "", &dlq, "cli", 5).await;
-    app.wait_for_archived(5, Duration::from_secs(10)).await;
     app.stop().await; // the CLI runs its job itself
     let db = app.db_path.clone();
     let target = format!("/{queue}");
