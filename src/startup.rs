@@ -47,6 +47,11 @@ impl Application {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let auth = config.auth_settings().map_err(anyhow::Error::msg)?;
+        if auth.mode == crate::auth::AuthMode::Users && archive.users().await?.is_empty() {
+            tracing::warn!(
+                "--auth users and no user yet: add one with `lazarus user add NAME --role admin`"
+            );
+        }
         let mut state = AppState::new(
             archive,
             config.fields.iter().map(|f| f.name.clone()).collect(),
