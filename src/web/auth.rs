@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use askama::Template;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -461,8 +461,6 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Respon
     );
     response
 }
-
-use axum::extract::FromRequest;
 
 #[cfg(test)]
 mod tests {
