@@ -22,6 +22,17 @@ async fn dead_letter(t: &Topology, app: &TestApp, work: &str, n: usize, already:
     tokio::time::sleep(Duration::from_millis(200)).await; // its channel closes
 }
 
+/// A work queue dead-lettering into a DLQ that Lazarus archives, with `n` messages already
+/// dead-lettered and archived: (topology, app, work, dlq).
+async fn dead_lettered(prefix: &str, n: usize) -> (Topology, TestApp, String, String) {
+    let p = unique(prefix);
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    dead_letter(&t, &app, &work, n, 0).await;
+    (t, app, work, dlq)
+}
+
 /// A queue to replay into and a DLQ holding `n` archived messages without death history
 /// (message-ids `{prefix}-{i}`), with Lazarus archiving the DLQ: (topology, app, queue, dlq).
 async fn archived_bare(prefix: &str, n: usize) -> (Topology, TestApp, String, String) {
@@ -47,11 +58,7 @@ fn count(job: &Value, outcome: &str) -> i64 {
 
 #[tokio::test]
 async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
-    let p = unique("plan");
-    let mut t = Topology::new().await;
-    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    dead_letter(&t, &app, &work, 5, 0).await;
+    let (t, app, work, dlq) = dead_lettered("plan", 5).await;
     // A bare copy in the DLQ: no death history, so no known target.
     t.publish("", &dlq, b"bare", json_props("bare-1")).await;
     app.wait_for_archived(6, Duration::from_secs(10)).await;
@@ -342,11 +349,7 @@ async fn pause_resume_and_cancel_take_effect_within_a_second() {
 
 #[tokio::test]
 async fn a_canary_pauses_the_job_when_its_copies_die_again() {
-    let p = unique("canary");
-    let mut t = Topology::new().await;
-    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    dead_letter(&t, &app, &work, 20, 0).await;
+    let (t, app, work, dlq) = dead_lettered("canary", 20).await;
 
     // The consumer still fails: the first 3 copies die again and come back archived.
     let worker = rejecting_worker(&work).await;
@@ -451,11 +454,7 @@ async fn dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry() {
 
 #[tokio::test]
 async fn edit_and_replay_publishes_the_edit_and_keeps_the_original() {
-    let p = unique("edit");
-    let mut t = Topology::new().await;
-    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-    dead_letter(&t, &app, &work, 1, 0).await;
+    let (t, app, work, dlq) = dead_lettered("edit", 1).await;
     let id = app.ids(&dlq).await.remove(0);
     let path = format!("/api/messages/{id}/replay");
 
