@@ -3,6 +3,12 @@
 
 mod accounts;
 mod jobs;
+mod postgres;
+mod postgres_accounts;
+mod postgres_actions;
+mod postgres_audit;
+mod postgres_jobs;
+mod postgres_search;
 mod record;
 mod sqlite;
 mod sqlite_accounts;
@@ -25,6 +31,7 @@ pub use jobs::{
     AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
     JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
 };
+pub use postgres::PostgresArchive;
 pub use record::{
     error_description, extract_fields, fingerprint, BusinessField, IncomingMessage, IngestRules,
     PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
@@ -47,7 +54,7 @@ pub enum ArchiveError {
     Migration(#[from] sqlx::migrate::MigrateError),
     #[error("stored record {id} is unreadable: {reason}")]
     Corrupt { id: i64, reason: String },
-    #[error("unsupported database URL {0:?}: use sqlite://path (PostgreSQL is not supported yet)")]
+    #[error("unsupported database URL {0:?}: use sqlite://path or postgres://user@host/database")]
     UnsupportedUrl(String),
     #[error("no replay job with id {0}")]
     UnknownJob(i64),
@@ -486,6 +493,8 @@ pub trait Archive: Send + Sync + 'static {
 pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(SqliteArchive::open(database_url).await?))
+    } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresArchive::open(database_url).await?))
     } else {
         Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(
             database_url,

@@ -5,9 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
@@ -63,7 +61,7 @@ pub(super) fn from_millis(ms: i64) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-const SUMMARY_COLUMNS: &str = "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, status";
+pub(super) const SUMMARY_COLUMNS: &str = "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, status";
 
 /// The archived row a redelivered message is a copy of, if one with its content was
 /// committed and its ack never confirmed (and no other copy in this batch took it).
@@ -94,6 +92,18 @@ pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a Mess
             q.push(" FROM messages WHERE 1 = 1");
         }
     }
+    push_conditions(q, filter);
+}
+
+/// ` AND ...` for every condition of the filter but its text.
+pub(super) fn push_conditions<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    filter: &'a MessageFilter,
+) where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
     // The status is one of the conditions.
     for (field, value) in filter.conditions() {
         push_condition(q, field, value);
@@ -119,7 +129,14 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'
 }
 
 /// `AND <field matches value>`, with the archive column each search field stands for.
-fn push_condition<'a>(q: &mut QueryBuilder<'a, Sqlite>, field: &'a str, value: &'a str) {
+pub(super) fn push_condition<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    field: &'a str,
+    value: &'a str,
+) where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
     let column = match field {
         "queue" => "queue",
         "reason" if value == NO_REASON => {
@@ -226,11 +243,14 @@ async fn insert_messages(
     Ok(())
 }
 
-/// Keeps the sparkline's hourly counts and the failure groups up to date.
-async fn record_overview(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    rows: &[(i64, &PreparedMessage)],
-) -> Result<(), sqlx::Error> {
+/// Messages per (DLQ, hour), and per failure group (queue, reason, error): how many, the
+/// first and the last archive time; in key order, the order every backend writes them in.
+pub(super) type Overview<'a> = (
+    BTreeMap<(&'a str, i64), i64>,
+    BTreeMap<(&'a str, &'a str, &'a str), (i64, i64, i64)>,
+);
+
+pub(super) fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
     let mut hours: BTreeMap<(&str, i64), i64> = BTreeMap::new();
     let mut groups: BTreeMap<(&str, &str, &str), (i64, i64, i64)> = BTreeMap::new();
     for (_, m) in rows {
@@ -243,6 +263,15 @@ async fn record_overview(
         entry.1 = entry.1.min(at);
         entry.2 = entry.2.max(at);
     }
+    (hours, groups)
+}
+
+/// Keeps the sparkline's hourly counts and the failure groups up to date.
+async fn record_overview(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let (hours, groups) = overview(rows);
     for ((queue, hour), messages) in hours {
         sqlx::query(
             "INSERT INTO hourly_counts (queue, hour, messages) VALUES (?, ?, ?) \
@@ -273,7 +302,7 @@ async fn record_overview(
 }
 
 /// Per DLQ and first-death reason: how many rows, the oldest and the newest archive time.
-fn totals<'a>(
+pub(super) fn totals<'a>(
     rows: &[(i64, &'a PreparedMessage)],
 ) -> BTreeMap<(&'a str, &'a str), (i64, i64, i64)> {
     let mut totals = BTreeMap::new();
@@ -444,40 +473,14 @@ impl Archive for SqliteArchive {
 
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
         let row = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS}, exchange, routing_key, redelivered, properties, headers, death_problems, status_note FROM messages WHERE id = ?"
+            "SELECT {SUMMARY_COLUMNS}, {DETAIL_COLUMNS} FROM messages WHERE id = ?"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        let corrupt = |reason: serde_json::Error| ArchiveError::Corrupt {
-            id,
-            reason: reason.to_string(),
-        };
-        let mut summary = summary_from_row(&row)?;
-        summary.fields = fields_of(&self.pool, &[id])
-            .await?
-            .remove(&id)
-            .unwrap_or_default();
-        let headers: Option<String> = row.try_get("headers")?;
-        let problems: Option<String> = row.try_get("death_problems")?;
-        Ok(Some(ArchivedMessage {
-            summary,
-            delivered_exchange: row.try_get("exchange")?,
-            delivered_routing_key: row.try_get("routing_key")?,
-            redelivered: row.try_get("redelivered")?,
-            properties: serde_json::from_str(row.try_get("properties")?).map_err(corrupt)?,
-            headers: headers
-                .map(|h| serde_json::from_str(&h))
-                .transpose()
-                .map_err(corrupt)?,
-            death_problems: problems
-                .map(|p| serde_json::from_str(&p))
-                .transpose()
-                .map_err(corrupt)?
-                .unwrap_or_default(),
-            status_note: row.try_get("status_note")?,
-        }))
+        let fields = fields_of(&self.pool, &[id]).await?.remove(&id);
+        message_from_row(&row, fields.unwrap_or_default()).map(Some)
     }
 
     async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError> {
@@ -583,14 +586,7 @@ impl Archive for SqliteArchive {
         edit: Option<&ReplayEdit>,
     ) -> Result<ReplayStart, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let edited_headers = edit
-            .and_then(|e| e.headers.as_ref())
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| ArchiveError::Corrupt {
-                id: message_id,
-                reason: e.to_string(),
-            })?;
+        let edited_headers = edited_headers(message_id, edit)?;
         let inserted: Option<i64> = sqlx::query_scalar(
             "INSERT INTO replays (message_id, request_key, actor, requested_at, target_exchange, target_routing_key, outcome, edited_body, edited_headers) \
              VALUES (?, ?, ?, ?, ?, ?, 'publishing', ?, ?) ON CONFLICT (request_key) DO NOTHING RETURNING id",
@@ -607,19 +603,8 @@ impl Archive for SqliteArchive {
         .await?;
         let start = match inserted {
             Some(id) => {
-                let (action, what) = match edit {
-                    Some(_) => ("edit_replay", "edited and replayed"),
-                    None => ("replay", "replayed"),
-                };
-                audit(
-                    &mut tx,
-                    actor,
-                    action,
-                    None,
-                    Some(message_id),
-                    &format!("{what} message {message_id} to {}", target.label()),
-                )
-                .await?;
+                let (action, summary) = replay_audit(message_id, target, edit);
+                audit(&mut tx, actor, action, None, Some(message_id), &summary).await?;
                 ReplayStart::New(id)
             }
             None => {
@@ -863,11 +848,94 @@ impl Archive for SqliteArchive {
     }
 }
 
-const REPLAY_COLUMNS: &str =
+/// The edited headers of a replay, as stored beside its record.
+pub(super) fn edited_headers(
+    message_id: i64,
+    edit: Option<&ReplayEdit>,
+) -> Result<Option<String>, ArchiveError> {
+    edit.and_then(|e| e.headers.as_ref())
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| ArchiveError::Corrupt {
+            id: message_id,
+            reason: e.to_string(),
+        })
+}
+
+/// The audit action and summary of a single replay.
+pub(super) fn replay_audit(
+    message_id: i64,
+    target: &ReplayTarget,
+    edit: Option<&ReplayEdit>,
+) -> (&'static str, String) {
+    let (action, what) = match edit {
+        Some(_) => ("edit_replay", "edited and replayed"),
+        None => ("replay", "replayed"),
+    };
+    (
+        action,
+        format!("{what} message {message_id} to {}", target.label()),
+    )
+}
+
+/// What [`message_from_row`] reads besides [`SUMMARY_COLUMNS`].
+pub(super) const DETAIL_COLUMNS: &str =
+    "exchange, routing_key, redelivered, properties, headers, death_problems, status_note";
+
+/// A whole archived message from a row of either backend.
+pub(super) fn message_from_row<'r, R: Row>(
+    row: &'r R,
+    fields: BTreeMap<String, String>,
+) -> Result<ArchivedMessage, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut summary = summary_from_row(row)?;
+    summary.fields = fields;
+    let id = summary.id;
+    let corrupt = |reason: serde_json::Error| ArchiveError::Corrupt {
+        id,
+        reason: reason.to_string(),
+    };
+    let properties: String = row.try_get("properties")?;
+    let headers: Option<String> = row.try_get("headers")?;
+    let problems: Option<String> = row.try_get("death_problems")?;
+    Ok(ArchivedMessage {
+        summary,
+        delivered_exchange: row.try_get("exchange")?,
+        delivered_routing_key: row.try_get("routing_key")?,
+        redelivered: row.try_get("redelivered")?,
+        properties: serde_json::from_str(&properties).map_err(corrupt)?,
+        headers: headers
+            .map(|h| serde_json::from_str(&h))
+            .transpose()
+            .map_err(corrupt)?,
+        death_problems: problems
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(corrupt)?
+            .unwrap_or_default(),
+        status_note: row.try_get("status_note")?,
+    })
+}
+
+pub(super) const REPLAY_COLUMNS: &str =
     "id, message_id, actor, requested_at, target_exchange, target_routing_key, outcome, detail, \
      (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
 
-fn replay_from_row(row: &SqliteRow) -> Result<ReplayRecord, ArchiveError> {
+/// The column types a row of either backend must decode for the shared row readers.
+pub(super) fn replay_from_row<'r, R: Row>(row: &'r R) -> Result<ReplayRecord, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     Ok(ReplayRecord {
         id: row.try_get("id")?,
         message_id: row.try_get("message_id")?,
@@ -883,7 +951,13 @@ fn replay_from_row(row: &SqliteRow) -> Result<ReplayRecord, ArchiveError> {
     })
 }
 
-fn summary_from_row(row: &SqliteRow) -> Result<MessageSummary, ArchiveError> {
+pub(super) fn summary_from_row<'r, R: Row>(row: &'r R) -> Result<MessageSummary, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     let id: i64 = row.try_get("id")?;
     let deaths: String = row.try_get("deaths")?;
     let status: String = row.try_get("status")?;

@@ -1,6 +1,6 @@
 //! Users, sessions and API tokens on SQLite; every change is audited in its transaction.
+//! The row readers, audit lines and session rule here serve the PostgreSQL port too.
 
-use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 use time::OffsetDateTime;
 
@@ -8,14 +8,73 @@ use super::sqlite::{from_millis, millis};
 use super::sqlite_audit::audit;
 use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     millis(OffsetDateTime::now_utc())
 }
 
 /// A session's `last_seen` is written at most this often (not on every request).
 const TOUCH_EVERY_MS: i64 = 60_000;
 
-fn role_of(row: &SqliteRow) -> Result<Role, ArchiveError> {
+/// What a session last used at `last_seen` needs when it is used at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SessionUse {
+    /// Unused for longer than the idle limit: it is ended.
+    Idle,
+    /// Its `last_seen` is old enough to be written again.
+    Touch,
+    Fresh,
+}
+
+pub(super) fn session_use(last_seen: i64, idle_ms: u64, now: i64) -> SessionUse {
+    if now - last_seen > idle_ms as i64 {
+        SessionUse::Idle
+    } else if now - last_seen > TOUCH_EVERY_MS {
+        SessionUse::Touch
+    } else {
+        SessionUse::Fresh
+    }
+}
+
+/// An account change, as the audit log records it.
+pub(super) enum AccountChange<'a> {
+    UserPut { name: &'a str, role: Role },
+    Password { name: &'a str },
+    UserRemove { name: &'a str },
+    TokenCreate { id: i64, name: &'a str, role: Role },
+    TokenRevoke { id: i64 },
+}
+
+impl AccountChange<'_> {
+    /// The audit action and line.
+    pub(super) fn entry(&self) -> (&'static str, String) {
+        match *self {
+            AccountChange::UserPut { name, role } => {
+                ("user_put", format!("user {name} is {}", role.as_str()))
+            }
+            AccountChange::Password { name } => (
+                "user_password",
+                format!("password of {name} changed; their sessions ended"),
+            ),
+            AccountChange::UserRemove { name } => (
+                "user_remove",
+                format!("user {name} removed; their sessions ended"),
+            ),
+            AccountChange::TokenCreate { id, name, role } => (
+                "token_create",
+                format!("API token {id} ({name}) created as {}", role.as_str()),
+            ),
+            AccountChange::TokenRevoke { id } => {
+                ("token_revoke", format!("API token {id} revoked"))
+            }
+        }
+    }
+}
+
+fn role_of<'r, R: Row>(row: &'r R) -> Result<Role, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     let role: String = row.try_get("role")?;
     Role::parse(&role).ok_or_else(|| ArchiveError::Corrupt {
         id: 0,
@@ -23,7 +82,17 @@ fn role_of(row: &SqliteRow) -> Result<Role, ArchiveError> {
     })
 }
 
-fn user_from_row(row: &SqliteRow) -> Result<UserRecord, ArchiveError> {
+/// What [`user_from_row`] reads.
+pub(super) const USER_COLUMNS: &str = "name, password_hash, role, created_at";
+
+/// A user, from a row of either backend.
+pub(super) fn user_from_row<'r, R: Row>(row: &'r R) -> Result<UserRecord, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     Ok(UserRecord {
         name: row.try_get("name")?,
         password_hash: row.try_get("password_hash")?,
@@ -51,8 +120,8 @@ pub async fn put_user(
     .bind(now())
     .execute(&mut *tx)
     .await?;
-    let summary = format!("user {name} is {}", role.as_str());
-    audit(&mut tx, by, "user_put", None, None, &summary).await?;
+    let (action, summary) = AccountChange::UserPut { name, role }.entry();
+    audit(&mut tx, by, action, None, None, &summary).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -76,8 +145,8 @@ pub async fn set_password(
             .bind(name)
             .execute(&mut *tx)
             .await?;
-        let summary = format!("password of {name} changed; their sessions ended");
-        audit(&mut tx, by, "user_password", None, None, &summary).await?;
+        let (action, summary) = AccountChange::Password { name }.entry();
+        audit(&mut tx, by, action, None, None, &summary).await?;
     }
     tx.commit().await?;
     Ok(changed == 1)
@@ -95,15 +164,15 @@ pub async fn remove_user(pool: &SqlitePool, name: &str, by: &Actor) -> Result<bo
         .await?
         .rows_affected();
     if removed == 1 {
-        let summary = format!("user {name} removed; their sessions ended");
-        audit(&mut tx, by, "user_remove", None, None, &summary).await?;
+        let (action, summary) = AccountChange::UserRemove { name }.entry();
+        audit(&mut tx, by, action, None, None, &summary).await?;
     }
     tx.commit().await?;
     Ok(removed == 1)
 }
 
 pub async fn user(pool: &SqlitePool, name: &str) -> Result<Option<UserRecord>, ArchiveError> {
-    let row = sqlx::query("SELECT name, password_hash, role, created_at FROM users WHERE name = ?")
+    let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = ?"))
         .bind(name)
         .fetch_optional(pool)
         .await?;
@@ -111,7 +180,7 @@ pub async fn user(pool: &SqlitePool, name: &str) -> Result<Option<UserRecord>, A
 }
 
 pub async fn users(pool: &SqlitePool) -> Result<Vec<UserRecord>, ArchiveError> {
-    let rows = sqlx::query("SELECT name, password_hash, role, created_at FROM users ORDER BY name")
+    let rows = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
         .fetch_all(pool)
         .await?;
     rows.iter().map(user_from_row).collect()
@@ -147,18 +216,20 @@ pub async fn session_user(
     .fetch_optional(pool)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    let last_seen: i64 = row.try_get("last_seen")?;
     let now = now();
-    if now - last_seen > idle_ms as i64 {
-        end_session(pool, token_hash).await?;
-        return Ok(None);
-    }
-    if now - last_seen > TOUCH_EVERY_MS {
-        sqlx::query("UPDATE sessions SET last_seen = ? WHERE token_hash = ?")
-            .bind(now)
-            .bind(token_hash)
-            .execute(pool)
-            .await?;
+    match session_use(row.try_get("last_seen")?, idle_ms, now) {
+        SessionUse::Idle => {
+            end_session(pool, token_hash).await?;
+            return Ok(None);
+        }
+        SessionUse::Touch => {
+            sqlx::query("UPDATE sessions SET last_seen = ? WHERE token_hash = ?")
+                .bind(now)
+                .bind(token_hash)
+                .execute(pool)
+                .await?;
+        }
+        SessionUse::Fresh => {}
     }
     Ok(Some(user_from_row(&row)?))
 }
@@ -189,13 +260,20 @@ pub async fn create_token(
     .bind(now())
     .fetch_one(&mut *tx)
     .await?;
-    let summary = format!("API token {id} ({name}) created as {}", role.as_str());
-    audit(&mut tx, by, "token_create", None, None, &summary).await?;
+    let (action, summary) = AccountChange::TokenCreate { id, name, role }.entry();
+    audit(&mut tx, by, action, None, None, &summary).await?;
     tx.commit().await?;
     Ok(id)
 }
 
-fn token_from_row(row: &SqliteRow) -> Result<TokenRecord, ArchiveError> {
+/// An API token, from a row of either backend.
+pub(super) fn token_from_row<'r, R: Row>(row: &'r R) -> Result<TokenRecord, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     Ok(TokenRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
@@ -206,7 +284,8 @@ fn token_from_row(row: &SqliteRow) -> Result<TokenRecord, ArchiveError> {
     })
 }
 
-const TOKEN_COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at";
+/// What [`token_from_row`] reads.
+pub(super) const TOKEN_COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at";
 
 pub async fn token(
     pool: &SqlitePool,
@@ -231,15 +310,8 @@ pub async fn revoke_token(pool: &SqlitePool, id: i64, by: &Actor) -> Result<bool
             .await?
             .rows_affected();
     if revoked == 1 {
-        audit(
-            &mut tx,
-            by,
-            "token_revoke",
-            None,
-            None,
-            &format!("API token {id} revoked"),
-        )
-        .await?;
+        let (action, summary) = AccountChange::TokenRevoke { id }.entry();
+        audit(&mut tx, by, action, None, None, &summary).await?;
     }
     tx.commit().await?;
     Ok(revoked == 1)

@@ -8,6 +8,25 @@ use super::sqlite_audit::audit;
 use super::sqlite_jobs::recount;
 use super::{Actor, ArchiveError, Selection};
 
+/// `EXISTS (...)`: a job not yet finished holds the message (`messages.id`); purging leaves
+/// such messages alone.
+pub(super) const HELD_BY_UNFINISHED_JOB: &str =
+    "EXISTS (SELECT 1 FROM replay_job_items i JOIN replay_jobs j ON j.id = i.job_id \
+     WHERE i.message_id = messages.id AND j.state IN ('queued', 'running', 'paused'))";
+
+/// The message an action on a selection names in its audit entry: the one selected by id.
+pub(super) fn single_message(selection: &Selection) -> Option<i64> {
+    match selection {
+        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
+        _ => None,
+    }
+}
+
+/// The audit line of an action on a selection (`dismissed`, `purged`).
+pub(super) fn action_summary(done: &str, count: u64, selection_text: &str, note: &str) -> String {
+    format!("{done} {count} messages ({selection_text}): {note}")
+}
+
 pub async fn dismiss(
     pool: &SqlitePool,
     selection: &Selection,
@@ -23,11 +42,8 @@ pub async fn dismiss(
     push_selection(&mut q, selection);
     q.push(")");
     let dismissed = q.build().execute(&mut *tx).await?.rows_affected();
-    let only = match selection {
-        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
-        _ => None,
-    };
-    let summary = format!("dismissed {dismissed} messages ({selection_text}): {note}");
+    let only = single_message(selection);
+    let summary = action_summary("dismissed", dismissed, selection_text, note);
     audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
     tx.commit().await?;
     Ok(dismissed)
@@ -70,10 +86,7 @@ pub async fn purge(
         .await?;
     let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO purge_ids SELECT messages.id");
     push_selection(&mut q, selection);
-    q.push(
-        " AND NOT EXISTS (SELECT 1 FROM replay_job_items i JOIN replay_jobs j ON j.id = i.job_id \
-         WHERE i.message_id = messages.id AND j.state IN ('queued', 'running', 'paused'))",
-    );
+    q.push(" AND NOT ").push(HELD_BY_UNFINISHED_JOB);
     let purged = q.build().execute(&mut *tx).await?.rows_affected();
 
     // The totals kept at ingest lose what goes.
@@ -134,7 +147,7 @@ pub async fn purge(
     .bind(purged as i64)
     .execute(&mut *tx)
     .await?;
-    let summary = format!("purged {purged} messages ({selection_text}): {note}");
+    let summary = action_summary("purged", purged, selection_text, note);
     audit(&mut tx, actor, "purge", None, None, &summary).await?;
     tx.commit().await?;
     Ok(purged)

@@ -44,22 +44,30 @@ pub async fn audit_log(
     .bind(i64::from(limit))
     .fetch_all(pool)
     .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(AuditEntry {
-                id: row.try_get("id")?,
-                at: from_millis(row.try_get("at")?),
-                actor: row.try_get("actor")?,
-                action: row.try_get("action")?,
-                job_id: row
-                    .try_get::<Option<i64>, _>("job_id")?
-                    .map(|i| i.to_string()),
-                message_id: row
-                    .try_get::<Option<i64>, _>("message_id")?
-                    .map(|i| i.to_string()),
-                summary: row.try_get("summary")?,
-                source: row.try_get("source")?,
-            })
-        })
-        .collect()
+    rows.iter().map(entry_from_row).collect()
+}
+
+/// One audit entry, from a row of either backend (the columns are the same).
+pub fn entry_from_row<'r, R: Row>(row: &'r R) -> Result<AuditEntry, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(AuditEntry {
+        id: row.try_get("id")?,
+        at: from_millis(row.try_get("at")?),
+        actor: row.try_get("actor")?,
+        action: row.try_get("action")?,
+        job_id: row
+            .try_get::<Option<i64>, _>("job_id")?
+            .map(|i| i.to_string()),
+        message_id: row
+            .try_get::<Option<i64>, _>("message_id")?
+            .map(|i| i.to_string()),
+        summary: row.try_get("summary")?,
+        source: row.try_get("source")?,
+    })
 }

@@ -1,7 +1,6 @@
 //! Replay jobs on SQLite: freezing a selection into items, handing them to a runner under a
 //! lease, recording outcomes, all in short transactions.
 
-use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
@@ -18,46 +17,55 @@ use crate::death::ReplayTarget;
 pub const MAX_ATTEMPTS: i64 = 3;
 
 /// Skip reasons, as items and plans name them.
-const NO_TARGET: &str = "no known target";
-const ALREADY_REPLAYED: &str = "already replayed";
-const DISMISSED: &str = "dismissed";
-const IN_OTHER_JOB: &str = "in another unfinished replay job";
+pub(super) const NO_TARGET: &str = "no known target";
+pub(super) const ALREADY_REPLAYED: &str = "already replayed";
+pub(super) const DISMISSED: &str = "dismissed";
+pub(super) const IN_OTHER_JOB: &str = "in another unfinished replay job";
+/// Items the runner settles itself when it hands out the next step.
+pub(super) const REPLAYED_SINCE: &str = "replayed or dismissed after the plan was made";
+pub(super) const GIVEN_UP: &str = "handed to the broker 3 times without a confirm";
 
 /// Still to publish (or handed out without a recorded confirm): the partial index's condition.
-const TODO: &str = "(outcome IS NULL OR outcome = 'sending')";
+pub(super) const TODO: &str = "(outcome IS NULL OR outcome = 'sending')";
 
-const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at, finished_at, selection, \
+/// Items still to do in another unfinished job than the item's own (the same SQL on both
+/// backends).
+pub(super) const ELSEWHERE: &str = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
+     WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
+     AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";
+
+pub(super) const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at, finished_at, selection, \
     target_exchange, target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
     canary_max_deaths, plan, published, unroutable, nacked, failed, skipped, cancelled, total";
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     millis(OffsetDateTime::now_utc())
 }
 
-fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
+pub(super) fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
     move |e| ArchiveError::Corrupt {
         id,
         reason: e.to_string(),
     }
 }
 
-fn job_from_row(row: &SqliteRow) -> Result<ReplayJob, ArchiveError> {
+/// A replay job from a row of either backend, selected with [`JOB_COLUMNS`].
+pub(super) fn job_from_row<'r, R: Row>(row: &'r R) -> Result<ReplayJob, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R> + sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     let id: i64 = row.try_get("id")?;
     let state: String = row.try_get("state")?;
     let state = JobState::parse(&state).ok_or_else(|| ArchiveError::Corrupt {
         id,
         reason: format!("unknown job state {state:?}"),
     })?;
-    let target = match (
-        row.try_get::<Option<String>, _>("target_exchange")?,
-        row.try_get::<Option<String>, _>("target_routing_key")?,
-    ) {
-        (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
-            exchange,
-            routing_key,
-        }),
-        _ => None,
-    };
+    let target = target_from_row(row)?;
     let canary_count: i64 = row.try_get("canary_count")?;
     let canary = (canary_count > 0).then(|| -> Result<Canary, sqlx::Error> {
         Ok(Canary {
@@ -105,6 +113,287 @@ fn job_from_row(row: &SqliteRow) -> Result<ReplayJob, ArchiveError> {
         counts,
         total,
     })
+}
+
+/// A job's or an item's target: both columns, or none.
+fn target_from_row<'r, R: Row>(row: &'r R) -> Result<Option<ReplayTarget>, sqlx::Error>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(
+        match (
+            row.try_get::<Option<String>, _>("target_exchange")?,
+            row.try_get::<Option<String>, _>("target_routing_key")?,
+        ) {
+            (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
+                exchange,
+                routing_key,
+            }),
+            _ => None,
+        },
+    )
+}
+
+/// One job item from a row of either backend (as [`job_items`] selects them).
+pub(super) fn item_from_row<'r, R: Row>(row: &'r R) -> Result<JobItem, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(JobItem {
+        message_id: row.try_get("message_id")?,
+        target: target_from_row(row)?,
+        outcome: row.try_get("outcome")?,
+        detail: row.try_get("detail")?,
+        attempts: row.try_get("attempts")?,
+    })
+}
+
+/// A message handed out to publish, from a row of either backend (as [`advance_job`]
+/// selects them).
+pub(super) fn outgoing_from_row<'r, R: Row>(row: &'r R) -> Result<OutgoingMessage, ArchiveError>
+where
+    &'r str: sqlx::ColumnIndex<R> + sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let message_id: i64 = row.try_get("message_id")?;
+    let headers: Option<String> = row.try_get("headers")?;
+    Ok(OutgoingMessage {
+        message_id,
+        target: ReplayTarget {
+            exchange: row.try_get("target_exchange")?,
+            routing_key: row.try_get("target_routing_key")?,
+        },
+        properties: serde_json::from_str(row.try_get("properties")?)
+            .map_err(corrupt(message_id))?,
+        headers: headers
+            .map(|h| serde_json::from_str(&h))
+            .transpose()
+            .map_err(corrupt(message_id))?,
+        body: row.try_get("body")?,
+    })
+}
+
+/// A plan from the counts of a job's items: still to do by target (`target_exchange`,
+/// `target_routing_key`, `n`), and skipped by reason (`detail`, `n`).
+pub(super) fn plan_from_rows<'r, R: Row>(
+    targets: &'r [R],
+    skipped: &'r [R],
+) -> Result<Plan, sqlx::Error>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut plan = Plan::default();
+    for row in targets {
+        let n: i64 = row.try_get("n")?;
+        plan.to_publish += n;
+        plan.targets.push(TargetCount {
+            exchange: row.try_get("target_exchange")?,
+            routing_key: row.try_get("target_routing_key")?,
+            messages: n,
+        });
+    }
+    for row in skipped {
+        let n: i64 = row.try_get("n")?;
+        match row.try_get::<String, _>("detail")?.as_str() {
+            NO_TARGET => plan.no_target = n,
+            ALREADY_REPLAYED => plan.already_replayed = n,
+            DISMISSED => plan.dismissed = n,
+            _ => plan.in_other_jobs = n,
+        }
+    }
+    plan.messages = plan.to_publish
+        + plan.no_target
+        + plan.already_replayed
+        + plan.dismissed
+        + plan.in_other_jobs;
+    Ok(plan)
+}
+
+/// The audit action and line of a new job (or plan).
+pub(super) fn create_summary(spec: &JobSpec<'_>, id: i64, plan: &Plan) -> (&'static str, String) {
+    let target = spec.target.map_or_else(
+        || "each message's own target".to_owned(),
+        ReplayTarget::label,
+    );
+    let (action, verb) = if spec.start {
+        ("job_start", "started")
+    } else {
+        ("job_plan", "planned")
+    };
+    let summary = format!(
+        "{verb} replay job {id}: {} of {} selected messages to publish to {target}; selection {}{}{}",
+        plan.to_publish,
+        plan.messages,
+        spec.selection_text,
+        spec.rate_per_sec
+            .map(|r| format!("; at most {r}/s"))
+            .unwrap_or_default(),
+        if spec.include_replayed {
+            "; including already replayed"
+        } else {
+            ""
+        },
+    );
+    (action, summary)
+}
+
+/// The state `action` takes a job in `state` to, or why it cannot.
+pub(super) fn next_state(
+    id: i64,
+    action: JobAction,
+    state: JobState,
+) -> Result<JobState, ArchiveError> {
+    use JobState::*;
+    match (action, state) {
+        (JobAction::Start, Planned) => Ok(Queued),
+        (JobAction::Pause, Queued | Running) => Ok(Paused),
+        (JobAction::Resume, Paused) => Ok(Queued),
+        (JobAction::Cancel, Planned | Queued | Running | Paused) => Ok(Cancelled),
+        (action, state) => Err(ArchiveError::Conflict(format!(
+            "replay job {id} is {}: it cannot {}",
+            state.as_str(),
+            match action {
+                JobAction::Start => "be started (only a plan can)",
+                JobAction::Pause => "be paused (only a queued or running job can)",
+                JobAction::Resume => "be resumed (only a paused job can)",
+                JobAction::Cancel => "be cancelled any more",
+            }
+        ))),
+    }
+}
+
+/// The audit line of a user's action on a job, with the job as it is afterwards.
+pub(super) fn control_summary(action: JobAction, job: &ReplayJob) -> String {
+    format!(
+        "{} replay job {} ({} published, {} not published, {} still to do)",
+        match action {
+            JobAction::Start => "started",
+            JobAction::Pause => "paused",
+            JobAction::Resume => "resumed",
+            JobAction::Cancel => "cancelled",
+        },
+        job.id,
+        job.counts.published,
+        job.counts.problems(),
+        job.counts.pending,
+    )
+}
+
+/// The audit line of a job that has nothing left to publish.
+pub(super) fn complete_summary(job: &ReplayJob) -> String {
+    let c = job.counts;
+    format!(
+        "replay job {} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
+        job.id, c.published, c.unroutable, c.nacked, c.failed, c.skipped
+    )
+}
+
+/// The audit line of a job its runner paused.
+pub(super) fn pause_summary(id: i64, detail: Option<&str>) -> String {
+    format!(
+        "replay job {id} paused: {}",
+        detail.unwrap_or("no reason given")
+    )
+}
+
+/// A runner's outcomes, as the statements that record them take them: the ids to publish
+/// again, and the ids of each final (outcome, detail).
+pub(super) type SortedOutcomes<'a> = (
+    Vec<i64>,
+    std::collections::BTreeMap<(&'a str, Option<&'a str>), Vec<i64>>,
+);
+
+pub(super) fn sort_outcomes(outcomes: &[ItemOutcome]) -> SortedOutcomes<'_> {
+    // Not confirmed (the connection broke, or never sent): to do again.
+    let retry: Vec<i64> = outcomes
+        .iter()
+        .filter(|o| o.retry)
+        .map(|o| o.message_id)
+        .collect();
+    let mut groups: std::collections::BTreeMap<(&str, Option<&str>), Vec<i64>> = Default::default();
+    for o in outcomes.iter().filter(|o| !o.retry) {
+        groups
+            .entry((o.outcome, o.detail.as_deref()))
+            .or_default()
+            .push(o.message_id);
+    }
+    (retry, groups)
+}
+
+/// The message status and the job's count column a final outcome goes to.
+pub(super) fn outcome_effects(outcome: &str) -> (&'static str, &'static str) {
+    let status = if outcome == "published" {
+        "replayed"
+    } else {
+        "replay_failed"
+    };
+    let column = match outcome {
+        "published" => "published",
+        "unroutable" => "unroutable",
+        "nacked" => "nacked",
+        _ => "failed",
+    };
+    (status, column)
+}
+
+/// The next step's candidates, sorted: to send (cut at the byte limit, one at least),
+/// replayed or dismissed since the plan (unless the job includes those), and given up.
+#[derive(Debug, Default)]
+pub(super) struct Step {
+    pub send: Vec<i64>,
+    pub replayed_since: Vec<i64>,
+    pub given_up: Vec<i64>,
+}
+
+/// Sorts candidate rows (`message_id`, `attempts`, `body_size`, `status`) into a [`Step`].
+pub(super) fn step_from_rows<'r, R: Row>(
+    candidates: &'r [R],
+    include_replayed: bool,
+    max_bytes: u64,
+) -> Result<Step, sqlx::Error>
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut bytes = 0u64;
+    let mut step = Step::default();
+    for row in candidates {
+        let message_id: i64 = row.try_get("message_id")?;
+        let size: i64 = row.try_get("body_size")?;
+        if !step.send.is_empty() && bytes + size as u64 > max_bytes {
+            break;
+        }
+        let status: String = row.try_get("status")?;
+        if !include_replayed && (status == "replayed" || status == "dismissed") {
+            // Replayed or dismissed since the plan froze the selection.
+            step.replayed_since.push(message_id);
+        } else if row.try_get::<i64, _>("attempts")? >= MAX_ATTEMPTS {
+            step.given_up.push(message_id);
+        } else {
+            bytes += size as u64;
+            step.send.push(message_id);
+        }
+    }
+    Ok(step)
+}
+
+impl Step {
+    /// What is settled without publishing: (ids, outcome, detail, the job's count column).
+    pub(super) fn settled(&self) -> [(&[i64], &'static str, &'static str, &'static str); 2] {
+        [
+            (&self.replayed_since, "skipped", REPLAYED_SINCE, "skipped"),
+            (&self.given_up, "failed", GIVEN_UP, "failed"),
+        ]
+    }
 }
 
 pub async fn job(pool: &SqlitePool, id: i64) -> Result<Option<ReplayJob>, ArchiveError> {
@@ -176,7 +465,7 @@ async fn skip_where(
     Ok(())
 }
 
-const STATUS_OF_ITEM: &str =
+pub(super) const STATUS_OF_ITEM: &str =
     "(SELECT status FROM messages WHERE messages.id = replay_job_items.message_id)";
 
 pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
@@ -242,29 +531,7 @@ pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJ
         skip_where(&mut tx, id, &dismissed, DISMISSED).await?;
     }
     let plan = skip_elsewhere_and_plan(&mut tx, id).await?;
-    let target = spec.target.map_or_else(
-        || "each message's own target".to_owned(),
-        ReplayTarget::label,
-    );
-    let (action, verb) = if spec.start {
-        ("job_start", "started")
-    } else {
-        ("job_plan", "planned")
-    };
-    let summary = format!(
-        "{verb} replay job {id}: {} of {} selected messages to publish to {target}; selection {}{}{}",
-        plan.to_publish,
-        plan.messages,
-        spec.selection_text,
-        spec.rate_per_sec
-            .map(|r| format!("; at most {r}/s"))
-            .unwrap_or_default(),
-        if spec.include_replayed {
-            "; including already replayed"
-        } else {
-            ""
-        },
-    );
+    let (action, summary) = create_summary(spec, id, &plan);
     audit(&mut tx, spec.actor, action, Some(id), None, &summary).await?;
     let job = job_in(&mut tx, id).await?;
     tx.commit().await?;
@@ -277,10 +544,7 @@ async fn skip_elsewhere_and_plan(
     tx: &mut Transaction<'_, Sqlite>,
     id: i64,
 ) -> Result<Plan, sqlx::Error> {
-    let elsewhere = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
-         WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
-         AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";
-    skip_where(tx, id, elsewhere, IN_OTHER_JOB).await?;
+    skip_where(tx, id, ELSEWHERE, IN_OTHER_JOB).await?;
     let plan = plan_of(tx, id).await?;
     sqlx::query("UPDATE replay_jobs SET plan = ? WHERE id = ?")
         .bind(serde_json::to_string(&plan).expect("plans serialize"))
@@ -292,7 +556,6 @@ async fn skip_elsewhere_and_plan(
 }
 
 async fn plan_of(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<Plan, sqlx::Error> {
-    let mut plan = Plan::default();
     let targets = sqlx::query(
         "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
          WHERE job_id = ? AND outcome IS NULL GROUP BY 1, 2 ORDER BY n DESC, 1, 2",
@@ -300,36 +563,13 @@ async fn plan_of(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<Plan, sqlx
     .bind(id)
     .fetch_all(&mut **tx)
     .await?;
-    for row in targets {
-        let n: i64 = row.try_get("n")?;
-        plan.to_publish += n;
-        plan.targets.push(TargetCount {
-            exchange: row.try_get("target_exchange")?,
-            routing_key: row.try_get("target_routing_key")?,
-            messages: n,
-        });
-    }
     let skipped = sqlx::query(
         "SELECT detail, count(*) AS n FROM replay_job_items WHERE job_id = ? AND outcome = 'skipped' GROUP BY 1",
     )
     .bind(id)
     .fetch_all(&mut **tx)
     .await?;
-    for row in skipped {
-        let n: i64 = row.try_get("n")?;
-        match row.try_get::<String, _>("detail")?.as_str() {
-            NO_TARGET => plan.no_target = n,
-            ALREADY_REPLAYED => plan.already_replayed = n,
-            DISMISSED => plan.dismissed = n,
-            _ => plan.in_other_jobs = n,
-        }
-    }
-    plan.messages = plan.to_publish
-        + plan.no_target
-        + plan.already_replayed
-        + plan.dismissed
-        + plan.in_other_jobs;
-    Ok(plan)
+    plan_from_rows(&targets, &skipped)
 }
 
 pub async fn job_items(
@@ -359,27 +599,7 @@ pub async fn job_items(
     q.push(" ORDER BY message_id LIMIT ")
         .push_bind(i64::from(limit));
     let rows = q.build().fetch_all(pool).await?;
-    rows.iter()
-        .map(|row| {
-            let target = match (
-                row.try_get::<Option<String>, _>("target_exchange")?,
-                row.try_get::<Option<String>, _>("target_routing_key")?,
-            ) {
-                (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
-                    exchange,
-                    routing_key,
-                }),
-                _ => None,
-            };
-            Ok(JobItem {
-                message_id: row.try_get("message_id")?,
-                target,
-                outcome: row.try_get("outcome")?,
-                detail: row.try_get("detail")?,
-                attempts: row.try_get("attempts")?,
-            })
-        })
-        .collect()
+    rows.iter().map(item_from_row).collect()
 }
 
 /// Cancels what is still to do. Items handed to a live runner are left to it: it records
@@ -420,24 +640,7 @@ pub async fn control_job(
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let job = job_in(&mut tx, id).await?;
     use JobState::*;
-    let next = match (action, job.state) {
-        (JobAction::Start, Planned) => Queued,
-        (JobAction::Pause, Queued | Running) => Paused,
-        (JobAction::Resume, Paused) => Queued,
-        (JobAction::Cancel, Planned | Queued | Running | Paused) => Cancelled,
-        (action, state) => {
-            return Err(ArchiveError::Conflict(format!(
-                "replay job {id} is {}: it cannot {}",
-                state.as_str(),
-                match action {
-                    JobAction::Start => "be started (only a plan can)",
-                    JobAction::Pause => "be paused (only a queued or running job can)",
-                    JobAction::Resume => "be resumed (only a paused job can)",
-                    JobAction::Cancel => "be cancelled any more",
-                }
-            )))
-        }
-    };
+    let next = next_state(id, action, job.state)?;
     let lease_until: Option<i64> =
         sqlx::query_scalar("SELECT lease_until FROM replay_jobs WHERE id = ?")
             .bind(id)
@@ -462,18 +665,7 @@ pub async fn control_job(
         skip_elsewhere_and_plan(&mut tx, id).await?;
     }
     let job = job_in(&mut tx, id).await?;
-    let summary = format!(
-        "{} replay job {id} ({} published, {} not published, {} still to do)",
-        match action {
-            JobAction::Start => "started",
-            JobAction::Pause => "paused",
-            JobAction::Resume => "resumed",
-            JobAction::Cancel => "cancelled",
-        },
-        job.counts.published,
-        job.counts.problems(),
-        job.counts.pending,
-    );
+    let summary = control_summary(action, &job);
     audit(
         &mut tx,
         actor,
@@ -578,12 +770,7 @@ async fn record_outcomes(
     id: i64,
     outcomes: &[ItemOutcome],
 ) -> Result<(), sqlx::Error> {
-    // Not confirmed (the connection broke, or never sent): to do again.
-    let retry: Vec<i64> = outcomes
-        .iter()
-        .filter(|o| o.retry)
-        .map(|o| o.message_id)
-        .collect();
+    let (retry, groups) = sort_outcomes(outcomes);
     if !retry.is_empty() {
         sqlx::query(
             "UPDATE replay_job_items SET outcome = NULL \
@@ -594,21 +781,10 @@ async fn record_outcomes(
         .execute(&mut **tx)
         .await?;
     }
-    let mut groups: std::collections::BTreeMap<(&str, Option<&str>), Vec<i64>> = Default::default();
-    for o in outcomes.iter().filter(|o| !o.retry) {
-        groups
-            .entry((o.outcome, o.detail.as_deref()))
-            .or_default()
-            .push(o.message_id);
-    }
     let now = now();
     for ((outcome, detail), ids) in groups {
         let ids_json = serde_json::to_string(&ids).expect("ids serialize");
-        let status = if outcome == "published" {
-            "replayed"
-        } else {
-            "replay_failed"
-        };
+        let (status, column) = outcome_effects(outcome);
         sqlx::query(
             "UPDATE messages SET status = ? WHERE id IN (SELECT message_id FROM replay_job_items \
              WHERE job_id = ? AND outcome = 'sending' AND message_id IN (SELECT value FROM json_each(?)))",
@@ -632,12 +808,6 @@ async fn record_outcomes(
         .execute(&mut **tx)
         .await?
         .rows_affected();
-        let column = match outcome {
-            "published" => "published",
-            "unroutable" => "unroutable",
-            "nacked" => "nacked",
-            _ => "failed",
-        };
         sqlx::query(&format!(
             "UPDATE replay_jobs SET {column} = {column} + ? WHERE id = ?"
         ))
@@ -701,38 +871,9 @@ pub async fn advance_job(
         tx.commit().await?;
         return Ok(JobStep::Stop(JobState::Completed));
     }
-    let mut bytes = 0u64;
-    let (mut send, mut replayed_since, mut given_up) = (Vec::new(), Vec::new(), Vec::new());
-    for row in &candidates {
-        let message_id: i64 = row.try_get("message_id")?;
-        let size: i64 = row.try_get("body_size")?;
-        if !send.is_empty() && bytes + size as u64 > next.bytes {
-            break;
-        }
-        let status: String = row.try_get("status")?;
-        if !job.include_replayed && (status == "replayed" || status == "dismissed") {
-            // Replayed or dismissed since the plan froze the selection.
-            replayed_since.push(message_id);
-        } else if row.try_get::<i64, _>("attempts")? >= MAX_ATTEMPTS {
-            given_up.push(message_id);
-        } else {
-            bytes += size as u64;
-            send.push(message_id);
-        }
-    }
+    let step = step_from_rows(&candidates, job.include_replayed, next.bytes)?;
     let now = now();
-    for (ids, outcome, detail) in [
-        (
-            &replayed_since,
-            "skipped",
-            "replayed or dismissed after the plan was made",
-        ),
-        (
-            &given_up,
-            "failed",
-            "handed to the broker 3 times without a confirm",
-        ),
-    ] {
+    for (ids, outcome, detail, column) in step.settled() {
         if ids.is_empty() {
             continue;
         }
@@ -747,17 +888,14 @@ pub async fn advance_job(
         .bind(serde_json::to_string(ids).expect("ids serialize"))
         .execute(&mut *tx)
         .await?;
-        let column = if outcome == "skipped" {
-            "skipped"
-        } else {
+        if outcome == "failed" {
             sqlx::query(
                 "UPDATE messages SET status = 'replay_failed' WHERE id IN (SELECT value FROM json_each(?))",
             )
             .bind(serde_json::to_string(ids).expect("ids serialize"))
             .execute(&mut *tx)
             .await?;
-            "failed"
-        };
+        }
         sqlx::query(&format!(
             "UPDATE replay_jobs SET {column} = {column} + ? WHERE id = ?"
         ))
@@ -766,7 +904,7 @@ pub async fn advance_job(
         .execute(&mut *tx)
         .await?;
     }
-    let send_json = serde_json::to_string(&send).expect("ids serialize");
+    let send_json = serde_json::to_string(&step.send).expect("ids serialize");
     sqlx::query(
         "UPDATE replay_job_items SET outcome = 'sending', attempts = attempts + 1 \
          WHERE job_id = ? AND message_id IN (SELECT value FROM json_each(?))",
@@ -788,24 +926,7 @@ pub async fn advance_job(
     tx.commit().await?;
     let messages = rows
         .iter()
-        .map(|row| {
-            let message_id: i64 = row.try_get("message_id")?;
-            let headers: Option<String> = row.try_get("headers")?;
-            Ok(OutgoingMessage {
-                message_id,
-                target: ReplayTarget {
-                    exchange: row.try_get("target_exchange")?,
-                    routing_key: row.try_get("target_routing_key")?,
-                },
-                properties: serde_json::from_str(row.try_get("properties")?)
-                    .map_err(corrupt(message_id))?,
-                headers: headers
-                    .map(|h| serde_json::from_str(&h))
-                    .transpose()
-                    .map_err(corrupt(message_id))?,
-                body: row.try_get("body")?,
-            })
-        })
+        .map(outgoing_from_row)
         .collect::<Result<Vec<_>, ArchiveError>>()?;
     Ok(JobStep::Publish(messages))
 }
@@ -821,11 +942,7 @@ async fn complete(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<(), Archi
     .execute(&mut **tx)
     .await?;
     let job = job_in(tx, id).await?;
-    let c = job.counts;
-    let summary = format!(
-        "replay job {id} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
-        c.published, c.unroutable, c.nacked, c.failed, c.skipped
-    );
+    let summary = complete_summary(&job);
     audit(
         tx,
         &Actor::system("lazarus"),
@@ -860,10 +977,7 @@ pub async fn release_job(
     .await?
     .rows_affected();
     if released == 1 && state == JobState::Paused {
-        let summary = format!(
-            "replay job {id} paused: {}",
-            detail.unwrap_or("no reason given")
-        );
+        let summary = pause_summary(id, detail);
         audit(
             &mut tx,
             &Actor::system("lazarus"),

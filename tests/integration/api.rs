@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::helpers::*;
 
-#[tokio::test]
+on_both_backends!(list_pages_newest_first_without_gaps_or_repeats);
 async fn list_pages_newest_first_without_gaps_or_repeats() {
     let dlq = unique("pages");
     let mut t = Topology::new().await;
@@ -75,7 +75,7 @@ async fn list_pages_newest_first_without_gaps_or_repeats() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(time_and_status_filters_narrow_the_list);
 async fn time_and_status_filters_narrow_the_list() {
     let dlq = unique("filters");
     let mut t = Topology::new().await;
@@ -121,7 +121,7 @@ async fn time_and_status_filters_narrow_the_list() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(unknown_ids_and_bad_queries_get_clear_answers);
 async fn unknown_ids_and_bad_queries_get_clear_answers() {
     let app = TestApp::spawn(&[]).await;
     for path in [

@@ -93,12 +93,12 @@ async fn as_user(
     .await
 }
 
-#[tokio::test]
+on_both_backends!(no_authentication_is_refused_off_loopback_and_proxy_mode_needs_its_proxy);
 async fn no_authentication_is_refused_off_loopback_and_proxy_mode_needs_its_proxy() {
     let mut config = ServeConfig::defaults();
     config.listen = "0.0.0.0:0".parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    config.connection.database_url = format!("sqlite://{}", dir.path().join("a.db").display());
+    config.connection.database_url = archive_url(dir.path()).await;
     let err = Application::build(config.clone()).await.err().unwrap();
     assert!(
         err.to_string()
@@ -110,7 +110,7 @@ async fn no_authentication_is_refused_off_loopback_and_proxy_mode_needs_its_prox
     assert!(err.to_string().contains("--trusted-proxy"), "{err}");
 }
 
-#[tokio::test]
+on_both_backends!(each_role_gets_what_it_may_on_pages_and_api);
 async fn each_role_gets_what_it_may_on_pages_and_api() {
     let (app, t, dlq, id) = users_app(|_| {}).await;
 
@@ -368,7 +368,7 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(an_idle_session_ends);
 async fn an_idle_session_ends() {
     let (app, t, _, _) = users_app(|c| c.session_idle_secs = 1).await;
     let vera = sign_in(&app, "vera", PASSWORD).await.unwrap();
@@ -388,7 +388,7 @@ async fn an_idle_session_ends() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(proxy_headers_count_only_from_the_trusted_proxy);
 async fn proxy_headers_count_only_from_the_trusted_proxy() {
     let p = unique("proxy");
     let dlq = format!("{p}.dlq");
@@ -462,7 +462,7 @@ async fn proxy_headers_count_only_from_the_trusted_proxy() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(cross_site_posts_are_refused_and_pages_carry_security_headers);
 async fn cross_site_posts_are_refused_and_pages_carry_security_headers() {
     let p = unique("csrf");
     let dlq = format!("{p}.dlq");
@@ -542,7 +542,7 @@ async fn cross_site_posts_are_refused_and_pages_carry_security_headers() {
 /// A body with its content type.
 type TypedBody<'a> = Option<(&'a str, &'a str)>;
 
-#[tokio::test]
+on_both_backends!(malformed_requests_to_every_route_get_a_4xx_with_a_message);
 async fn malformed_requests_to_every_route_get_a_4xx_with_a_message() {
     let p = unique("garbage");
     let dlq = format!("{p}.dlq");
@@ -622,10 +622,10 @@ async fn malformed_requests_to_every_route_get_a_4xx_with_a_message() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(users_and_tokens_are_managed_from_the_command_line);
 async fn users_and_tokens_are_managed_from_the_command_line() {
     let (app, t, _, _) = users_app(|_| {}).await;
-    let db = format!("sqlite://{}", app.db_path.display());
+    let db = app.database_url.clone();
     let lazarus = |args: &[&str], password: Option<&str>| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"));
         command.args(args).args(["--database-url", &db]);
@@ -701,7 +701,7 @@ async fn users_and_tokens_are_managed_from_the_command_line() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(viewers_see_masked_values_and_operators_the_message);
 async fn viewers_see_masked_values_and_operators_the_message() {
     let (app, t, _, id) = users_app(|c| {
         c.masks = vec!["/padding".into()];

@@ -1,5 +1,5 @@
 //! Every failure path of ingest has an answer: a missing queue, an unreachable broker, a
-//! locked database, malformed death headers, huge / binary / compressed / empty bodies, a
+//! locked or unreachable database, malformed death headers, huge / binary / compressed / empty bodies, a
 //! shutdown with a batch in flight, redeliveries of what is already archived.
 
 use std::io::Write;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use lazarus::amqp::headers::MessageProperties;
-use lazarus::archive::{Archive, IncomingMessage, PreparedMessage, SqliteArchive};
+use lazarus::archive::{IncomingMessage, PreparedMessage};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
@@ -91,8 +91,57 @@ async fn unreachable_broker_keeps_the_web_up_and_says_so() {
     assert_eq!(app.json("/api/messages", 200).await["messages"], json!([]));
 }
 
-#[tokio::test]
-async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
+/// The archive stops answering: on SQLite another process holds the write lock for longer
+/// than Lazarus's busy timeout; on PostgreSQL the database refuses connections and Lazarus's
+/// are cut (as in a failover or a restart).
+enum Outage {
+    Locked(sqlx::SqliteConnection),
+    Refused(sqlx::PgConnection, String),
+}
+
+impl Outage {
+    async fn begin(database_url: &str) -> Outage {
+        if database_url.starts_with("sqlite:") {
+            let mut locker = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut locker)
+                .await
+                .unwrap();
+            return Outage::Locked(locker);
+        }
+        let name = database_url.rsplit('/').next().unwrap().to_owned();
+        let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
+            .await
+            .unwrap();
+        sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&name)
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        Outage::Refused(admin, name)
+    }
+
+    async fn end(self) {
+        match self {
+            Outage::Locked(mut locker) => {
+                sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+            }
+            Outage::Refused(mut admin, name) => {
+                sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+on_both_backends!(unavailable_database_holds_deliveries_unacked_until_it_recovers);
+async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     let dlq = unique("locked");
     let mut t = Topology::new().await;
     t.queue(&dlq, FieldTable::default()).await;
@@ -102,15 +151,7 @@ async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
     })
     .await;
 
-    // Another process holds the write lock for longer than Lazarus's busy timeout.
-    let mut locker =
-        sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.db_path.display()))
-            .await
-            .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    let outage = Outage::begin(&app.database_url).await;
     for i in 0..20 {
         t.publish(
             "",
@@ -138,9 +179,12 @@ async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
     // Nothing acked: the broker still holds all 20, delivered to Lazarus and unacknowledged.
     assert_eq!(t.depth(&dlq).await, 0);
     assert_eq!(unacked(&dlq), 20);
-    assert_eq!(app.archived().await, 0);
+    // (On PostgreSQL the archive cannot be read during the outage either.)
+    if let Ok(counts) = app.archive.counts().await {
+        assert!(counts.is_empty(), "{counts:?}");
+    }
 
-    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    outage.end().await;
     app.wait_for_archived(20, Duration::from_secs(30)).await;
     assert_eq!(app.all_messages(&dlq).await.len(), 20);
     wait_until("ready again", Duration::from_secs(10), || async {
@@ -150,7 +194,7 @@ async fn locked_database_holds_deliveries_unacked_until_it_recovers() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(malformed_death_headers_are_archived_and_flagged);
 async fn malformed_death_headers_are_archived_and_flagged() {
     let dlq = unique("malformed");
     let mut t = Topology::new().await;
@@ -211,7 +255,7 @@ async fn malformed_death_headers_are_archived_and_flagged() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(huge_binary_compressed_and_empty_bodies_are_kept_byte_for_byte);
 async fn huge_binary_compressed_and_empty_bodies_are_kept_byte_for_byte() {
     let dlq = unique("bodies");
     let mut t = Topology::new().await;
@@ -290,7 +334,7 @@ async fn huge_binary_compressed_and_empty_bodies_are_kept_byte_for_byte() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(shutdown_stores_and_acks_the_batch_in_flight);
 async fn shutdown_stores_and_acks_the_batch_in_flight() {
     let dlq = unique("drain");
     let mut t = Topology::new().await;
@@ -329,10 +373,10 @@ fn incoming(redelivered: bool) -> IncomingMessage {
     }
 }
 
-#[tokio::test]
+on_both_backends!(redeliveries_of_unconfirmed_rows_are_skipped_everything_else_is_kept);
 async fn redeliveries_of_unconfirmed_rows_are_skipped_everything_else_is_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let archive = SqliteArchive::open(&format!("sqlite://{}", dir.path().join("a.db").display()))
+    let archive = lazarus::archive::open(&archive_url(dir.path()).await)
         .await
         .unwrap();
     let store = |batch: Vec<IncomingMessage>| {
@@ -368,7 +412,7 @@ async fn redeliveries_of_unconfirmed_rows_are_skipped_everything_else_is_kept() 
     assert_eq!(archive.counts().await.unwrap()[0].messages, 4);
 }
 
-#[tokio::test]
+on_both_backends!(deleting_the_queue_under_a_held_batch_keeps_the_messages);
 async fn deleting_the_queue_under_a_held_batch_keeps_the_messages() {
     let dlq = unique("deleted");
     let mut t = Topology::new().await;

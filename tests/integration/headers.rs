@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-#[tokio::test]
+on_both_backends!(every_amqp_header_type_is_archived_with_its_type);
 async fn every_amqp_header_type_is_archived_with_its_type() {
     let dlq = unique("headers");
     let mut t = Topology::new().await;

@@ -1,5 +1,6 @@
 //! Shared test scaffolding: unique names, a broker connection, topology set-up and clean-up,
-//! a running Lazarus (`TestApp`) with its own SQLite file, and a tiny HTTP client.
+//! a running Lazarus (`TestApp`) with an archive of its own on the backend under test, and a
+//! tiny HTTP client.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +19,100 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+/// The archive backend a test runs on. A test declared with [`on_both_backends!`] runs
+/// once on each, as `<name>::sqlite` and `<name>::postgres`; others run on SQLite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    static BACKEND: Backend;
+}
+
+impl Backend {
+    pub fn current() -> Backend {
+        BACKEND.try_with(|b| *b).unwrap_or(Backend::Sqlite)
+    }
+
+    /// Runs `test` with this backend as the current one.
+    pub async fn scope<F: std::future::Future>(self, test: F) -> F::Output {
+        BACKEND.scope(self, test).await
+    }
+}
+
+/// Declares the tests `<name>::sqlite` and `<name>::postgres`, each running the async fn
+/// `<name>` with that backend current: one suite, parameterised by backend.
+macro_rules! on_both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                $crate::helpers::Backend::Sqlite.scope(super::$name()).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                $crate::helpers::Backend::Postgres
+                    .scope(super::$name())
+                    .await
+            }
+        }
+    };
+}
+pub(crate) use on_both_backends;
+
+/// The PostgreSQL server tests make their databases on (override with
+/// `LAZARUS_TEST_POSTGRES_URL`; any database of it to connect to as admin).
+pub fn postgres_admin_url() -> String {
+    std::env::var("LAZARUS_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A new, empty archive for the current backend: a file in `dir`, or a PostgreSQL database
+/// of its own (`lazarus_test_<pid>_<n>`). Databases of test processes that have ended are
+/// dropped here, so runs do not pile them up.
+pub async fn archive_url(dir: &std::path::Path) -> String {
+    match Backend::current() {
+        Backend::Sqlite => format!("sqlite://{}", dir.join("archive.db").display()),
+        Backend::Postgres => {
+            use sqlx::Connection;
+            static N: AtomicU32 = AtomicU32::new(0);
+            let admin = postgres_admin_url();
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .expect("PostgreSQL answers (LAZARUS_TEST_POSTGRES_URL)");
+            let old: Vec<String> = sqlx::query_scalar(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'lazarus\\_test\\_%'",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+            for name in old {
+                let pid = name.split('_').nth(2).unwrap_or_default();
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            }
+            let name = format!(
+                "lazarus_test_{}_{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            );
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let _ = conn.close().await;
+            let (base, _) = admin.rsplit_once('/').expect("a database URL");
+            format!("{base}/{name}")
+        }
+    }
+}
 
 /// The broker every test talks to (override with `LAZARUS_TEST_AMQP_URL`).
 pub fn amqp_url() -> String {
@@ -248,11 +343,11 @@ where
     })
 }
 
-/// A running Lazarus with its own SQLite archive in a temporary directory.
+/// A running Lazarus with an archive of its own on the current backend.
 pub struct TestApp {
     pub addr: SocketAddr,
     pub archive: Arc<dyn Archive>,
-    pub db_path: std::path::PathBuf,
+    pub database_url: String,
     shutdown: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -265,10 +360,10 @@ impl TestApp {
 
     pub async fn spawn_with(queues: &[&str], tweak: impl FnOnce(&mut ServeConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db_path = dir.path().join("archive.db");
+        let database_url = archive_url(dir.path()).await;
         let mut config = ServeConfig::defaults();
         config.connection.amqp_url = amqp_url();
-        config.connection.database_url = format!("sqlite://{}", db_path.display());
+        config.connection.database_url = database_url.clone();
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.queues = queues.iter().map(|q| q.to_string()).collect();
         config.batch_interval_ms = 50;
@@ -283,7 +378,7 @@ impl TestApp {
         TestApp {
             addr,
             archive,
-            db_path,
+            database_url,
             shutdown: Some(tx),
             handle: Some(handle),
             _dir: dir,
@@ -660,21 +755,37 @@ pub async fn publish_many(channel: &Channel, exchange: &str, key: &str, prefix: 
     }
 }
 
-/// Rows in an archive file, read from outside the process that writes it (0 before it exists).
-pub async fn count_rows(db_path: &std::path::Path, sql: &str) -> i64 {
-    use sqlx::ConnectOptions;
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(db_path)
-        .read_only(true);
-    let Ok(mut conn) = options.connect().await else {
-        return 0;
-    };
-    let n = sqlx::query_scalar(sql)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap_or(0);
-    let _ = sqlx::Connection::close(conn).await;
-    n
+/// 0 while the tables do not exist yet; any other failure is the test's own mistake.
+fn counted(n: Result<i64, sqlx::Error>) -> i64 {
+    match n {
+        Ok(n) => n,
+        Err(sqlx::Error::Database(_)) => 0,
+        Err(e) => panic!("count: {e}"),
+    }
+}
+
+/// A count from an archive, read from outside the process that writes it (0 before the
+/// archive or its tables exist).
+pub async fn count_rows(database_url: &str, sql: &str) -> i64 {
+    use sqlx::{ConnectOptions, Connection};
+    if let Some(path) = database_url.strip_prefix("sqlite://") {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true);
+        let Ok(mut conn) = options.connect().await else {
+            return 0;
+        };
+        let n = sqlx::query_scalar(sql).fetch_one(&mut conn).await;
+        let _ = conn.close().await;
+        counted(n)
+    } else {
+        let Ok(mut conn) = sqlx::PgConnection::connect(database_url).await else {
+            return 0;
+        };
+        let n = sqlx::query_scalar(sql).fetch_one(&mut conn).await;
+        let _ = conn.close().await;
+        counted(n)
+    }
 }
 
 /// Deliveries of `queue` (in the default vhost) that a consumer holds unacknowledged.
@@ -724,18 +835,17 @@ pub async fn acking_worker(queue: &str) -> tokio::task::JoinHandle<()> {
     .await
 }
 
-/// The real `lazarus` binary serving `dlq` into the archive file `db`, with extra flags.
+/// The real `lazarus` binary serving `dlq` into the archive at `database_url`, with extra flags.
 pub fn lazarus_process(
     amqp_url: &str,
     dlq: &str,
-    db: &std::path::Path,
+    database_url: &str,
     extra: &[&str],
 ) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
         .args(["serve", "--queue", dlq, "--listen", "127.0.0.1:0"])
         .args(extra)
-        .arg("--database-url")
-        .arg(format!("sqlite://{}", db.display()))
+        .args(["--database-url", database_url])
         .env("LAZARUS_AMQP_URL", amqp_url)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())

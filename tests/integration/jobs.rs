@@ -56,7 +56,7 @@ fn count(job: &Value, outcome: &str) -> i64 {
     job["counts"][outcome].as_i64().unwrap()
 }
 
-#[tokio::test]
+on_both_backends!(a_plan_freezes_its_selection_and_its_job_publishes_it_once);
 async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
     let (t, app, work, dlq) = dead_lettered("plan", 5).await;
     // A bare copy in the DLQ: no death history, so no known target.
@@ -198,7 +198,7 @@ async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(unroutable_copies_are_reported_and_stay_replayable);
 async fn unroutable_copies_are_reported_and_stay_replayable() {
     let (mut t, app, queue, dlq) = archived_bare("u", 3).await;
     let (p, exchange) = (
@@ -273,7 +273,7 @@ async fn unroutable_copies_are_reported_and_stay_replayable() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(pause_resume_and_cancel_take_effect_within_a_second);
 async fn pause_resume_and_cancel_take_effect_within_a_second() {
     let (t, app, queue, dlq) = archived_bare("c", 400).await;
 
@@ -347,7 +347,7 @@ async fn pause_resume_and_cancel_take_effect_within_a_second() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(a_canary_pauses_the_job_when_its_copies_die_again);
 async fn a_canary_pauses_the_job_when_its_copies_die_again() {
     let (t, app, work, dlq) = dead_lettered("canary", 20).await;
 
@@ -390,7 +390,7 @@ async fn a_canary_pauses_the_job_when_its_copies_die_again() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry);
 async fn dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry() {
     let (t, app, _, dlq) = archived_bare("d", 4).await;
     let ids = app.ids(&dlq).await;
@@ -452,7 +452,7 @@ async fn dismissing_one_or_a_search_keeps_a_note_and_an_audit_entry() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(edit_and_replay_publishes_the_edit_and_keeps_the_original);
 async fn edit_and_replay_publishes_the_edit_and_keeps_the_original() {
     let (t, app, work, dlq) = dead_lettered("edit", 1).await;
     let id = app.ids(&dlq).await.remove(0);
@@ -544,7 +544,7 @@ async fn drain_links(url: &str, queue: &str) -> Vec<String> {
     links
 }
 
-#[tokio::test]
+on_both_backends!(a_20000_message_job_survives_a_closed_connection_and_a_sigkill);
 async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     use lazarus::archive::{JobSpec, MessageFilter, Selection};
     use lazarus::death::ReplayTarget;
@@ -557,7 +557,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     publish_many(&t.channel, "", dlq, "jc", JOB_SIZE).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("archive.db");
+    let db = archive_url(dir.path()).await;
     let flags = ["--job-lease-secs", "2"];
     let mut first = lazarus_process(&vhost.url(), dlq, &db, &flags);
     let start = Instant::now();
@@ -567,9 +567,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     }
 
     // The job is made in the archive file the process runs from (as `lazarus replay` does).
-    let archive = lazarus::archive::open(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
+    let archive = lazarus::archive::open(&db).await.unwrap();
     let selection = Selection::Filter(Box::new(MessageFilter {
         queue: Some(dlq.into()),
         ..Default::default()
@@ -671,7 +669,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     assert!(status.success(), "lazarus exited with {status}");
 }
 
-#[tokio::test]
+on_both_backends!(the_pages_plan_start_and_follow_a_replay_without_script);
 async fn the_pages_plan_start_and_follow_a_replay_without_script() {
     let (t, app, queue, dlq) = archived_bare("pg", 3).await;
     let ids = app.ids(&dlq).await;
@@ -753,12 +751,11 @@ async fn the_pages_plan_start_and_follow_a_replay_without_script() {
 }
 
 /// Runs `lazarus replay` against an archive file and broker; returns (exit code, stdout).
-async fn lazarus_replay(db: &std::path::Path, args: &[&str]) -> (i32, String) {
+async fn lazarus_replay(db: &str, args: &[&str]) -> (i32, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
         .arg("replay")
         .args(args)
-        .arg("--database-url")
-        .arg(format!("sqlite://{}", db.display()))
+        .args(["--database-url", db])
         .env("LAZARUS_AMQP_URL", amqp_url())
         .env("RUST_LOG", "warn")
         .output()
@@ -770,13 +767,13 @@ async fn lazarus_replay(db: &std::path::Path, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stdout)
 }
 
-#[tokio::test]
+on_both_backends!(the_cli_plans_replays_and_exits_non_zero_when_something_failed);
 async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
     let (mut t, mut app, queue, dlq) = archived_bare("cli", 5).await;
     let exchange = format!("{queue}.ex");
     t.exchange(&exchange, ExchangeKind::Direct).await;
     app.stop().await; // the CLI runs its job itself
-    let db = app.db_path.clone();
+    let db = app.database_url.clone();
     let target = format!("/{queue}");
 
     let (code, out) =
@@ -818,7 +815,7 @@ async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(purging_deletes_messages_with_their_bodies_search_entries_and_totals);
 async fn purging_deletes_messages_with_their_bodies_search_entries_and_totals() {
     let p = unique("purge");
     let (keep, dlq) = (format!("{p}.keep"), format!("{p}.dlq"));

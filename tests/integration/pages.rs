@@ -1,15 +1,15 @@
 //! The pages through the router (no socket): overview, list, detail, errors, assets — with
 //! hostile message content that must come out escaped.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
-use lazarus::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage, SqliteArchive};
+use lazarus::archive::{IncomingMessage, IngestRules, PreparedMessage};
 use lazarus::web::{router, AppState};
 use tower::ServiceExt;
+
+use crate::helpers::{archive_url, on_both_backends};
 
 struct Pages {
     state: AppState,
@@ -63,10 +63,9 @@ fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> In
 impl Pages {
     async fn with(messages: Vec<IncomingMessage>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let archive =
-            SqliteArchive::open(&format!("sqlite://{}", dir.path().join("p.db").display()))
-                .await
-                .unwrap();
+        let archive = lazarus::archive::open(&archive_url(dir.path()).await)
+            .await
+            .unwrap();
         let rules = IngestRules {
             fields: vec!["invoice=/invoice_id".parse().unwrap()],
             ..Default::default()
@@ -77,7 +76,7 @@ impl Pages {
             .collect();
         archive.store_batch(&prepared).await.unwrap();
         let state = AppState::new(
-            Arc::new(archive),
+            archive,
             vec!["invoice".to_owned()],
             "amqp://guest:guest@127.0.0.1:5672/%2f",
         );
@@ -119,7 +118,7 @@ impl Pages {
 const HOSTILE: &str =
     r#"{"note": "<script>alert('body')</script>", "img": "<img src=x onerror=alert(1)>"}"#;
 
-#[tokio::test]
+on_both_backends!(overview_shows_queues_reasons_and_failure_groups);
 async fn overview_shows_queues_reasons_and_failure_groups() {
     let pages = Pages::with(vec![
         dead_letter(
@@ -154,7 +153,7 @@ async fn overview_shows_queues_reasons_and_failure_groups() {
     assert!(html.contains("<svg class=\"spark\""));
 }
 
-#[tokio::test]
+on_both_backends!(list_page_filters_and_answers_htmx_with_rows_only);
 async fn list_page_filters_and_answers_htmx_with_rows_only() {
     let pages = Pages::with(vec![
         dead_letter("a-1", b"{}", &[]),
@@ -174,7 +173,7 @@ async fn list_page_filters_and_answers_htmx_with_rows_only() {
     assert!(none.contains("No archived message matches."));
 }
 
-#[tokio::test]
+on_both_backends!(malformed_filters_get_an_inline_error_not_a_500);
 async fn malformed_filters_get_an_inline_error_not_a_500() {
     let pages = Pages::with(vec![]).await;
     let (status, html, _) = pages.get("/messages?since=yesterday", false).await;
@@ -189,7 +188,7 @@ async fn malformed_filters_get_an_inline_error_not_a_500() {
     assert!(partial.contains("limit must be between 1 and 500"));
 }
 
-#[tokio::test]
+on_both_backends!(detail_page_escapes_hostile_content_and_shows_history);
 async fn detail_page_escapes_hostile_content_and_shows_history() {
     let pages = Pages::with(vec![dead_letter(
         "<b>id</b>",
@@ -229,7 +228,7 @@ async fn detail_page_escapes_hostile_content_and_shows_history() {
     assert!(!list.contains("<b>id</b>") && list.contains("&#60;b&#62;id&#60;/b&#62;"));
 }
 
-#[tokio::test]
+on_both_backends!(unknown_ids_are_a_404_page_or_a_toast);
 async fn unknown_ids_are_a_404_page_or_a_toast() {
     let pages = Pages::with(vec![]).await;
     let (status, html, _) = pages.get("/messages/424242", false).await;
@@ -244,7 +243,7 @@ async fn unknown_ids_are_a_404_page_or_a_toast() {
     assert!(partial.starts_with("<div class=\"error-box\""), "{partial}");
 }
 
-#[tokio::test]
+on_both_backends!(vendored_assets_are_served_with_a_long_cache);
 async fn vendored_assets_are_served_with_a_long_cache() {
     let pages = Pages::with(vec![]).await;
     for path in [
@@ -267,7 +266,7 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     );
 }
 
-#[tokio::test]
+on_both_backends!(search_finds_words_phrases_fields_and_explains_mistakes);
 async fn search_finds_words_phrases_fields_and_explains_mistakes() {
     let invoice = |n: &str, note: &str| {
         dead_letter(

@@ -8,7 +8,7 @@ use crate::helpers::*;
 
 const BACKLOG: usize = 20_000;
 
-#[tokio::test]
+on_both_backends!(broker_closing_the_connection_mid_stream_loses_and_doubles_nothing);
 async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
     let vhost = Vhost::create("reconnect");
     let dlq = "dlq";

@@ -15,7 +15,7 @@ use lazarus::death::ReplayTarget;
 
 use crate::helpers::*;
 
-#[tokio::test]
+on_both_backends!(a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link);
 async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_its_link() {
     let p = unique("replay");
     let mut t = Topology::new().await;
@@ -120,7 +120,7 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(unroutable_targets_and_missing_exchanges_are_reported_not_published);
 async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
     let p = unique("unroutable");
     let (fanout, queue) = (format!("{p}.fanout"), format!("{p}.q"));
@@ -174,7 +174,7 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
     t.cleanup().await;
 }
 
-#[tokio::test]
+on_both_backends!(single_replay_through_the_api_is_once_per_request_key_and_links_the_next_death);
 async fn single_replay_through_the_api_is_once_per_request_key_and_links_the_next_death() {
     let p = unique("single");
     let bare = format!("{p}.bare");

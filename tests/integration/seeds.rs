@@ -101,9 +101,9 @@ fn deaths_without_time(detail: &Value) -> Value {
     deaths
 }
 
+on_both_backends!(seed_000_ttl_retry_loop_with_parking_queue);
 /// Seed 000 (aio-pika): work queue → direct DLX → retry queue with a TTL → back through the
 /// default exchange; after the third failure the worker parks a copy in a parking queue.
-#[tokio::test]
 async fn seed_000_ttl_retry_loop_with_parking_queue() {
     let p = unique("s000");
     let (work, dlx, retry, parking, retry_key) = (
@@ -207,10 +207,10 @@ async fn seed_000_ttl_retry_loop_with_parking_queue() {
     t.cleanup().await;
 }
 
+on_both_backends!(seed_002_billing_quorum_queues_override_and_overflow);
 /// Seed 002 (Go, billing): topic exchange → quorum work queue whose DLX routing key is
 /// overridden (`dead.processing`) and whose length is capped → quorum DLQ. Consumed with a
 /// second DLQ (`invoices.dlq`) by one Lazarus, as `--queue invoices.dlq --queue processing_dlq`.
-#[tokio::test]
 async fn seed_002_billing_quorum_queues_override_and_overflow() {
     let p = unique("s002");
     let (events, dlx, work, dlq) = (
@@ -360,9 +360,9 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
     t.cleanup().await;
 }
 
+on_both_backends!(seed_003_queue_ttl_and_message_expiration_into_topic_dlx);
 /// Seed 003 (Java): fanout exchange → queue with a TTL and a DLX routing key → topic DLX →
 /// DLQ bound `dlx.*`; plus a message with its own, shorter, expiration.
-#[tokio::test]
 async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
     let p = unique("s003");
     let (normal_ex, normal_q, dlx_ex, dlx_q) = (
@@ -476,10 +476,10 @@ async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
     t.cleanup().await;
 }
 
+on_both_backends!(seed_004_spring_retry_with_bare_dead_copies);
 /// Seed 004 (Spring): NORMAL → READY (TTL, DLX back to the exchange as `retry`) → RETRY,
 /// counted in a `retry-times` header; when retries run out the worker publishes a bare
 /// copy (no headers) to DEAD. Lazarus archives DEAD: no death history, so no target.
-#[tokio::test]
 async fn seed_004_spring_retry_with_bare_dead_copies() {
     let p = unique("s004");
     let ex = format!("{p}.E.NOTIFY_CALLBACK");
