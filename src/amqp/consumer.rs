@@ -279,6 +279,11 @@ async fn flush(
                 ctx.status
                     .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
                 ctx.metrics.set_connected(queue, false);
+                // A connection lost during COMMIT leaves its outcome unknown (PostgreSQL):
+                // the retry stores only what it finds no unconfirmed copy of.
+                for m in &mut batch.messages {
+                    m.maybe_stored = true;
+                }
                 if ctx.shutdown.is_cancelled() {
                     return Err(ConsumeError::AbandonedOnShutdown);
                 }

@@ -313,7 +313,9 @@ pub enum ReplayStart {
 #[async_trait]
 pub trait Archive: Send + Sync + 'static {
     /// Stores a batch in one durable transaction and returns only once the commit is on disk.
-    /// A redelivered message that was archived but whose ack was never confirmed is skipped;
+    /// A redelivered message (or one a failed attempt may have stored: see
+    /// [`PreparedMessage::maybe_stored`]) that was archived but whose ack was never confirmed
+    /// is skipped;
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
     /// The broker has processed the ack of these rows: their redeliveries can no longer come.

@@ -214,12 +214,22 @@ pub struct PreparedMessage {
     pub fields: Vec<(String, String)>,
     /// The archive record this message is a replayed copy of (its `x-lazarus-replay-of`).
     pub replay_of: Option<i64>,
+    /// An earlier attempt to store it failed in a way that may have committed all the same
+    /// (a connection lost during COMMIT): stored only if no unconfirmed copy is found, as for
+    /// a redelivery.
+    pub maybe_stored: bool,
 }
 
 impl PreparedMessage {
     /// Derives everything with the default [`IngestRules`].
     pub fn new(message: IncomingMessage) -> Self {
         Self::with_rules(message, &IngestRules::default())
+    }
+
+    /// Whether an archived, unconfirmed copy of it may exist: a redelivery, or a retry
+    /// after a failed store.
+    pub fn may_be_archived(&self) -> bool {
+        self.message.redelivered || self.maybe_stored
     }
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
@@ -287,6 +297,7 @@ impl PreparedMessage {
             search_text,
             fields,
             replay_of,
+            maybe_stored: false,
         }
     }
 

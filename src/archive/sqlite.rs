@@ -333,7 +333,7 @@ impl Archive for SqliteArchive {
         let mut matched = HashSet::new();
         let mut fresh = Vec::with_capacity(batch.len());
         for m in batch {
-            if m.message.redelivered {
+            if m.may_be_archived() {
                 if let Some(id) = unconfirmed_copy(&mut tx, m, &mut matched).await? {
                     outcome.duplicates += 1;
                     outcome.unconfirmed.push(id);
