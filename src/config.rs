@@ -180,7 +180,8 @@ pub struct ConnectionArgs {
     )]
     pub amqp_url: String,
 
-    /// The archive: sqlite://path (created when missing).
+    /// The archive: sqlite://path (created when missing) or postgres://user@host/database
+    /// (shared by several instances).
     #[arg(
         long,
         env = "LAZARUS_DATABASE_URL",
