@@ -28,18 +28,44 @@ pub enum Backend {
     Postgres,
 }
 
+/// The backend of the running test, and the PostgreSQL databases it made.
+#[derive(Clone)]
+struct TestBackend {
+    backend: Backend,
+    databases: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
 tokio::task_local! {
-    static BACKEND: Backend;
+    static BACKEND: TestBackend;
 }
 
 impl Backend {
     pub fn current() -> Backend {
-        BACKEND.try_with(|b| *b).unwrap_or(Backend::Sqlite)
+        BACKEND.try_with(|b| b.backend).unwrap_or(Backend::Sqlite)
     }
 
-    /// Runs `test` with this backend as the current one.
+    /// Runs `test` with this backend as the current one; the databases it made are dropped
+    /// when it passes (a failed test's are kept to look at, and dropped by a later run).
     pub async fn scope<F: std::future::Future>(self, test: F) -> F::Output {
-        BACKEND.scope(self, test).await
+        let scope = TestBackend {
+            backend: self,
+            databases: Default::default(),
+        };
+        let out = BACKEND.scope(scope.clone(), test).await;
+        let databases = std::mem::take(&mut *scope.databases.lock().unwrap());
+        if !databases.is_empty() {
+            use sqlx::Connection;
+            let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
+                .await
+                .unwrap();
+            for name in databases {
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+            }
+        }
+        out
     }
 }
 
@@ -72,8 +98,8 @@ pub fn postgres_admin_url() -> String {
 }
 
 /// A new, empty archive for the current backend: a file in `dir`, or a PostgreSQL database
-/// of its own (`lazarus_test_<pid>_<n>`). Databases of test processes that have ended are
-/// dropped here, so runs do not pile them up.
+/// of its own (`lazarus_test_<pid>_<n>`, dropped when the test passes). Databases that test
+/// processes which have ended left behind are dropped here.
 pub async fn archive_url(dir: &std::path::Path) -> String {
     match Backend::current() {
         Backend::Sqlite => format!("sqlite://{}", dir.join("archive.db").display()),
@@ -108,6 +134,7 @@ pub async fn archive_url(dir: &std::path::Path) -> String {
                 .await
                 .unwrap();
             let _ = conn.close().await;
+            let _ = BACKEND.try_with(|b| b.databases.lock().unwrap().push(name.clone()));
             let (base, _) = admin.rsplit_once('/').expect("a database URL");
             format!("{base}/{name}")
         }
