@@ -10,6 +10,7 @@ mod postgres_audit;
 mod postgres_jobs;
 mod postgres_search;
 mod record;
+mod rows;
 mod sqlite;
 mod sqlite_accounts;
 mod sqlite_actions;

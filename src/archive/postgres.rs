@@ -14,8 +14,8 @@ use time::OffsetDateTime;
 use super::postgres_audit::{self, audit};
 use super::postgres_search;
 use super::sqlite::{
-    from_millis, millis, overview, push_conditions, replay_from_row, summary_from_row, totals,
-    REPLAY_COLUMNS, SUMMARY_COLUMNS,
+    count_from_row, group_from_row, hourly_from_row, millis, overview, push_conditions,
+    replay_from_row, summary_from_row, totals, REPLAY_COLUMNS, SUMMARY_COLUMNS,
 };
 use super::{postgres_accounts, postgres_actions, postgres_jobs};
 use super::{
@@ -418,17 +418,7 @@ impl Archive for PostgresArchive {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueueReasonCount {
-                    queue: r.try_get("queue")?,
-                    reason: r.try_get("reason")?,
-                    messages: r.try_get("messages")?,
-                    oldest: from_millis(r.try_get("oldest_at")?),
-                    newest: from_millis(r.try_get("newest_at")?),
-                })
-            })
-            .collect()
+        rows.iter().map(count_from_row).collect()
     }
 
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
@@ -438,15 +428,7 @@ impl Archive for PostgresArchive {
         .bind(since.unix_timestamp().div_euclid(3600))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HourlyCount {
-                    queue: r.try_get("queue")?,
-                    hour: r.try_get("hour")?,
-                    messages: r.try_get("messages")?,
-                })
-            })
-            .collect()
+        rows.iter().map(hourly_from_row).collect()
     }
 
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
@@ -456,18 +438,7 @@ impl Archive for PostgresArchive {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(FailureGroup {
-                    queue: r.try_get("queue")?,
-                    reason: r.try_get("reason")?,
-                    error: r.try_get("error")?,
-                    messages: r.try_get("messages")?,
-                    first_seen: from_millis(r.try_get("first_seen")?),
-                    last_seen: from_millis(r.try_get("last_seen")?),
-                })
-            })
-            .collect()
+        rows.iter().map(group_from_row).collect()
     }
 
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError> {

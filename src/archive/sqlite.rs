@@ -9,6 +9,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::rows::ArchiveRow;
 use super::sqlite_accounts;
 use super::sqlite_actions;
 use super::sqlite_audit::{self, audit};
@@ -506,17 +507,7 @@ impl Archive for SqliteArchive {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueueReasonCount {
-                    queue: r.try_get("queue")?,
-                    reason: r.try_get("reason")?,
-                    messages: r.try_get("messages")?,
-                    oldest: from_millis(r.try_get("oldest_at")?),
-                    newest: from_millis(r.try_get("newest_at")?),
-                })
-            })
-            .collect()
+        rows.iter().map(count_from_row).collect()
     }
 
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
@@ -526,15 +517,7 @@ impl Archive for SqliteArchive {
         .bind(since.unix_timestamp().div_euclid(3600))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HourlyCount {
-                    queue: r.try_get("queue")?,
-                    hour: r.try_get("hour")?,
-                    messages: r.try_get("messages")?,
-                })
-            })
-            .collect()
+        rows.iter().map(hourly_from_row).collect()
     }
 
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
@@ -544,18 +527,7 @@ impl Archive for SqliteArchive {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(FailureGroup {
-                    queue: r.try_get("queue")?,
-                    reason: r.try_get("reason")?,
-                    error: r.try_get("error")?,
-                    messages: r.try_get("messages")?,
-                    first_seen: from_millis(r.try_get("first_seen")?),
-                    last_seen: from_millis(r.try_get("last_seen")?),
-                })
-            })
-            .collect()
+        rows.iter().map(group_from_row).collect()
     }
 
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError> {
@@ -883,17 +855,10 @@ pub(super) const DETAIL_COLUMNS: &str =
     "exchange, routing_key, redelivered, properties, headers, death_problems, status_note";
 
 /// A whole archived message from a row of either backend.
-pub(super) fn message_from_row<'r, R: Row>(
-    row: &'r R,
+pub(super) fn message_from_row<R: ArchiveRow>(
+    row: &R,
     fields: BTreeMap<String, String>,
-) -> Result<ArchivedMessage, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+) -> Result<ArchivedMessage, ArchiveError> {
     let mut summary = summary_from_row(row)?;
     summary.fields = fields;
     let id = summary.id;
@@ -901,14 +866,14 @@ where
         id,
         reason: reason.to_string(),
     };
-    let properties: String = row.try_get("properties")?;
-    let headers: Option<String> = row.try_get("headers")?;
-    let problems: Option<String> = row.try_get("death_problems")?;
+    let properties: String = row.column("properties")?;
+    let headers: Option<String> = row.column("headers")?;
+    let problems: Option<String> = row.column("death_problems")?;
     Ok(ArchivedMessage {
         summary,
-        delivered_exchange: row.try_get("exchange")?,
-        delivered_routing_key: row.try_get("routing_key")?,
-        redelivered: row.try_get("redelivered")?,
+        delivered_exchange: row.column("exchange")?,
+        delivered_routing_key: row.column("routing_key")?,
+        redelivered: row.column("redelivered")?,
         properties: serde_json::from_str(&properties).map_err(corrupt)?,
         headers: headers
             .map(|h| serde_json::from_str(&h))
@@ -919,7 +884,36 @@ where
             .transpose()
             .map_err(corrupt)?
             .unwrap_or_default(),
-        status_note: row.try_get("status_note")?,
+        status_note: row.column("status_note")?,
+    })
+}
+
+pub(super) fn count_from_row(r: &impl ArchiveRow) -> Result<QueueReasonCount, ArchiveError> {
+    Ok(QueueReasonCount {
+        queue: r.column("queue")?,
+        reason: r.column("reason")?,
+        messages: r.column("messages")?,
+        oldest: from_millis(r.column("oldest_at")?),
+        newest: from_millis(r.column("newest_at")?),
+    })
+}
+
+pub(super) fn hourly_from_row(r: &impl ArchiveRow) -> Result<HourlyCount, ArchiveError> {
+    Ok(HourlyCount {
+        queue: r.column("queue")?,
+        hour: r.column("hour")?,
+        messages: r.column("messages")?,
+    })
+}
+
+pub(super) fn group_from_row(r: &impl ArchiveRow) -> Result<FailureGroup, ArchiveError> {
+    Ok(FailureGroup {
+        queue: r.column("queue")?,
+        reason: r.column("reason")?,
+        error: r.column("error")?,
+        messages: r.column("messages")?,
+        first_seen: from_millis(r.column("first_seen")?),
+        last_seen: from_millis(r.column("last_seen")?),
     })
 }
 
@@ -928,43 +922,30 @@ pub(super) const REPLAY_COLUMNS: &str =
      (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
 
 /// The column types a row of either backend must decode for the shared row readers.
-pub(super) fn replay_from_row<'r, R: Row>(row: &'r R) -> Result<ReplayRecord, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(super) fn replay_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayRecord, ArchiveError> {
     Ok(ReplayRecord {
-        id: row.try_get("id")?,
-        message_id: row.try_get("message_id")?,
-        actor: row.try_get("actor")?,
-        requested_at: from_millis(row.try_get("requested_at")?),
+        id: row.column("id")?,
+        message_id: row.column("message_id")?,
+        actor: row.column("actor")?,
+        requested_at: from_millis(row.column("requested_at")?),
         target: ReplayTarget {
-            exchange: row.try_get("target_exchange")?,
-            routing_key: row.try_get("target_routing_key")?,
+            exchange: row.column("target_exchange")?,
+            routing_key: row.column("target_routing_key")?,
         },
-        outcome: row.try_get("outcome")?,
-        detail: row.try_get("detail")?,
-        edited: row.try_get("edited")?,
+        outcome: row.column("outcome")?,
+        detail: row.column("detail")?,
+        edited: row.column("edited")?,
     })
 }
 
-pub(super) fn summary_from_row<'r, R: Row>(row: &'r R) -> Result<MessageSummary, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    let id: i64 = row.try_get("id")?;
-    let deaths: String = row.try_get("deaths")?;
-    let status: String = row.try_get("status")?;
+pub(super) fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, ArchiveError> {
+    let id: i64 = row.column("id")?;
+    let deaths: String = row.column("deaths")?;
+    let status: String = row.column("status")?;
     let first_death = match (
-        row.try_get::<Option<String>, _>("first_death_queue")?,
-        row.try_get::<Option<String>, _>("first_death_reason")?,
-        row.try_get::<Option<String>, _>("first_death_exchange")?,
+        row.column::<Option<String>>("first_death_queue")?,
+        row.column::<Option<String>>("first_death_reason")?,
+        row.column::<Option<String>>("first_death_exchange")?,
     ) {
         (Some(queue), Some(reason), Some(exchange)) => Some(FirstDeath {
             queue,
@@ -974,8 +955,8 @@ where
         _ => None,
     };
     let replay_target = match (
-        row.try_get::<Option<String>, _>("replay_exchange")?,
-        row.try_get::<Option<String>, _>("replay_routing_key")?,
+        row.column::<Option<String>>("replay_exchange")?,
+        row.column::<Option<String>>("replay_routing_key")?,
     ) {
         (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
             exchange,
@@ -985,13 +966,13 @@ where
     };
     Ok(MessageSummary {
         id,
-        queue: row.try_get("queue")?,
-        archived_at: from_millis(row.try_get("archived_at")?),
-        message_id: row.try_get("message_id")?,
-        correlation_id: row.try_get("correlation_id")?,
-        content_type: row.try_get("content_type")?,
-        content_encoding: row.try_get("content_encoding")?,
-        body_size: row.try_get("body_size")?,
+        queue: row.column("queue")?,
+        archived_at: from_millis(row.column("archived_at")?),
+        message_id: row.column("message_id")?,
+        correlation_id: row.column("correlation_id")?,
+        content_type: row.column("content_type")?,
+        content_encoding: row.column("content_encoding")?,
+        body_size: row.column("body_size")?,
         first_death,
         deaths: serde_json::from_str(&deaths).map_err(|e| ArchiveError::Corrupt {
             id,

@@ -4,6 +4,7 @@
 use sqlx::{Row, SqlitePool};
 use time::OffsetDateTime;
 
+use super::rows::ArchiveRow;
 use super::sqlite::{from_millis, millis};
 use super::sqlite_audit::audit;
 use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
@@ -70,12 +71,8 @@ impl AccountChange<'_> {
     }
 }
 
-fn role_of<'r, R: Row>(row: &'r R) -> Result<Role, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    let role: String = row.try_get("role")?;
+fn role_of<R: ArchiveRow>(row: &R) -> Result<Role, ArchiveError> {
+    let role: String = row.column("role")?;
     Role::parse(&role).ok_or_else(|| ArchiveError::Corrupt {
         id: 0,
         reason: format!("unknown role {role:?}"),
@@ -86,18 +83,12 @@ where
 pub(super) const USER_COLUMNS: &str = "name, password_hash, role, created_at";
 
 /// A user, from a row of either backend.
-pub(super) fn user_from_row<'r, R: Row>(row: &'r R) -> Result<UserRecord, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(super) fn user_from_row<R: ArchiveRow>(row: &R) -> Result<UserRecord, ArchiveError> {
     Ok(UserRecord {
-        name: row.try_get("name")?,
-        password_hash: row.try_get("password_hash")?,
+        name: row.column("name")?,
+        password_hash: row.column("password_hash")?,
         role: role_of(row)?,
-        created_at: from_millis(row.try_get("created_at")?),
+        created_at: from_millis(row.column("created_at")?),
     })
 }
 
@@ -267,20 +258,14 @@ pub async fn create_token(
 }
 
 /// An API token, from a row of either backend.
-pub(super) fn token_from_row<'r, R: Row>(row: &'r R) -> Result<TokenRecord, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(super) fn token_from_row<R: ArchiveRow>(row: &R) -> Result<TokenRecord, ArchiveError> {
     Ok(TokenRecord {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
+        id: row.column("id")?,
+        name: row.column("name")?,
         role: role_of(row)?,
-        created_by: row.try_get("created_by")?,
-        created_at: from_millis(row.try_get("created_at")?),
-        revoked: row.try_get::<Option<i64>, _>("revoked_at")?.is_some(),
+        created_by: row.column("created_by")?,
+        created_at: from_millis(row.column("created_at")?),
+        revoked: row.column::<Option<i64>>("revoked_at")?.is_some(),
     })
 }
 

@@ -1,9 +1,10 @@
 //! The audit log on SQLite: appended inside the transaction of what it records, read
 //! newest first. (The database refuses updates and deletes, by trigger.)
 
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use super::rows::ArchiveRow;
 use super::sqlite::{from_millis, millis};
 use super::{Actor, ArchiveError, AuditEntry};
 
@@ -48,26 +49,17 @@ pub async fn audit_log(
 }
 
 /// One audit entry, from a row of either backend (the columns are the same).
-pub fn entry_from_row<'r, R: Row>(row: &'r R) -> Result<AuditEntry, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub fn entry_from_row<R: ArchiveRow>(row: &R) -> Result<AuditEntry, ArchiveError> {
     Ok(AuditEntry {
-        id: row.try_get("id")?,
-        at: from_millis(row.try_get("at")?),
-        actor: row.try_get("actor")?,
-        action: row.try_get("action")?,
-        job_id: row
-            .try_get::<Option<i64>, _>("job_id")?
-            .map(|i| i.to_string()),
+        id: row.column("id")?,
+        at: from_millis(row.column("at")?),
+        actor: row.column("actor")?,
+        action: row.column("action")?,
+        job_id: row.column::<Option<i64>>("job_id")?.map(|i| i.to_string()),
         message_id: row
-            .try_get::<Option<i64>, _>("message_id")?
+            .column::<Option<i64>>("message_id")?
             .map(|i| i.to_string()),
-        summary: row.try_get("summary")?,
-        source: row.try_get("source")?,
+        summary: row.column("summary")?,
+        source: row.column("source")?,
     })
 }

@@ -1,9 +1,10 @@
 //! Replay jobs on SQLite: freezing a selection into items, handing them to a runner under a
 //! lease, recording outcomes, all in short transactions.
 
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use super::rows::ArchiveRow;
 use super::sqlite::{from_millis, millis, push_selection};
 use super::sqlite_audit::audit;
 use super::{
@@ -50,61 +51,50 @@ pub(super) fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
 }
 
 /// A replay job from a row of either backend, selected with [`JOB_COLUMNS`].
-pub(super) fn job_from_row<'r, R: Row>(row: &'r R) -> Result<ReplayJob, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R> + sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    let id: i64 = row.try_get("id")?;
-    let state: String = row.try_get("state")?;
+pub(super) fn job_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayJob, ArchiveError> {
+    let id: i64 = row.column("id")?;
+    let state: String = row.column("state")?;
     let state = JobState::parse(&state).ok_or_else(|| ArchiveError::Corrupt {
         id,
         reason: format!("unknown job state {state:?}"),
     })?;
     let target = target_from_row(row)?;
-    let canary_count: i64 = row.try_get("canary_count")?;
+    let canary_count: i64 = row.column("canary_count")?;
     let canary = (canary_count > 0).then(|| -> Result<Canary, sqlx::Error> {
         Ok(Canary {
             count: canary_count as u32,
-            wait_secs: (row.try_get::<i64, _>("canary_wait_ms")? / 1000) as u32,
-            max_deaths: row.try_get::<i64, _>("canary_max_deaths")? as u32,
+            wait_secs: (row.column::<i64>("canary_wait_ms")? / 1000) as u32,
+            max_deaths: row.column::<i64>("canary_max_deaths")? as u32,
         })
     });
-    let plan: Plan = serde_json::from_str(row.try_get("plan")?).map_err(corrupt(id))?;
-    let selection = serde_json::from_str(row.try_get("selection")?).map_err(corrupt(id))?;
-    let total: i64 = row.try_get("total")?;
+    let plan: Plan = serde_json::from_str(&row.column::<String>("plan")?).map_err(corrupt(id))?;
+    let selection =
+        serde_json::from_str(&row.column::<String>("selection")?).map_err(corrupt(id))?;
+    let total: i64 = row.column("total")?;
     let mut counts = JobCounts {
-        published: row.try_get("published")?,
-        unroutable: row.try_get("unroutable")?,
-        nacked: row.try_get("nacked")?,
-        failed: row.try_get("failed")?,
-        skipped: row.try_get("skipped")?,
-        cancelled: row.try_get("cancelled")?,
+        published: row.column("published")?,
+        unroutable: row.column("unroutable")?,
+        nacked: row.column("nacked")?,
+        failed: row.column("failed")?,
+        skipped: row.column("skipped")?,
+        cancelled: row.column("cancelled")?,
         pending: 0,
     };
     counts.pending =
         total - counts.published - counts.problems() - counts.skipped - counts.cancelled;
-    let rate_per_sec: Option<i64> = row.try_get("rate_per_sec")?;
+    let rate_per_sec: Option<i64> = row.column("rate_per_sec")?;
     Ok(ReplayJob {
         id,
         state,
-        detail: row.try_get("detail")?,
-        actor: row.try_get("actor")?,
-        created_at: from_millis(row.try_get("created_at")?),
-        started_at: row
-            .try_get::<Option<i64>, _>("started_at")?
-            .map(from_millis),
-        finished_at: row
-            .try_get::<Option<i64>, _>("finished_at")?
-            .map(from_millis),
+        detail: row.column("detail")?,
+        actor: row.column("actor")?,
+        created_at: from_millis(row.column("created_at")?),
+        started_at: row.column::<Option<i64>>("started_at")?.map(from_millis),
+        finished_at: row.column::<Option<i64>>("finished_at")?.map(from_millis),
         selection,
         target,
         rate_per_sec: rate_per_sec.map(|r| r as u32),
-        include_replayed: row.try_get("include_replayed")?,
+        include_replayed: row.column("include_replayed")?,
         canary: canary.transpose()?,
         estimated_seconds: rate_per_sec
             .filter(|r| *r > 0)
@@ -116,15 +106,11 @@ where
 }
 
 /// A job's or an item's target: both columns, or none.
-fn target_from_row<'r, R: Row>(row: &'r R) -> Result<Option<ReplayTarget>, sqlx::Error>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+fn target_from_row<R: ArchiveRow>(row: &R) -> Result<Option<ReplayTarget>, sqlx::Error> {
     Ok(
         match (
-            row.try_get::<Option<String>, _>("target_exchange")?,
-            row.try_get::<Option<String>, _>("target_routing_key")?,
+            row.column::<Option<String>>("target_exchange")?,
+            row.column::<Option<String>>("target_routing_key")?,
         ) {
             (Some(exchange), Some(routing_key)) => Some(ReplayTarget {
                 exchange,
@@ -136,73 +122,56 @@ where
 }
 
 /// One job item from a row of either backend (as [`job_items`] selects them).
-pub(super) fn item_from_row<'r, R: Row>(row: &'r R) -> Result<JobItem, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(super) fn item_from_row<R: ArchiveRow>(row: &R) -> Result<JobItem, ArchiveError> {
     Ok(JobItem {
-        message_id: row.try_get("message_id")?,
+        message_id: row.column("message_id")?,
         target: target_from_row(row)?,
-        outcome: row.try_get("outcome")?,
-        detail: row.try_get("detail")?,
-        attempts: row.try_get("attempts")?,
+        outcome: row.column("outcome")?,
+        detail: row.column("detail")?,
+        attempts: row.column("attempts")?,
     })
 }
 
 /// A message handed out to publish, from a row of either backend (as [`advance_job`]
 /// selects them).
-pub(super) fn outgoing_from_row<'r, R: Row>(row: &'r R) -> Result<OutgoingMessage, ArchiveError>
-where
-    &'r str: sqlx::ColumnIndex<R> + sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    let message_id: i64 = row.try_get("message_id")?;
-    let headers: Option<String> = row.try_get("headers")?;
+pub(super) fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, ArchiveError> {
+    let message_id: i64 = row.column("message_id")?;
+    let headers: Option<String> = row.column("headers")?;
     Ok(OutgoingMessage {
         message_id,
         target: ReplayTarget {
-            exchange: row.try_get("target_exchange")?,
-            routing_key: row.try_get("target_routing_key")?,
+            exchange: row.column("target_exchange")?,
+            routing_key: row.column("target_routing_key")?,
         },
-        properties: serde_json::from_str(row.try_get("properties")?)
+        properties: serde_json::from_str(&row.column::<String>("properties")?)
             .map_err(corrupt(message_id))?,
         headers: headers
             .map(|h| serde_json::from_str(&h))
             .transpose()
             .map_err(corrupt(message_id))?,
-        body: row.try_get("body")?,
+        body: row.column("body")?,
     })
 }
 
 /// A plan from the counts of a job's items: still to do by target (`target_exchange`,
 /// `target_routing_key`, `n`), and skipped by reason (`detail`, `n`).
-pub(super) fn plan_from_rows<'r, R: Row>(
-    targets: &'r [R],
-    skipped: &'r [R],
-) -> Result<Plan, sqlx::Error>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(super) fn plan_from_rows<R: ArchiveRow>(
+    targets: &[R],
+    skipped: &[R],
+) -> Result<Plan, sqlx::Error> {
     let mut plan = Plan::default();
     for row in targets {
-        let n: i64 = row.try_get("n")?;
+        let n: i64 = row.column("n")?;
         plan.to_publish += n;
         plan.targets.push(TargetCount {
-            exchange: row.try_get("target_exchange")?,
-            routing_key: row.try_get("target_routing_key")?,
+            exchange: row.column("target_exchange")?,
+            routing_key: row.column("target_routing_key")?,
             messages: n,
         });
     }
     for row in skipped {
-        let n: i64 = row.try_get("n")?;
-        match row.try_get::<String, _>("detail")?.as_str() {
+        let n: i64 = row.column("n")?;
+        match row.column::<String>("detail")?.as_str() {
             NO_TARGET => plan.no_target = n,
             ALREADY_REPLAYED => plan.already_replayed = n,
             DISMISSED => plan.dismissed = n,
@@ -354,29 +323,24 @@ pub(super) struct Step {
 }
 
 /// Sorts candidate rows (`message_id`, `attempts`, `body_size`, `status`) into a [`Step`].
-pub(super) fn step_from_rows<'r, R: Row>(
-    candidates: &'r [R],
+pub(super) fn step_from_rows<R: ArchiveRow>(
+    candidates: &[R],
     include_replayed: bool,
     max_bytes: u64,
-) -> Result<Step, sqlx::Error>
-where
-    &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+) -> Result<Step, sqlx::Error> {
     let mut bytes = 0u64;
     let mut step = Step::default();
     for row in candidates {
-        let message_id: i64 = row.try_get("message_id")?;
-        let size: i64 = row.try_get("body_size")?;
+        let message_id: i64 = row.column("message_id")?;
+        let size: i64 = row.column("body_size")?;
         if !step.send.is_empty() && bytes + size as u64 > max_bytes {
             break;
         }
-        let status: String = row.try_get("status")?;
+        let status: String = row.column("status")?;
         if !include_replayed && (status == "replayed" || status == "dismissed") {
             // Replayed or dismissed since the plan froze the selection.
             step.replayed_since.push(message_id);
-        } else if row.try_get::<i64, _>("attempts")? >= MAX_ATTEMPTS {
+        } else if row.column::<i64>("attempts")? >= MAX_ATTEMPTS {
             step.given_up.push(message_id);
         } else {
             bytes += size as u64;
