@@ -29,8 +29,8 @@ pub(super) const GIVEN_UP: &str = "handed to the broker 3 times without a confir
 /// Still to publish (or handed out without a recorded confirm): the partial index's condition.
 pub(super) const TODO: &str = "(outcome IS NULL OR outcome = 'sending')";
 
-/// Items still to do in another unfinished job than the item's own (the same SQL on both
-/// backends).
+/// Items still to do in another unfinished job than the item's own (PostgreSQL has its own
+/// form, which its planner cannot turn into a scan of a whole index per item).
 pub(super) const ELSEWHERE: &str = "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
      WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
      AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))";

@@ -67,17 +67,7 @@ async fn sigkill_mid_ingest_loses_nothing_and_doubles_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let pid = second.id().unwrap().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = tokio::time::timeout(Duration::from_secs(30), second.wait())
-        .await
-        .expect("SIGTERM stops lazarus")
-        .unwrap();
-    assert!(status.success(), "lazarus exited with {status}");
+    sigterm(&mut second).await;
 
     assert_eq!(rows(&db).await, BACKLOG);
     assert_eq!(

@@ -869,16 +869,107 @@ pub fn lazarus_process(
     database_url: &str,
     extra: &[&str],
 ) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+    lazarus_command(amqp_url, dlq, database_url, extra)
+        .spawn()
+        .expect("the lazarus binary starts")
+}
+
+/// The command [`lazarus_process`] runs, to change (its log level, its stderr) before spawning.
+pub fn lazarus_command(
+    amqp_url: &str,
+    dlq: &str,
+    database_url: &str,
+    extra: &[&str],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"));
+    command
         .args(["serve", "--queue", dlq, "--listen", "127.0.0.1:0"])
         .args(extra)
         .args(["--database-url", database_url])
         .env("LAZARUS_AMQP_URL", amqp_url)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the lazarus binary starts")
+        .kill_on_drop(true);
+    command
+}
+
+/// Stops a `lazarus` process as an orchestrator would (SIGTERM) and asserts it drained and
+/// exited cleanly.
+pub async fn sigterm(child: &mut tokio::process::Child) {
+    let pid = child.id().expect("the process runs").to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("SIGTERM stops lazarus")
+        .unwrap();
+    assert!(status.success(), "lazarus exited with {status}");
+}
+
+/// Publishes in flight at most (the `--replay-window` default). One interruption can
+/// publish at most two windows twice: the step being published and the one before it,
+/// whose confirms are recorded while the next step goes out.
+pub const REPLAY_WINDOW: usize = 500;
+
+/// A replayed copy as it arrived: the archive id it copies (`x-lazarus-replay-of`) and its
+/// message-id.
+pub struct ReplayedCopy {
+    pub replay_of: String,
+    pub message_id: Option<String>,
+}
+
+/// Every copy in `queue`, consuming it empty.
+pub async fn drain_copies(url: &str, queue: &str) -> Vec<ReplayedCopy> {
+    let t = Topology::on(url).await;
+    let depth = t.depth(queue).await as usize;
+    let mut consumer = t
+        .channel
+        .basic_consume(
+            queue.into(),
+            "drain".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let mut copies = Vec::with_capacity(depth);
+    while copies.len() < depth {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("the queue drains")
+            .unwrap()
+            .unwrap();
+        let headers = delivery.properties.headers().clone().unwrap();
+        let replay_of = match headers.inner().get("x-lazarus-replay-of") {
+            Some(AMQPValue::LongString(s)) => s.to_string(),
+            other => panic!("a copy without its link: {other:?}"),
+        };
+        copies.push(ReplayedCopy {
+            replay_of,
+            message_id: delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|m| m.to_string()),
+        });
+    }
+    let _ = t.connection.close(200, "drained".into()).await;
+    copies
+}
+
+/// Every `x-lazarus-replay-of` in `queue`, consuming it empty.
+pub async fn drain_links(url: &str, queue: &str) -> Vec<String> {
+    drain_copies(url, queue)
+        .await
+        .into_iter()
+        .map(|c| c.replay_of)
+        .collect()
 }
 
 impl TestApp {

@@ -505,44 +505,6 @@ async fn edit_and_replay_publishes_the_edit_and_keeps_the_original() {
 }
 
 const JOB_SIZE: usize = 20_000;
-/// Publishes in flight at most (the `--replay-window` default). One interruption can
-/// publish at most two windows twice: the step being published and the one before it,
-/// whose confirms are recorded while the next step goes out.
-const WINDOW: usize = 500;
-
-/// Every `x-lazarus-replay-of` in `queue`, consuming it empty.
-async fn drain_links(url: &str, queue: &str) -> Vec<String> {
-    use futures_util::StreamExt;
-    let t = Topology::on(url).await;
-    let depth = t.depth(queue).await as usize;
-    let mut consumer = t
-        .channel
-        .basic_consume(
-            queue.into(),
-            "drain".into(),
-            lapin::options::BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    let mut links = Vec::with_capacity(depth);
-    while links.len() < depth {
-        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next())
-            .await
-            .expect("the queue drains")
-            .unwrap()
-            .unwrap();
-        let headers = delivery.properties.headers().clone().unwrap();
-        match headers.inner().get("x-lazarus-replay-of") {
-            Some(lapin::types::AMQPValue::LongString(s)) => links.push(s.to_string()),
-            other => panic!("a copy without its link: {other:?}"),
-        }
-    }
-    links
-}
 
 on_both_backends!(a_20000_message_job_survives_a_closed_connection_and_a_sigkill);
 async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
@@ -650,23 +612,14 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     assert_eq!(distinct.len(), JOB_SIZE, "every message arrived");
     let duplicates = links.len() - distinct.len();
     assert!(
-        duplicates <= 2 * 2 * WINDOW,
+        duplicates <= 2 * 2 * REPLAY_WINDOW,
         "{duplicates} copies published twice: more than two windows per interruption"
     );
     eprintln!(
         "connection closed at {at_close}, SIGKILL at {at_kill} of {JOB_SIZE} published; \
          {duplicates} published twice"
     );
-    let pid = second.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), second.wait())
-        .await
-        .expect("SIGTERM stops lazarus")
-        .unwrap();
-    assert!(status.success(), "lazarus exited with {status}");
+    sigterm(&mut second).await;
 }
 
 on_both_backends!(the_pages_plan_start_and_follow_a_replay_without_script);

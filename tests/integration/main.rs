@@ -9,6 +9,7 @@ mod crash;
 mod demo;
 mod failures;
 mod headers;
+mod instances;
 mod jobs;
 mod pages;
 mod reconnect;
