@@ -1,6 +1,6 @@
 //! The PostgreSQL archive: for many DLQs, months of failures, and several Lazarus instances
 //! sharing one database. A commit is durable before anything is acked (`synchronous_commit`
-//! is on by default); batches go in as one `UNNEST` statement per table.
+//! is on by default); a batch goes in as one statement, an `UNNEST` insert per table.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::postgres_audit::{self, audit};
@@ -101,7 +101,7 @@ async fn unconfirmed_copy(
     matched: &mut HashSet<i64>,
 ) -> Result<Option<i64>, sqlx::Error> {
     let candidates: Vec<i64> = sqlx::query_scalar(
-        "SELECT archive_id FROM pending_acks WHERE queue = $1 AND fingerprint = $2 ORDER BY id",
+        "SELECT archive_id FROM pending_acks WHERE queue = $1 AND fingerprint = $2 ORDER BY archive_id",
     )
     .bind(&m.message.queue)
     .bind(&m.fingerprint[..])
@@ -110,8 +110,13 @@ async fn unconfirmed_copy(
     Ok(candidates.into_iter().find(|id| matched.insert(*id)))
 }
 
-async fn insert_messages(
-    tx: &mut Transaction<'_, Postgres>,
+/// Writes a batch whose ids are taken: the messages, their bodies, their pending acks and
+/// business fields, and the totals, the sparkline's hourly counts and the failure groups they
+/// add to — all in one statement (data-modifying `WITH` parts, each one `UNNEST` insert), so
+/// a batch costs the server one round trip and one plan. Totals keys go in sorted, so
+/// instances updating the same rows at once take their locks in one order.
+async fn insert_batch(
+    conn: &mut PgConnection,
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     fn first(m: &PreparedMessage) -> Option<&crate::death::FirstDeath> {
@@ -139,8 +144,16 @@ async fn insert_messages(
         .iter()
         .map(|(_, m)| postgres_search::document(&m.search_text))
         .collect();
+    let bodies: Vec<&[u8]> = rows.iter().map(|(_, m)| &m.message.body[..]).collect();
+    let fields: Vec<(i64, &(String, String))> = rows
+        .iter()
+        .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+        .collect();
+    let totals = totals(rows);
+    let (hours, groups) = overview(rows);
     sqlx::query(
-        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
+        "WITH new_messages AS (\
+         INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, search) \
@@ -155,7 +168,32 @@ async fn insert_messages(
          AS t (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search)",
+         replay_routing_key, error, replay_of, search)), \
+         new_bodies AS (\
+         INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
+         new_pending AS (\
+         INSERT INTO pending_acks (queue, fingerprint, archive_id) \
+         SELECT * FROM UNNEST($3::text[], $2::bytea[], $1::bigint[])), \
+         new_fields AS (\
+         INSERT INTO message_fields (message_id, name, value) \
+         SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
+         new_totals AS (\
+         INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) \
+         SELECT * FROM UNNEST($29::text[], $30::text[], $31::bigint[], $32::bigint[], $33::bigint[]) \
+         ON CONFLICT (queue, reason) DO UPDATE SET \
+         messages = queue_reason_counts.messages + excluded.messages, \
+         oldest_at = LEAST(queue_reason_counts.oldest_at, excluded.oldest_at), \
+         newest_at = GREATEST(queue_reason_counts.newest_at, excluded.newest_at)), \
+         new_hours AS (\
+         INSERT INTO hourly_counts (queue, hour, messages) \
+         SELECT * FROM UNNEST($34::text[], $35::bigint[], $36::bigint[]) \
+         ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages) \
+         INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) \
+         SELECT * FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+         ON CONFLICT (queue, reason, error) DO UPDATE SET \
+         messages = failure_groups.messages + excluded.messages, \
+         first_seen = LEAST(failure_groups.first_seen, excluded.first_seen), \
+         last_seen = GREATEST(failure_groups.last_seen, excluded.last_seen)",
     )
     .bind(&ids)
     .bind(&fingerprints)
@@ -181,103 +219,40 @@ async fn insert_messages(
     .bind(col(&|m| m.error.as_deref()))
     .bind(&replay_of)
     .bind(&search)
-    .execute(&mut **tx)
-    .await?;
-    let bodies: Vec<&[u8]> = rows.iter().map(|(_, m)| &m.message.body[..]).collect();
-    sqlx::query(
-        "INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $2::bytea[])",
-    )
-    .bind(&ids)
     .bind(&bodies)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO pending_acks (queue, fingerprint, archive_id) \
-         SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::bigint[])",
-    )
-    .bind(col(&|m| Some(&m.message.queue)))
-    .bind(&fingerprints)
-    .bind(&ids)
-    .execute(&mut **tx)
-    .await?;
-    let fields: Vec<(i64, &(String, String))> = rows
-        .iter()
-        .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
-        .collect();
-    if !fields.is_empty() {
-        sqlx::query(
-            "INSERT INTO message_fields (message_id, name, value) \
-             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING",
-        )
-        .bind(fields.iter().map(|(id, _)| *id).collect::<Vec<i64>>())
-        .bind(
-            fields
-                .iter()
-                .map(|(_, (n, _))| n.as_str())
-                .collect::<Vec<&str>>(),
-        )
-        .bind(
-            fields
-                .iter()
-                .map(|(_, (_, v))| v.as_str())
-                .collect::<Vec<&str>>(),
-        )
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
-}
-
-/// Keeps the totals, the sparkline's hourly counts and the failure groups up to date. Keys
-/// go in sorted, so instances updating the same rows at once take their locks in one order.
-async fn record_totals(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[(i64, &PreparedMessage)],
-) -> Result<(), sqlx::Error> {
-    let totals = totals(rows);
-    sqlx::query(
-        "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) \
-         ON CONFLICT (queue, reason) DO UPDATE SET \
-         messages = queue_reason_counts.messages + excluded.messages, \
-         oldest_at = LEAST(queue_reason_counts.oldest_at, excluded.oldest_at), \
-         newest_at = GREATEST(queue_reason_counts.newest_at, excluded.newest_at)",
-    )
+    .bind(fields.iter().map(|(id, _)| *id).collect::<Vec<i64>>())
+    .bind(fields.iter().map(|(_, (n, _))| n.as_str()).collect::<Vec<_>>())
+    .bind(fields.iter().map(|(_, (_, v))| v.as_str()).collect::<Vec<_>>())
     .bind(totals.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(totals.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(totals.values().map(|v| v.0).collect::<Vec<_>>())
     .bind(totals.values().map(|v| v.1).collect::<Vec<_>>())
     .bind(totals.values().map(|v| v.2).collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
-    let (hours, groups) = overview(rows);
-    sqlx::query(
-        "INSERT INTO hourly_counts (queue, hour, messages) \
-         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[]) \
-         ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages",
-    )
     .bind(hours.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(hours.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(hours.values().copied().collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[]) \
-         ON CONFLICT (queue, reason, error) DO UPDATE SET \
-         messages = failure_groups.messages + excluded.messages, \
-         first_seen = LEAST(failure_groups.first_seen, excluded.first_seen), \
-         last_seen = GREATEST(failure_groups.last_seen, excluded.last_seen)",
-    )
     .bind(groups.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(groups.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(groups.keys().map(|k| k.2).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.0).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.1).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.2).collect::<Vec<_>>())
-    .execute(&mut **tx)
+    .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Takes ids for `fresh` from the sequence, so every table of the batch can go in at once.
+async fn number<'a>(
+    conn: &mut PgConnection,
+    fresh: Vec<&'a PreparedMessage>,
+) -> Result<Vec<(i64, &'a PreparedMessage)>, sqlx::Error> {
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('messages_id_seq') FROM generate_series(1, $1)")
+            .bind(fresh.len() as i64)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(ids.into_iter().zip(fresh).collect())
 }
 
 /// Business field values of the given messages, by message.
@@ -307,6 +282,21 @@ async fn fields_of(
 impl Archive for PostgresArchive {
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
         let mut outcome = StoreOutcome::default();
+        if batch.is_empty() {
+            return Ok(outcome);
+        }
+        if !batch.iter().any(PreparedMessage::may_be_archived) {
+            // Nothing can be a copy (the usual case): no lookups, so no transaction to hold
+            // open. The one statement that writes the batch commits it as a whole.
+            let mut conn = self.pool.acquire().await?;
+            let rows = number(&mut conn, batch.iter().collect()).await?;
+            insert_batch(&mut conn, &rows).await?;
+            outcome.inserted = rows.len() as u64;
+            outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
+            return Ok(outcome);
+        }
+        // Some may be copies of rows already archived: look them up, then write the rest, in
+        // one transaction.
         let mut tx = self.pool.begin().await?;
         let mut matched = HashSet::new();
         let mut fresh = Vec::with_capacity(batch.len());
@@ -321,21 +311,12 @@ impl Archive for PostgresArchive {
             fresh.push(m);
         }
         if !fresh.is_empty() {
-            // Ids from the sequence up front, so every table goes in as one statement.
-            let ids: Vec<i64> =
-                sqlx::query_scalar("SELECT nextval('messages_id_seq') FROM generate_series(1, $1)")
-                    .bind(fresh.len() as i64)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            let rows: Vec<(i64, &PreparedMessage)> = ids.into_iter().zip(fresh).collect();
-            insert_messages(&mut tx, &rows).await?;
-            record_totals(&mut tx, &rows).await?;
-            tx.commit().await?;
+            let rows = number(&mut tx, fresh).await?;
+            insert_batch(&mut tx, &rows).await?;
             outcome.inserted = rows.len() as u64;
             outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
-        } else {
-            tx.commit().await?;
         }
+        tx.commit().await?;
         Ok(outcome)
     }
 
@@ -360,7 +341,12 @@ impl Archive for PostgresArchive {
         let limit = page.limit.clamp(1, super::MAX_PAGE_SIZE);
         q.push(" ORDER BY id DESC LIMIT ")
             .push_bind(i64::from(limit) + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
+        // Planned with its values every time (an unnamed statement), never from a cached
+        // generic plan: the right plan depends on how common the words and values are. A word
+        // in most messages is found fastest by walking the newest ids with the filter, a rare
+        // one through the GIN index then a sort; a generic plan picks one for all, and the
+        // other then takes seconds at a million messages (see BENCHMARKS.md).
+        let rows = q.build().persistent(false).fetch_all(&self.pool).await?;
         let mut messages = rows
             .iter()
             .map(summary_from_row)

@@ -4,6 +4,7 @@
 //! No PostgreSQL text-search configuration is involved: lexemes are stored and matched as is.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::UnicodeNormalization;
@@ -26,11 +27,16 @@ pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 fn fold(token: &str) -> String {
-    let mut out: String = token
-        .nfd()
-        .filter(|c| !is_combining_mark(*c))
-        .flat_map(char::to_lowercase)
-        .collect();
+    // ASCII has nothing to decompose and lowercases byte by byte: the common case, cheaply.
+    let mut out: String = if token.is_ascii() {
+        token.to_ascii_lowercase()
+    } else {
+        token
+            .nfd()
+            .filter(|c| !is_combining_mark(*c))
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
     if out.len() > MAX_LEXEME_BYTES {
         let mut end = MAX_LEXEME_BYTES;
         while !out.is_char_boundary(end) {
@@ -43,6 +49,9 @@ fn fold(token: &str) -> String {
 
 /// `'lexeme'`, quoted for a `tsvector` or `tsquery` literal.
 fn quote(lexeme: &str) -> String {
+    if !lexeme.contains(['\\', '\'']) {
+        return format!("'{lexeme}'");
+    }
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
@@ -78,7 +87,7 @@ pub fn document(text: &SearchText) -> String {
             if !first {
                 out.push(',');
             }
-            out.push_str(&p.to_string());
+            let _ = write!(out, "{p}");
             last = p;
             first = false;
         }
