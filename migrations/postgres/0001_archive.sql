@@ -154,7 +154,9 @@ CREATE TABLE replay_jobs (
     failed             BIGINT  NOT NULL DEFAULT 0,
     skipped            BIGINT  NOT NULL DEFAULT 0,
     cancelled          BIGINT  NOT NULL DEFAULT 0,
-    total              BIGINT  NOT NULL DEFAULT 0
+    total              BIGINT  NOT NULL DEFAULT 0,
+    -- Every item below this message id is done or in flight: where a step looks for more.
+    todo_from          BIGINT  NOT NULL DEFAULT 0
 );
 CREATE INDEX replay_jobs_state ON replay_jobs (state, id);
 

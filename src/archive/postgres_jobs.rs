@@ -3,7 +3,8 @@
 //! database and run its jobs. Row decoding, plans, summaries and constants come from
 //! [`super::sqlite_jobs`]; only the SQL and the locking are here.
 
-use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::postgres::push_selection;
@@ -194,6 +195,14 @@ pub async fn create_job(pool: &PgPool, spec: &JobSpec<'_>) -> Result<ReplayJob, 
     push_selection(&mut q, spec.selection);
     q.push(" ORDER BY messages.id FOR KEY SHARE OF messages");
     q.build().execute(&mut *tx).await?;
+    // The planner's statistics must know these items: planned as if the table held none (as
+    // autovacuum's last look may say), each step read and sorted every item still to do
+    // instead of the next few in index order — half of a 100,000-message job's time
+    // (BENCHMARKS.md). A sample, so it costs the same whatever the table's size; our own
+    // uncommitted items count.
+    sqlx::query("ANALYZE replay_job_items")
+        .execute(&mut *tx)
+        .await?;
 
     skip_where(&mut tx, id, "target_exchange IS NULL", NO_TARGET).await?;
     if !spec.include_replayed {
@@ -406,6 +415,7 @@ pub async fn claim_job(
             .bind(id)
             .execute(&mut *tx)
             .await?;
+            rewind(&mut tx, id, 0).await?;
             Some(job_in(&mut tx, id).await?)
         }
         None => None,
@@ -470,6 +480,68 @@ async fn set_status(
     Ok(())
 }
 
+/// Items from `message_id` on are to do again: the next step looks from there (see
+/// [`next_items`]).
+async fn rewind(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    message_id: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE replay_jobs SET todo_from = LEAST(todo_from, $1) WHERE id = $2")
+        .bind(message_id)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The next `limit` items still to do, in id order, with what a step needs of their messages.
+///
+/// Looked for from the job's `todo_from` on — below it every item is done or in flight — and
+/// that mark is moved up to the first found: a step reads the next items only, at the end of a
+/// 1,000,000-message job as at its start, whichever index the planner takes (looking from the
+/// first item, each step stepped over every one already done: a 100,000-message job took half
+/// as long again). The mark is
+/// moved back when items are to do again ([`rewind`]); should none be found after it, the
+/// whole job is looked through once more before it can be complete. The caller holds the
+/// job's row.
+async fn next_items(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    limit: u32,
+) -> Result<Vec<PgRow>, sqlx::Error> {
+    let from: i64 = sqlx::query_scalar("SELECT todo_from FROM replay_jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+    let mut rows = Vec::new();
+    for from in [from, 0] {
+        rows = sqlx::query(
+            "SELECT i.message_id, i.attempts, m.body_size, m.status FROM \
+             (SELECT message_id, attempts FROM replay_job_items \
+              WHERE job_id = $1 AND outcome IS NULL AND message_id >= $2 \
+              ORDER BY message_id LIMIT $3) AS i \
+             JOIN messages m ON m.id = i.message_id ORDER BY i.message_id",
+        )
+        .bind(id)
+        .bind(from)
+        .bind(i64::from(limit))
+        .fetch_all(&mut **tx)
+        .await?;
+        if !rows.is_empty() || from == 0 {
+            break;
+        }
+    }
+    if let Some(first) = rows.first() {
+        sqlx::query("UPDATE replay_jobs SET todo_from = $1 WHERE id = $2")
+            .bind(first.try_get::<i64, _>("message_id")?)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(rows)
+}
+
 /// Records final outcomes: one statement per distinct (outcome, detail), ids as an array.
 async fn record_outcomes(
     tx: &mut Transaction<'_, Postgres>,
@@ -486,6 +558,7 @@ async fn record_outcomes(
         .bind(&retry)
         .execute(&mut **tx)
         .await?;
+        rewind(tx, id, retry.iter().copied().min().unwrap_or(0)).await?;
     }
     let now = now();
     for ((outcome, detail), ids) in groups {
@@ -547,16 +620,7 @@ pub async fn advance_job(
     let job = job_in(&mut tx, id).await?;
 
     // The next messages still to do, cut at the byte limit (one at least).
-    let candidates = sqlx::query(&format!(
-        "SELECT i.message_id, i.attempts, m.body_size, m.status FROM replay_job_items i \
-         JOIN messages m ON m.id = i.message_id \
-         WHERE i.job_id = $1 AND {} AND i.outcome IS NULL ORDER BY i.message_id LIMIT $2",
-        TODO.replace("outcome", "i.outcome")
-    ))
-    .bind(id)
-    .bind(i64::from(next.messages))
-    .fetch_all(&mut *tx)
-    .await?;
+    let candidates = next_items(&mut tx, id, next.messages).await?;
     if candidates.is_empty() {
         let in_flight: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM replay_job_items WHERE job_id = $1 AND outcome = 'sending')",
