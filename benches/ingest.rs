@@ -1,11 +1,15 @@
 //! Ingest benchmark: drain a DLQ backlog into the archive with the real `lazarus` binary,
-//! against a raw lapin consumer that only acks (same prefetch) in the same run, then again
-//! with a few 16 MiB messages in the backlog to check the memory bound.
+//! against a raw lapin consumer that only acks (same prefetch) in the same run, for each
+//! archive backend (SQLite, PostgreSQL) against the same baseline; then again with a few
+//! 16 MiB messages in the backlog to check the memory bound.
 //!
-//! `cargo bench --bench ingest` (env: BENCH_MESSAGES=100000, BENCH_BIG=3, BENCH_PREFETCH=1000,
-//! LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; prints a table of rates, ratio, peak RSS.
+//! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3, BENCH_PREFETCH=1000,
+//! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
+//! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
+//! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
+//! afterwards), LAZARUS_TEST_AMQP_URL. Needs the local RabbitMQ, and PostgreSQL for the
+//! postgres backend; prints a table of rates, the ratios to the raw consumer, peak RSS.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -14,17 +18,8 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::process::Command;
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn amqp_url() -> String {
-    std::env::var("LAZARUS_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
+mod common;
+use common::{amqp_url, backend_names, env_or, median, postgres_url};
 
 /// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them.
 async fn fill(channel: &Channel, queue: &str, n: usize, big: usize) {
@@ -108,18 +103,90 @@ async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: 
     elapsed
 }
 
-async fn archived(db: &Path) -> i64 {
-    use sqlx::ConnectOptions;
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(db)
-        .read_only(true);
-    let Ok(mut conn) = options.connect().await else {
-        return 0;
-    };
-    sqlx::query_scalar("SELECT COALESCE(SUM(messages), 0) FROM queue_reason_counts")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap_or(0)
+/// The bench's own connection to the archive Lazarus writes.
+enum Watch {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+/// A fresh, empty archive for one run of the binary: a file in a temporary directory, or a
+/// database of its own on the PostgreSQL server (created by Lazarus, dropped by `remove`).
+struct Target {
+    backend: &'static str,
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Target {
+    fn new(backend: &str, run: usize) -> Target {
+        if backend == "sqlite" {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+            Target {
+                backend: "SQLite",
+                url,
+                _dir: Some(dir),
+            }
+        } else {
+            let url = postgres_url(&format!(
+                "lazarus_bench_ingest_{}_{run}",
+                std::process::id()
+            ));
+            Target {
+                backend: "PostgreSQL",
+                url,
+                _dir: None,
+            }
+        }
+    }
+
+    /// Messages archived so far, read from the totals ingest keeps (0 while the archive does
+    /// not exist yet). The connection is kept once a read succeeds.
+    async fn archived(&self, conn: &mut Option<Watch>) -> i64 {
+        use sqlx::{ConnectOptions, Connection};
+        if conn.is_none() {
+            *conn = match &self._dir {
+                Some(dir) => {
+                    // Read-only, and never before Lazarus has created the file.
+                    let path = dir.path().join("bench.db");
+                    if !path.exists() {
+                        return 0;
+                    }
+                    sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(path)
+                        .read_only(true)
+                        .connect()
+                        .await
+                        .ok()
+                        .map(Watch::Sqlite)
+                }
+                None => sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .ok()
+                    .map(Watch::Postgres),
+            };
+        }
+        const SQL: &str =
+            "SELECT CAST(COALESCE(SUM(messages), 0) AS BIGINT) FROM queue_reason_counts";
+        let read = match conn.as_mut() {
+            None => return 0,
+            Some(Watch::Sqlite(c)) => sqlx::query_scalar::<_, i64>(SQL).fetch_one(c).await,
+            Some(Watch::Postgres(c)) => sqlx::query_scalar::<_, i64>(SQL).fetch_one(c).await,
+        };
+        read.unwrap_or_else(|_| {
+            *conn = None;
+            0
+        })
+    }
+
+    async fn remove(self) {
+        use sqlx::migrate::MigrateDatabase;
+        if self._dir.is_none() {
+            sqlx::Postgres::force_drop_database(&self.url)
+                .await
+                .unwrap();
+        }
+    }
 }
 
 fn peak_rss_mib(pid: u32) -> Option<f64> {
@@ -129,10 +196,10 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Runs the release binary until it has archived `n` messages: (time, peak RSS in MiB).
-async fn lazarus(queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("bench.db");
+/// Runs the release binary into `target` until it has archived `n` messages: (time, peak
+/// RSS in MiB).
+async fn lazarus(target: &Target, queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
+    let mut conn = None;
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_lazarus"))
         .args([
@@ -145,7 +212,7 @@ async fn lazarus(queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
             &prefetch.to_string(),
         ])
         .arg("--database-url")
-        .arg(format!("sqlite://{}", db.display()))
+        .arg(&target.url)
         .env("LAZARUS_AMQP_URL", amqp_url())
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
@@ -153,7 +220,7 @@ async fn lazarus(queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
         .unwrap();
     let pid = child.id().unwrap();
     let mut peak: f64 = 0.0;
-    while archived(&db).await < n as i64 {
+    while target.archived(&mut conn).await < n as i64 {
         peak = peak.max(peak_rss_mib(pid).unwrap_or(0.0));
         assert!(
             start.elapsed() < Duration::from_secs(600),
@@ -163,6 +230,7 @@ async fn lazarus(queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
     }
     let elapsed = start.elapsed();
     peak = peak.max(peak_rss_mib(pid).unwrap_or(0.0));
+    drop(conn);
     std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -171,11 +239,65 @@ async fn lazarus(queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
     (elapsed, peak)
 }
 
+/// One timed drain of a backlog: the raw consumer, or Lazarus into one backend.
+struct Run {
+    round: usize,
+    /// `None` for the raw consumer.
+    backend: Option<&'static str>,
+    big: usize,
+    elapsed: Duration,
+    rss: Option<f64>,
+}
+
+/// Fills a queue of its own with `n` messages (`big` of them 16 MiB), drains it with the raw
+/// consumer (`backend` = `None`) or with Lazarus into a fresh archive, and removes both.
+async fn drain(
+    connection: &Connection,
+    channel: &Channel,
+    queue: String,
+    backend: Option<&str>,
+    (n, prefetch): (usize, u16),
+    big: usize,
+    round: usize,
+) -> Run {
+    println!("filling {queue} with {n} 1 KB messages and {big} of 16 MiB...");
+    fill(channel, &queue, n, big).await;
+    let run = match backend {
+        None => Run {
+            round,
+            backend: None,
+            big,
+            elapsed: raw_consumer(connection, &queue, n, prefetch).await,
+            rss: None,
+        },
+        Some(name) => {
+            let target = Target::new(name, round * 2 + usize::from(big > 0));
+            let (elapsed, rss) = lazarus(&target, &queue, n, prefetch).await;
+            let backend = Some(target.backend);
+            target.remove().await;
+            Run {
+                round,
+                backend,
+                big,
+                elapsed,
+                rss: Some(rss),
+            }
+        }
+    };
+    channel
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    run
+}
+
 #[tokio::main]
 async fn main() {
     let n = env_or("BENCH_MESSAGES", 100_000);
     let big = env_or("BENCH_BIG", 3);
     let prefetch = env_or("BENCH_PREFETCH", 1000) as u16;
+    let rounds = env_or("BENCH_ROUNDS", 3).max(1);
+    let backends = backend_names();
     let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
         .unwrap();
@@ -185,50 +307,80 @@ async fn main() {
         .await
         .unwrap();
     let tag = std::process::id();
-    let (raw_q, laz_q, big_q) = (
-        format!("bench.{tag}.raw"),
-        format!("bench.{tag}.lazarus"),
-        format!("bench.{tag}.big"),
-    );
+    let sizes = (n, prefetch);
 
-    println!("filling {raw_q} and {laz_q} with {n} 1 KB messages each...");
-    fill(&channel, &raw_q, n, 0).await;
-    fill(&channel, &laz_q, n, 0).await;
-    let raw = raw_consumer(&connection, &raw_q, n, prefetch).await;
-    let (laz, laz_rss) = lazarus(&laz_q, n, prefetch).await;
-
-    println!("filling {big_q} with {n} 1 KB messages and {big} of 16 MiB...");
-    fill(&channel, &big_q, n, big).await;
-    let (laz_big, big_rss) = lazarus(&big_q, n, prefetch).await;
-    for q in [&raw_q, &laz_q, &big_q] {
-        channel
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await
-            .unwrap();
+    // The raw consumer and each backend take turns, round after round (the machine is
+    // shared: a slow moment then weighs on one round, not on one contender).
+    let mut runs = Vec::new();
+    for round in 1..=rounds {
+        let queue = format!("bench.{tag}.raw.{round}");
+        runs.push(drain(&connection, &channel, queue, None, sizes, 0, round).await);
+        for backend in &backends {
+            let queue = format!("bench.{tag}.{backend}.{round}");
+            let b = Some(backend.as_str());
+            runs.push(drain(&connection, &channel, queue, b, sizes, 0, round).await);
+        }
+    }
+    if big > 0 {
+        for backend in &backends {
+            let queue = format!("bench.{tag}.{backend}.big");
+            let b = Some(backend.as_str());
+            runs.push(drain(&connection, &channel, queue, b, sizes, big, 0).await);
+        }
     }
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     println!();
-    println!("| run (prefetch {prefetch}) | messages | seconds | msg/s | peak RSS |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| raw lapin consumer, ack only | {n} | {:.2} | {:.0} | - |",
-        raw.as_secs_f64(),
-        rate(raw)
-    );
-    println!(
-        "| lazarus → SQLite | {n} | {:.2} | {:.0} | {laz_rss:.0} MiB |",
-        laz.as_secs_f64(),
-        rate(laz)
-    );
-    println!(
-        "| lazarus → SQLite, {big} × 16 MiB among them | {n} | {:.2} | {:.0} | {big_rss:.0} MiB |",
-        laz_big.as_secs_f64(),
-        rate(laz_big)
-    );
+    println!("| run (prefetch {prefetch}) | round | messages | seconds | msg/s | peak RSS |");
+    println!("|---|---|---|---|---|---|");
+    for r in &runs {
+        let name = match r.backend {
+            None => "raw lapin consumer, ack only".to_owned(),
+            Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
+            Some(b) => format!("lazarus → {b}"),
+        };
+        println!(
+            "| {name} | {} | {n} | {:.2} | {:.0} | {} |",
+            if r.round > 0 {
+                r.round.to_string()
+            } else {
+                "-".into()
+            },
+            r.elapsed.as_secs_f64(),
+            rate(r.elapsed),
+            r.rss.map_or("-".into(), |m| format!("{m:.0} MiB"))
+        );
+    }
     println!();
-    println!(
-        "ratio lazarus / raw: {:.2} (target ≥ 0.70); peak RSS target < 200 MiB",
-        rate(laz) / rate(raw)
-    );
+    let rates = |backend: Option<&str>| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| r.round > 0 && r.backend == backend)
+            .map(|r| rate(r.elapsed))
+            .collect()
+    };
+    let raw = rates(None);
+    println!("raw: median {:.0} msg/s", median(raw.clone()));
+    for backend in ["SQLite", "PostgreSQL"] {
+        let own = rates(Some(backend));
+        if own.is_empty() {
+            continue;
+        }
+        let per_round: Vec<String> = own
+            .iter()
+            .zip(&raw)
+            .map(|(l, r)| format!("{:.2}", l / r))
+            .collect();
+        let peak = runs
+            .iter()
+            .filter(|r| r.backend == Some(backend))
+            .filter_map(|r| r.rss)
+            .fold(0.0, f64::max);
+        println!(
+            "lazarus → {backend}: median {:.0} msg/s, ratio of medians {:.2} (target ≥ 0.70), \
+             per round {}; peak RSS {peak:.0} MiB (target < 200 MiB)",
+            median(own.clone()),
+            median(own) / median(raw.clone()),
+            per_round.join(", ")
+        );
+    }
 }

@@ -4,7 +4,9 @@
 //! run; then times RabbitMQ's shovel "Move messages" of the same N messages between queues.
 //!
 //! `cargo bench --bench replay` (env: BENCH_MESSAGES=100000, BENCH_RUNS=3, BENCH_WINDOW=500,
-//! BENCH_SHOVEL=1, LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
+//! BENCH_SHOVEL=1, BENCH_BACKEND=sqlite — or `postgres`: a fresh database
+//! `lazarus_bench_replay_<pid>` on BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/,
+//! dropped afterwards — LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
 //! needs `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel`
 //! when it is disabled, and is skipped when they are missing or with BENCH_SHOVEL=0) and the
 //! default vhost. Prints a table of rates and the ratios.
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::amqp::publisher::replay_headers;
 use lazarus::archive::{
     open, Actor, Archive, IncomingMessage, JobSpec, JobState, MessageFilter, PreparedMessage,
@@ -27,26 +29,13 @@ use time::OffsetDateTime;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::{amqp_url, env_or, median, postgres_url, text};
+
 /// Archived messages stored per transaction while filling, as ingest's default batch.
 const FILL_BATCH: usize = 500;
 /// The routing key every message was first published with.
 const KEY: &str = "work";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn amqp_url() -> String {
-    std::env::var("LAZARUS_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-fn text(s: &str) -> AmqpValue {
-    AmqpValue::LongString(Bytes(s.as_bytes().to_vec()))
-}
 
 /// A 1 KB JSON body, as the ingest benchmark's.
 fn body(i: usize) -> Vec<u8> {
@@ -400,16 +389,6 @@ async fn shovel(
     })
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let n = env_or("BENCH_MESSAGES", 100_000);
@@ -429,9 +408,14 @@ async fn main() {
     let window = settings.window;
 
     let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("replay.db").display());
+    let backend = std::env::var("BENCH_BACKEND").unwrap_or_else(|_| "sqlite".into());
+    let db = match backend.as_str() {
+        "sqlite" => format!("sqlite://{}", dir.path().join("replay.db").display()),
+        "postgres" => postgres_url(&format!("lazarus_bench_replay_{}", std::process::id())),
+        other => panic!("BENCH_BACKEND: unknown backend {other:?} (sqlite, postgres)"),
+    };
     let archive = open(&db).await.unwrap();
-    println!("archiving {n} 1 KB dead letters of {dlq}...");
+    println!("archiving {n} 1 KB dead letters of {dlq} into {backend}...");
     let filling = Instant::now();
     fill_archive(&*archive, &base, n).await;
     println!("archived in {:.1} s", filling.elapsed().as_secs_f64());
@@ -503,11 +487,16 @@ async fn main() {
         .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
         .await
         .unwrap();
+    drop(archive);
+    if backend == "postgres" {
+        use sqlx::migrate::MigrateDatabase;
+        sqlx::Postgres::force_drop_database(&db).await.unwrap();
+    }
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
     println!();
-    println!("| run (window {window}) | messages | seconds | msg/s | lazarus / raw |");
+    println!("| run (window {window}, {backend}) | messages | seconds | msg/s | lazarus / raw |");
     println!("|---|---|---|---|---|");
     for (i, (laz, raw)) in laz_runs.iter().zip(&raw_runs).enumerate() {
         println!(

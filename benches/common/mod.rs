@@ -1,0 +1,70 @@
+//! What the benchmarks share: their settings from the environment, the local services'
+//! URLs, the backends to measure, and the median of a run's figures. Each bench uses a part
+//! of it, hence `dead_code` allowed.
+#![allow(dead_code)]
+
+use lazarus::amqp::headers::{AmqpValue, Bytes};
+
+/// A numeric setting from the environment, or its default.
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The local RabbitMQ (`LAZARUS_TEST_AMQP_URL`, as the tests).
+pub fn amqp_url() -> String {
+    std::env::var("LAZARUS_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// An AMQP long string header value.
+pub fn text(s: &str) -> AmqpValue {
+    AmqpValue::LongString(Bytes(s.as_bytes().to_vec()))
+}
+
+/// `BENCH_BACKENDS`: which archives to measure (`sqlite,postgres` by default).
+pub fn backend_names() -> Vec<String> {
+    let list = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "sqlite,postgres".into());
+    let names: Vec<String> = list
+        .split(',')
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for name in &names {
+        assert!(
+            name == "sqlite" || name == "postgres",
+            "BENCH_BACKENDS: unknown backend {name:?} (sqlite, postgres)"
+        );
+    }
+    names
+}
+
+/// The URL of `database` on the server `BENCH_POSTGRES_URL` names
+/// (`postgres://postgres@127.0.0.1:5432/` by default; any database in it is replaced, its
+/// query string kept).
+pub fn postgres_url(database: &str) -> String {
+    let server = std::env::var("BENCH_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/".into());
+    let (base, query) = match server.split_once('?') {
+        Some((b, q)) => (b.to_owned(), format!("?{q}")),
+        None => (server.clone(), String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    format!("{}/{database}{query}", &base[..host_end])
+}
+
+/// The median (the mean of the middle two for an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
