@@ -307,6 +307,7 @@ fn cases(rows: usize) -> Vec<Case> {
         "SELECT id, queue, archived_at, message_id, deaths FROM messages ORDER BY id DESC LIMIT 51";
     const OVERVIEW: &str = "SELECT queue, reason, messages FROM queue_reason_counts";
     let some = |s: &str| Some(s.to_owned());
+    let middle = (rows / 2 + 1).to_string();
     vec![
         Case {
             name: "newest page",
@@ -314,6 +315,21 @@ fn cases(rows: usize) -> Vec<Case> {
             target: "< 20 ms",
             sqlite: (NEWEST, None),
             postgres: (NEWEST, None),
+        },
+        Case {
+            name: "one message (detail page)",
+            uri: format!("/messages/{middle}"),
+            target: "< 50 ms",
+            sqlite: (
+                "SELECT m.*, b.body FROM messages m JOIN message_bodies b ON b.message_id = m.id \
+                 WHERE m.id = CAST(? AS INTEGER)",
+                Some(middle.clone()),
+            ),
+            postgres: (
+                "SELECT m.*, b.body FROM messages m JOIN message_bodies b ON b.message_id = m.id \
+                 WHERE m.id = $1::bigint",
+                Some(middle.clone()),
+            ),
         },
         Case {
             name: "selective search (chargeback)",
