@@ -114,7 +114,7 @@ enum Watch {
 struct Target {
     backend: &'static str,
     url: String,
-    _dir: Option<tempfile::TempDir>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Target {
@@ -125,7 +125,7 @@ impl Target {
             Target {
                 backend: "SQLite",
                 url,
-                _dir: Some(dir),
+                dir: Some(dir),
             }
         } else {
             let url = postgres_url(&format!(
@@ -135,7 +135,7 @@ impl Target {
             Target {
                 backend: "PostgreSQL",
                 url,
-                _dir: None,
+                dir: None,
             }
         }
     }
@@ -145,7 +145,7 @@ impl Target {
     async fn archived(&self, conn: &mut Option<Watch>) -> i64 {
         use sqlx::{ConnectOptions, Connection};
         if conn.is_none() {
-            *conn = match &self._dir {
+            *conn = match &self.dir {
                 Some(dir) => {
                     // Read-only, and never before Lazarus has created the file.
                     let path = dir.path().join("bench.db");
@@ -181,7 +181,7 @@ impl Target {
 
     async fn remove(self) {
         use sqlx::migrate::MigrateDatabase;
-        if self._dir.is_none() {
+        if self.dir.is_none() {
             sqlx::Postgres::force_drop_database(&self.url)
                 .await
                 .unwrap();
