@@ -295,6 +295,8 @@ struct Case {
     target: &'static str,
     sqlite: (&'static str, Option<String>),
     postgres: (&'static str, Option<String>),
+    /// Whether the raw SQL finds rows (a filter on a value no message has finds none).
+    finds: bool,
 }
 
 fn cases(rows: usize) -> Vec<Case> {
@@ -306,10 +308,19 @@ fn cases(rows: usize) -> Vec<Case> {
     const NEWEST: &str =
         "SELECT id, queue, archived_at, message_id, deaths FROM messages ORDER BY id DESC LIMIT 51";
     const OVERVIEW: &str = "SELECT queue, reason, messages FROM queue_reason_counts";
+    const EXCHANGE: &str =
+        "SELECT id FROM messages WHERE first_death_exchange = ? ORDER BY id DESC LIMIT 51";
+    const EXCHANGE_PG: &str =
+        "SELECT id FROM messages WHERE first_death_exchange = $1 ORDER BY id DESC LIMIT 51";
+    const ERROR: &str =
+        "SELECT id FROM messages WHERE coalesce(error, '') = ? ORDER BY id DESC LIMIT 51";
+    const ERROR_PG: &str =
+        "SELECT id FROM messages WHERE coalesce(error, '') = $1 ORDER BY id DESC LIMIT 51";
     let some = |s: &str| Some(s.to_owned());
     let middle = (rows / 2 + 1).to_string();
     vec![
         Case {
+            finds: true,
             name: "newest page",
             uri: "/messages".into(),
             target: "< 20 ms",
@@ -317,6 +328,7 @@ fn cases(rows: usize) -> Vec<Case> {
             postgres: (NEWEST, None),
         },
         Case {
+            finds: true,
             name: "one message (detail page)",
             uri: format!("/messages/{middle}"),
             target: "< 50 ms",
@@ -332,6 +344,7 @@ fn cases(rows: usize) -> Vec<Case> {
             ),
         },
         Case {
+            finds: true,
             name: "selective search (chargeback)",
             uri: "/messages?q=chargeback".into(),
             target: "< 50 ms",
@@ -339,6 +352,7 @@ fn cases(rows: usize) -> Vec<Case> {
             postgres: (TSQUERY, some("'chargeback'")),
         },
         Case {
+            finds: true,
             name: "field search (invoice:…)",
             uri: format!("/messages?q=invoice:{invoice}"),
             target: "< 50 ms",
@@ -352,6 +366,7 @@ fn cases(rows: usize) -> Vec<Case> {
             ),
         },
         Case {
+            finds: true,
             name: "overview",
             uri: "/".into(),
             target: "< 50 ms",
@@ -359,6 +374,7 @@ fn cases(rows: usize) -> Vec<Case> {
             postgres: (OVERVIEW, None),
         },
         Case {
+            finds: true,
             name: "common word + reason filter",
             uri: "/messages?q=pending&reason=expired".into(),
             target: "< 50 ms",
@@ -366,11 +382,28 @@ fn cases(rows: usize) -> Vec<Case> {
             postgres: (TSQUERY, some("'pending'")),
         },
         Case {
+            finds: true,
             name: "common prefix (pend*)",
             uri: "/messages?q=pend*".into(),
             target: "< 50 ms",
             sqlite: (FTS, some("\"pend\"*")),
             postgres: (TSQUERY, some("'pend':*")),
+        },
+        Case {
+            finds: false,
+            name: "filter on an exchange no message has",
+            uri: "/messages?exchange=billing.retry".into(),
+            target: "< 50 ms",
+            sqlite: (EXCHANGE, some("billing.retry")),
+            postgres: (EXCHANGE_PG, some("billing.retry")),
+        },
+        Case {
+            finds: false,
+            name: "filter on an error no message has",
+            uri: "/messages?error=OutOfMemoryError".into(),
+            target: "< 50 ms",
+            sqlite: (ERROR, some("OutOfMemoryError")),
+            postgres: (ERROR_PG, some("OutOfMemoryError")),
         },
     ]
 }
@@ -423,7 +456,7 @@ async fn main() {
             };
             let sql_t = time(runs, || async {
                 let found = backend.run(query, bind.as_deref()).await;
-                assert!(found > 0, "{query} found nothing");
+                assert_eq!(found > 0, case.finds, "{query} found {found} rows");
             })
             .await;
             let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);

@@ -44,6 +44,12 @@ CREATE INDEX messages_status ON messages (status, id);
 CREATE INDEX messages_archived_at ON messages (archived_at);
 -- The failure-group filter compares these very expressions, so a group's link is an index range.
 CREATE INDEX messages_group ON messages (coalesce(first_death_queue, queue), first_death_reason, coalesce(error, ''), id);
+-- One per other list filter, in the list's order (newest first): without them a filter on a
+-- rare exchange, routing key, first-death queue or error reads the whole table.
+CREATE INDEX messages_exchange ON messages (first_death_exchange, id);
+CREATE INDEX messages_routing_key ON messages (replay_routing_key, id);
+CREATE INDEX messages_first_death_queue ON messages (coalesce(first_death_queue, queue), id);
+CREATE INDEX messages_error ON messages (coalesce(error, ''), id);
 -- Only rows that have a value: every query on these compares them with =, and many messages
 -- have none (replay_of is set on replayed copies only), so inserts skip these indexes.
 CREATE INDEX messages_message_id ON messages (message_id) WHERE message_id IS NOT NULL;
