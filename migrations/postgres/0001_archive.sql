@@ -27,7 +27,6 @@ CREATE TABLE messages (
     first_death_exchange TEXT,
     replay_exchange      TEXT,
     replay_routing_key   TEXT,
-    status               TEXT    NOT NULL DEFAULT 'archived',
     error                TEXT,             -- the failing consumer's own description, if any
     replay_of            BIGINT,           -- the record this is a replayed copy of
     status_note          TEXT,             -- why it was dismissed
@@ -40,7 +39,6 @@ CREATE TABLE messages (
 -- pending_acks), and each index costs every insert.
 CREATE INDEX messages_queue ON messages (queue, id);
 CREATE INDEX messages_first_death_reason ON messages (first_death_reason, id);
-CREATE INDEX messages_status ON messages (status, id);
 CREATE INDEX messages_archived_at ON messages (archived_at);
 -- The failure-group filter compares these very expressions, so a group's link is an index range.
 CREATE INDEX messages_group ON messages (coalesce(first_death_queue, queue), first_death_reason, coalesce(error, ''), id);
@@ -58,8 +56,19 @@ CREATE INDEX messages_correlation_id ON messages (correlation_id) WHERE correlat
 CREATE INDEX messages_replay_of ON messages (replay_of) WHERE replay_of IS NOT NULL;
 CREATE INDEX messages_search ON messages USING GIN (search);
 
--- Written in the same statement as its message and removed before it, so no foreign key:
--- checking one would cost a lookup and a row lock per message at ingest.
+-- Each message's status (archived, replayed, replay_failed, dismissed), apart from its wide
+-- row: every replay changes it, and updating the row would write a new version of it and of
+-- every one of its indexes (BENCHMARKS.md, "Replay on PostgreSQL"). Queries read it for the
+-- rows they return, and filter on it with `id IN (SELECT id FROM message_status WHERE …)`.
+CREATE TABLE message_status (
+    id     BIGINT PRIMARY KEY,
+    status TEXT   NOT NULL DEFAULT 'archived'
+);
+CREATE INDEX message_status_status ON message_status (status, id);
+
+-- This and message_status are written in the same statement as their message and removed
+-- before it, so no foreign key: checking one would cost a lookup and a row lock per message
+-- at ingest.
 CREATE TABLE message_bodies (
     message_id BIGINT PRIMARY KEY,
     body       BYTEA  NOT NULL

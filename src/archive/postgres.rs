@@ -3,6 +3,7 @@
 //! is on by default); a batch goes in as one statement, an `UNNEST` insert per table.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use super::postgres_audit::{self, audit};
 use super::postgres_search;
 use super::sqlite::{
     count_from_row, group_from_row, hourly_from_row, millis, overview, push_conditions,
-    replay_from_row, summary_from_row, totals, REPLAY_COLUMNS, SUMMARY_COLUMNS,
+    replay_from_row, summary_from_row, totals, StatusIn, REPLAY_COLUMNS, SUMMARY_COLUMNS,
 };
 use super::{postgres_accounts, postgres_actions, postgres_jobs};
 use super::{
@@ -61,6 +62,15 @@ impl PostgresArchive {
     }
 }
 
+/// [`SUMMARY_COLUMNS`] of a `messages` row, its status read from `message_status` — for the
+/// rows a query returns only, after its LIMIT.
+static SUMMARY: LazyLock<String> = LazyLock::new(|| {
+    let columns = SUMMARY_COLUMNS
+        .strip_suffix("status")
+        .expect("the summary's last column is its status");
+    format!("{columns}(SELECT status FROM message_status WHERE message_status.id = messages.id) AS status")
+});
+
 /// ` FROM messages WHERE ...`: the messages a list filter selects.
 pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, filter: &'a MessageFilter) {
     match filter.text.as_deref().map(postgres_search::query) {
@@ -77,7 +87,7 @@ pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, filter: &'a Me
             q.push(" FROM messages WHERE TRUE");
         }
     }
-    push_conditions(q, filter);
+    push_conditions(q, filter, StatusIn::Table);
 }
 
 /// ` FROM messages WHERE ...`: the messages of a selection, after `SELECT ...`.
@@ -171,6 +181,7 @@ async fn insert_batch(
          replay_routing_key, error, replay_of, search)), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
+         new_status AS (INSERT INTO message_status (id) SELECT * FROM UNNEST($1::bigint[])), \
          new_pending AS (\
          INSERT INTO pending_acks (queue, fingerprint, archive_id) \
          SELECT * FROM UNNEST($3::text[], $2::bytea[], $1::bigint[])), \
@@ -333,7 +344,7 @@ impl Archive for PostgresArchive {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError> {
-        let mut q = QueryBuilder::<Postgres>::new(format!("SELECT {SUMMARY_COLUMNS}"));
+        let mut q = QueryBuilder::<Postgres>::new(format!("SELECT {}", *SUMMARY));
         push_filter(&mut q, filter);
         if let Some(before) = page.before {
             q.push(" AND id < ").push_bind(before);
@@ -370,7 +381,8 @@ impl Archive for PostgresArchive {
 
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
         let row = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS}, {} FROM messages WHERE id = $1",
+            "SELECT {}, {} FROM messages WHERE id = $1",
+            *SUMMARY,
             super::sqlite::DETAIL_COLUMNS
         ))
         .bind(id)
@@ -435,7 +447,8 @@ impl Archive for PostgresArchive {
                 .await?
                 .flatten();
         let rows = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE id != $1 AND (message_id = $2 OR replay_of = $1 OR id = $3) ORDER BY id DESC LIMIT 20"
+            "SELECT {} FROM messages WHERE id != $1 AND (message_id = $2 OR replay_of = $1 OR id = $3) ORDER BY id DESC LIMIT 20",
+            *SUMMARY
         ))
         .bind(message.id)
         .bind(&message.message_id)
@@ -506,7 +519,7 @@ impl Archive for PostgresArchive {
         .bind(replay_id)
         .fetch_one(&mut *tx)
         .await?;
-        sqlx::query("UPDATE messages SET status = $1 WHERE id = (SELECT message_id FROM replays WHERE id = $2)")
+        sqlx::query("UPDATE message_status SET status = $1 WHERE id = (SELECT message_id FROM replays WHERE id = $2)")
             .bind(status.as_str())
             .bind(replay_id)
             .execute(&mut *tx)

@@ -20,16 +20,26 @@ pub async fn dismiss(
     actor: &Actor,
 ) -> Result<u64, ArchiveError> {
     let mut tx = pool.begin().await?;
-    let mut q =
-        QueryBuilder::<Postgres>::new("UPDATE messages SET status = 'dismissed', status_note = ");
-    q.push_bind(note).push(" FROM (SELECT messages.id");
+    // The selected messages, locked in id order; then those not dismissed yet. A message
+    // dismissed meanwhile by someone else is read after their commit (a statement of its
+    // own), and left alone.
+    let mut q = QueryBuilder::<Postgres>::new("SELECT messages.id");
     push_selection(&mut q, selection);
-    // A message dismissed meanwhile is checked again once its lock is free, and left alone.
-    q.push(
-        " AND messages.status != 'dismissed' ORDER BY messages.id FOR UPDATE OF messages) AS chosen \
-         WHERE messages.id = chosen.id",
-    );
-    let dismissed = q.build().execute(&mut *tx).await?.rows_affected();
+    q.push(" ORDER BY messages.id FOR UPDATE OF messages");
+    let locked: Vec<i64> = q.build_query_scalar().fetch_all(&mut *tx).await?;
+    let changed: Vec<i64> = sqlx::query_scalar(
+        "UPDATE message_status SET status = 'dismissed' \
+         WHERE id = ANY($1) AND status != 'dismissed' RETURNING id",
+    )
+    .bind(&locked)
+    .fetch_all(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE messages SET status_note = $1 WHERE id = ANY($2)")
+        .bind(note)
+        .bind(&changed)
+        .execute(&mut *tx)
+        .await?;
+    let dismissed = changed.len() as u64;
     let only = single_message(selection);
     let summary = action_summary("dismissed", dismissed, selection_text, note);
     audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
@@ -151,6 +161,7 @@ pub async fn purge(
             "DELETE FROM pending_acks WHERE archive_id = ANY($1)",
             "DELETE FROM replays WHERE message_id = ANY($1)",
             "DELETE FROM replay_job_items WHERE message_id = ANY($1)",
+            "DELETE FROM message_status WHERE id = ANY($1)",
             "DELETE FROM messages WHERE id = ANY($1)",
         ] {
             sqlx::query(statement).bind(&ids).execute(&mut *tx).await?;

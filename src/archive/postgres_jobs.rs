@@ -13,13 +13,16 @@ use super::sqlite::millis;
 use super::sqlite_jobs::{
     complete_summary, control_summary, create_summary, item_from_row, job_from_row, next_state,
     now, outcome_effects, outgoing_from_row, pause_summary, plan_from_rows, sort_outcomes,
-    step_from_rows, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, JOB_COLUMNS, NO_TARGET,
-    STATUS_OF_ITEM, TODO,
+    step_from_rows, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, JOB_COLUMNS, NO_TARGET, TODO,
 };
 use super::{
     Actor, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState,
     JobStep, Plan, ReplayJob,
 };
+
+/// The status of an item's message (kept apart from the message, see `message_status`).
+const STATUS_OF_ITEM: &str =
+    "(SELECT status FROM message_status WHERE message_status.id = replay_job_items.message_id)";
 
 /// The advisory lock that job selections are frozen and checked under (any fixed number
 /// would do; this one spells "lazjob").
@@ -469,9 +472,9 @@ async fn set_status(
         return Ok(());
     }
     sqlx::query(
-        "UPDATE messages SET status = $1 FROM \
+        "UPDATE message_status SET status = $1 FROM \
          (SELECT id FROM messages WHERE id = ANY($2) ORDER BY id FOR NO KEY UPDATE) AS chosen \
-         WHERE messages.id = chosen.id",
+         WHERE message_status.id = chosen.id",
     )
     .bind(status)
     .bind(ids)
@@ -517,11 +520,12 @@ async fn next_items(
     let mut rows = Vec::new();
     for from in [from, 0] {
         rows = sqlx::query(
-            "SELECT i.message_id, i.attempts, m.body_size, m.status FROM \
+            "SELECT i.message_id, i.attempts, m.body_size, s.status FROM \
              (SELECT message_id, attempts FROM replay_job_items \
               WHERE job_id = $1 AND outcome IS NULL AND message_id >= $2 \
               ORDER BY message_id LIMIT $3) AS i \
-             JOIN messages m ON m.id = i.message_id ORDER BY i.message_id",
+             JOIN messages m ON m.id = i.message_id \
+             JOIN message_status s ON s.id = i.message_id ORDER BY i.message_id",
         )
         .bind(id)
         .bind(from)

@@ -93,13 +93,23 @@ pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a Mess
             q.push(" FROM messages WHERE 1 = 1");
         }
     }
-    push_conditions(q, filter);
+    push_conditions(q, filter, StatusIn::Column);
+}
+
+/// Where a backend keeps a message's status: a column of `messages` (SQLite), or a table of
+/// its own (PostgreSQL's `message_status`, so that marking a message is not an update of its
+/// wide row).
+#[derive(Clone, Copy)]
+pub(super) enum StatusIn {
+    Column,
+    Table,
 }
 
 /// ` AND ...` for every condition of the filter but its text.
 pub(super) fn push_conditions<'a, DB: sqlx::Database>(
     q: &mut QueryBuilder<'a, DB>,
     filter: &'a MessageFilter,
+    status_in: StatusIn,
 ) where
     &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
@@ -107,7 +117,7 @@ pub(super) fn push_conditions<'a, DB: sqlx::Database>(
 {
     // The status is one of the conditions.
     for (field, value) in filter.conditions() {
-        push_condition(q, field, value);
+        push_condition(q, field, value, status_in);
     }
     if let Some(since) = filter.since {
         q.push(" AND archived_at >= ").push_bind(millis(since));
@@ -134,6 +144,7 @@ pub(super) fn push_condition<'a, DB: sqlx::Database>(
     q: &mut QueryBuilder<'a, DB>,
     field: &'a str,
     value: &'a str,
+    status_in: StatusIn,
 ) where
     &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
@@ -150,6 +161,12 @@ pub(super) fn push_condition<'a, DB: sqlx::Database>(
         "error" => "coalesce(error, '')",
         "exchange" => "first_death_exchange",
         "routing_key" => "replay_routing_key",
+        "status" if matches!(status_in, StatusIn::Table) => {
+            q.push(" AND messages.id IN (SELECT id FROM message_status WHERE status = ")
+                .push_bind(value)
+                .push(")");
+            return;
+        }
         "status" => "status",
         "message_id" => "message_id",
         "correlation_id" => "correlation_id",

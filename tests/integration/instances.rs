@@ -432,7 +432,7 @@ async fn two_instances() {
     assert_eq!(
         count(
             &pg,
-            "SELECT count(*) FROM messages WHERE status = 'replayed'"
+            "SELECT count(*) FROM message_status WHERE status = 'replayed'"
         )
         .await,
         BACKLOG as i64
