@@ -504,10 +504,9 @@ async fn rewind(
 /// that mark is moved up to the first found: a step reads the next items only, at the end of a
 /// 1,000,000-message job as at its start, whichever index the planner takes (looking from the
 /// first item, each step stepped over every one already done: a 100,000-message job took half
-/// as long again). The mark is
-/// moved back when items are to do again ([`rewind`]); should none be found after it, the
-/// whole job is looked through once more before it can be complete. The caller holds the
-/// job's row.
+/// as long again). The mark is moved back when items are to do again ([`rewind`]); should
+/// none be found after it, the whole job is looked through once more before it can be
+/// complete. The caller holds the job's row.
 async fn next_items(
     tx: &mut Transaction<'_, Postgres>,
     id: i64,
