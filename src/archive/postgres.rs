@@ -253,17 +253,24 @@ async fn insert_batch(
     Ok(())
 }
 
-/// Takes ids for `fresh` from the sequence, so every table of the batch can go in at once.
-async fn number<'a>(
+/// Stores messages known not to be archived yet, and counts them in `outcome` as inserted and
+/// unconfirmed. Their ids come from the sequence first, so every table of the batch can go in
+/// as one statement ([`insert_batch`]).
+async fn write_fresh(
     conn: &mut PgConnection,
-    fresh: Vec<&'a PreparedMessage>,
-) -> Result<Vec<(i64, &'a PreparedMessage)>, sqlx::Error> {
+    fresh: Vec<&PreparedMessage>,
+    outcome: &mut StoreOutcome,
+) -> Result<(), sqlx::Error> {
     let ids: Vec<i64> =
         sqlx::query_scalar("SELECT nextval('messages_id_seq') FROM generate_series(1, $1)")
             .bind(fresh.len() as i64)
             .fetch_all(&mut *conn)
             .await?;
-    Ok(ids.into_iter().zip(fresh).collect())
+    let rows: Vec<(i64, &PreparedMessage)> = ids.into_iter().zip(fresh).collect();
+    insert_batch(conn, &rows).await?;
+    outcome.inserted += rows.len() as u64;
+    outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
+    Ok(())
 }
 
 /// Business field values of the given messages, by message.
@@ -300,10 +307,7 @@ impl Archive for PostgresArchive {
             // Nothing can be a copy (the usual case): no lookups, so no transaction to hold
             // open. The one statement that writes the batch commits it as a whole.
             let mut conn = self.pool.acquire().await?;
-            let rows = number(&mut conn, batch.iter().collect()).await?;
-            insert_batch(&mut conn, &rows).await?;
-            outcome.inserted = rows.len() as u64;
-            outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
+            write_fresh(&mut conn, batch.iter().collect(), &mut outcome).await?;
             return Ok(outcome);
         }
         // Some may be copies of rows already archived: look them up, then write the rest, in
@@ -322,10 +326,7 @@ impl Archive for PostgresArchive {
             fresh.push(m);
         }
         if !fresh.is_empty() {
-            let rows = number(&mut tx, fresh).await?;
-            insert_batch(&mut tx, &rows).await?;
-            outcome.inserted = rows.len() as u64;
-            outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
+            write_fresh(&mut tx, fresh, &mut outcome).await?;
         }
         tx.commit().await?;
         Ok(outcome)
