@@ -24,6 +24,9 @@ use super::{
 const STATUS_OF_ITEM: &str =
     "(SELECT status FROM message_status WHERE message_status.id = replay_job_items.message_id)";
 
+/// Jobs of this many messages or more refresh the items' statistics when they are made.
+const ANALYZE_AT: u64 = 10_000;
+
 /// The advisory lock that job selections are frozen and checked under (any fixed number
 /// would do; this one spells "lazjob").
 const SELECTION_LOCK: i64 = 0x6c61_7a6a_6f62;
@@ -197,15 +200,17 @@ pub async fn create_job(pool: &PgPool, spec: &JobSpec<'_>) -> Result<ReplayJob, 
         .push(", messages.replay_routing_key)");
     push_selection(&mut q, spec.selection);
     q.push(" ORDER BY messages.id FOR KEY SHARE OF messages");
-    q.build().execute(&mut *tx).await?;
-    // The planner's statistics must know these items: planned as if the table held none (as
-    // autovacuum's last look may say), each step read and sorted every item still to do
-    // instead of the next few in index order — half of a 100,000-message job's time
+    let frozen = q.build().execute(&mut *tx).await?.rows_affected();
+    // The planner's statistics must know a large job's items: planned as if the table held
+    // none (as autovacuum's last look may say), each step read and sorted every item still to
+    // do instead of the next few in index order — half of a 100,000-message job's time
     // (BENCHMARKS.md). A sample, so it costs the same whatever the table's size; our own
-    // uncommitted items count.
-    sqlx::query("ANALYZE replay_job_items")
-        .execute(&mut *tx)
-        .await?;
+    // uncommitted items count. A small job's steps are cheap either way.
+    if frozen >= ANALYZE_AT {
+        sqlx::query("ANALYZE replay_job_items")
+            .execute(&mut *tx)
+            .await?;
+    }
 
     skip_where(&mut tx, id, "target_exchange IS NULL", NO_TARGET).await?;
     if !spec.include_replayed {
