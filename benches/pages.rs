@@ -51,30 +51,27 @@ fn message(i: usize, rows: usize, start: OffsetDateTime) -> IncomingMessage {
     if let Some(reason) = reason {
         let work = queue.trim_end_matches(".dlq");
         let mut death = Table::new();
-        death.insert("queue".into(), text(work));
-        death.insert("reason".into(), text(reason));
-        death.insert("count".into(), AmqpValue::LongLongInt(1 + (i % 3) as i64));
-        death.insert("exchange".into(), text("events"));
+        death.insert("queue", text(work));
+        death.insert("reason", text(reason));
+        death.insert("count", AmqpValue::LongLongInt(1 + (i % 3) as i64));
+        death.insert("exchange", text("events"));
         death.insert(
-            "routing-keys".into(),
+            "routing-keys",
             AmqpValue::Array(vec![text(&format!("{work}.created"))]),
         );
         death.insert(
-            "time".into(),
+            "time",
             AmqpValue::Timestamp((start.unix_timestamp() + (i * 2_592_000 / rows) as i64) as u64),
         );
-        headers.insert(
-            "x-death".into(),
-            AmqpValue::Array(vec![AmqpValue::Table(death)]),
-        );
-        headers.insert("x-first-death-queue".into(), text(work));
-        headers.insert("x-first-death-reason".into(), text(reason));
-        headers.insert("x-first-death-exchange".into(), text("events"));
+        headers.insert("x-death", AmqpValue::Array(vec![AmqpValue::Table(death)]));
+        headers.insert("x-first-death-queue", text(work));
+        headers.insert("x-first-death-reason", text(reason));
+        headers.insert("x-first-death-exchange", text("events"));
     }
     if reason == Some("rejected") {
-        headers.insert("x-exception-message".into(), text(ERRORS[i % ERRORS.len()]));
+        headers.insert("x-exception-message", text(ERRORS[i % ERRORS.len()]));
     }
-    headers.insert("tenant".into(), text(&format!("tenant-{}", i % 40)));
+    headers.insert("tenant", text(&format!("tenant-{}", i % 40)));
     // One message in ten thousand mentions a chargeback: the selective search.
     let note = if i % 10_000 == 17 {
         "customer filed a chargeback"
@@ -101,13 +98,14 @@ fn message(i: usize, rows: usize, start: OffsetDateTime) -> IncomingMessage {
         properties: MessageProperties {
             content_type: Some("application/json".into()),
             delivery_mode: Some(2),
-            message_id: Some(format!("msg-{i:07}")),
-            correlation_id: Some(format!("corr-{}", i / 3)),
+            message_id: Some(format!("msg-{i:07}").into()),
+            correlation_id: Some(format!("corr-{}", i / 3).into()),
             ..Default::default()
         },
         headers: Some(headers),
         body: body.into_bytes(),
         received_at: start + Duration::from_secs((i * 2_592_000 / rows) as u64),
+        decode_problems: Vec::new(),
     }
 }
 

@@ -24,6 +24,7 @@ use lazarus::archive::{
     open, Actor, Archive, IncomingMessage, JobSpec, JobState, MessageFilter, PreparedMessage,
     ReplayJob, Selection,
 };
+use lazarus::death::ReplayTarget;
 use lazarus::replay::job::{run_one, RunnerSettings};
 use time::OffsetDateTime;
 use tokio::process::Command;
@@ -53,7 +54,7 @@ fn properties(i: usize) -> MessageProperties {
     MessageProperties {
         content_type: Some("application/json".into()),
         delivery_mode: Some(2),
-        message_id: Some(format!("m-{i}")),
+        message_id: Some(format!("m-{i}").into()),
         ..Default::default()
     }
 }
@@ -64,15 +65,12 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
     let work = format!("{base}.work");
     let now = OffsetDateTime::now_utc();
     let mut death = Table::new();
-    death.insert("queue".into(), text(&work));
-    death.insert("reason".into(), text("rejected"));
-    death.insert("count".into(), AmqpValue::LongLongInt(1));
-    death.insert("exchange".into(), text(base));
-    death.insert("routing-keys".into(), AmqpValue::Array(vec![text(KEY)]));
-    death.insert(
-        "time".into(),
-        AmqpValue::Timestamp(now.unix_timestamp() as u64),
-    );
+    death.insert("queue", text(&work));
+    death.insert("reason", text("rejected"));
+    death.insert("count", AmqpValue::LongLongInt(1));
+    death.insert("exchange", text(base));
+    death.insert("routing-keys", AmqpValue::Array(vec![text(KEY)]));
+    death.insert("time", AmqpValue::Timestamp(now.unix_timestamp() as u64));
     let headers = Table::from([
         (
             "x-death".to_owned(),
@@ -97,6 +95,7 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
         headers: Some(headers),
         body: body(i),
         received_at: now,
+        decode_problems: Vec::new(),
     }
 }
 
@@ -425,8 +424,12 @@ async fn main() {
     let messages: Vec<(Vec<u8>, BasicProperties)> = (0..n)
         .map(|i| {
             let m = dead_letter(&base, i);
-            let headers = replay_headers(m.headers.as_ref(), i as i64 + 1, Some("1"));
-            (m.body, m.properties.to_amqp(Some(&headers)))
+            let target = ReplayTarget {
+                exchange: base.clone(),
+                routing_key: KEY.into(),
+            };
+            let headers = replay_headers(m.headers.as_ref(), &target, i as i64 + 1, Some("1"));
+            (m.body, m.properties.to_lapin(Some(&headers)))
         })
         .collect();
 

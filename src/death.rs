@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::amqp::headers::{AmqpValue, Table};
+use crate::amqp::headers::{AmqpValue, Bytes, Table};
 
 /// One entry of `x-death`: the deaths of a message in one queue for one reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,15 +63,60 @@ pub struct DeathHistory {
     pub problems: Vec<String>,
 }
 
+impl DeathHistory {
+    /// Applies `clean` to every text of the history (the archive keeps derived text free
+    /// of NUL; the headers keep the exact values).
+    pub fn sanitize(&mut self, clean: impl Fn(&str) -> std::borrow::Cow<'_, str>) {
+        let fix = |s: &mut String| {
+            if let std::borrow::Cow::Owned(c) = clean(s) {
+                *s = c;
+            }
+        };
+        for d in &mut self.deaths {
+            fix(&mut d.queue);
+            fix(&mut d.reason);
+            fix(&mut d.exchange);
+            d.routing_keys.iter_mut().for_each(fix);
+            if let Some(e) = d.original_expiration.as_mut() {
+                fix(e);
+            }
+        }
+        if let Some(f) = self.first_death.as_mut() {
+            fix(&mut f.queue);
+            fix(&mut f.reason);
+            fix(&mut f.exchange);
+        }
+        self.problems.iter_mut().for_each(fix);
+    }
+}
+
 /// 9999-12-31T23:59:59Z, the last second RFC 3339 can express.
 const MAX_RFC3339_SECS: i64 = 253_402_300_799;
 
-/// Headers a replay strips so that the consumer's retry counting starts fresh.
-pub fn is_death_header(name: &str) -> bool {
+/// Headers in which a quorum queue counts the deliveries of a message (`x-acquired-count`
+/// from RabbitMQ 4.3 on): the broker's bookkeeping, not part of the message.
+pub const DELIVERY_COUNTERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+
+/// Headers a replay strips so that the consumer's retry counting starts fresh: the death
+/// history and the broker's delivery counters.
+pub fn is_death_header(name: &Bytes) -> bool {
+    let Some(name) = name.as_str() else {
+        return false;
+    };
     name == "x-death"
-        || name == "x-delivery-count"
+        || DELIVERY_COUNTERS.contains(&name)
         || name.starts_with("x-first-death-")
         || name.starts_with("x-last-death-")
+}
+
+/// How often the broker has delivered the message, by its delivery counters (quorum
+/// queues only; `None` elsewhere).
+pub fn delivery_attempts(headers: Option<&Table>) -> Option<i64> {
+    let headers = headers?;
+    DELIVERY_COUNTERS
+        .iter()
+        .filter_map(|name| headers.get(name)?.as_i64())
+        .max()
 }
 
 /// Decodes the death history of a message from its headers (`None`: no header table).
@@ -252,18 +297,14 @@ fn replay_target(
         problems.push("x-first-death-* headers without x-death: routing key unknown".into());
         return None;
     }
-    let entry = deaths
-        .iter()
-        .find(|d| d.queue == first.queue && d.reason == first.reason)
-        .or_else(|| deaths.iter().find(|d| d.queue == first.queue));
-    let Some(entry) = entry else {
+    let Some(entry) = first_death_entry(first, deaths) else {
         problems.push(format!(
             "no x-death entry for the first-death queue {:?}",
             first.queue
         ));
         return None;
     };
-    // CC keys follow the publish routing key; the CC header travels with the message.
+    // CC keys follow the publish routing key (see `dropped_cc_keys`).
     let Some(routing_key) = entry.routing_keys.first() else {
         problems.push(format!(
             "x-death entry for {:?} has no routing keys",
@@ -271,10 +312,40 @@ fn replay_target(
         ));
         return None;
     };
+    if first.exchange.contains('\0') || routing_key.contains('\0') {
+        // Neither a form nor the archive's text columns can carry it exactly.
+        problems.push("the original exchange or routing key contains NUL: choose a target".into());
+        return None;
+    }
     Some(ReplayTarget {
         exchange: first.exchange.clone(),
         routing_key: routing_key.clone(),
     })
+}
+
+/// The `x-death` entry of the first death: its routing keys are the original publish's.
+fn first_death_entry<'d>(first: &FirstDeath, deaths: &'d [DeathRecord]) -> Option<&'d DeathRecord> {
+    deaths
+        .iter()
+        .find(|d| d.queue == first.queue && d.reason == first.reason)
+        .or_else(|| deaths.iter().find(|d| d.queue == first.queue))
+}
+
+/// The `CC` keys of the original publish that the broker dropped when it dead-lettered the
+/// message (it does when the queue sets `x-dead-letter-routing-key`; `x-death` still lists
+/// them after the routing key). `Some` only for a copy sent to its original target that
+/// carries no `CC` header of its own.
+pub fn dropped_cc_keys(headers: &Table, target: &ReplayTarget) -> Option<Vec<String>> {
+    if headers.get("CC").is_some() {
+        return None;
+    }
+    let history = decode(Some(headers));
+    if history.replay_target.as_ref() != Some(target) {
+        return None;
+    }
+    let entry = first_death_entry(history.first_death.as_ref()?, &history.deaths)?;
+    let cc: Vec<String> = entry.routing_keys.iter().skip(1).cloned().collect();
+    (!cc.is_empty()).then_some(cc)
 }
 
 #[cfg(test)]
@@ -288,25 +359,25 @@ mod tests {
 
     fn entry(queue: &str, reason: &str, count: i64, exchange: &str, keys: &[&str]) -> AmqpValue {
         let mut t = Table::new();
-        t.insert("queue".into(), s(queue));
-        t.insert("reason".into(), s(reason));
-        t.insert("count".into(), AmqpValue::LongLongInt(count));
-        t.insert("exchange".into(), s(exchange));
+        t.insert("queue", s(queue));
+        t.insert("reason", s(reason));
+        t.insert("count", AmqpValue::LongLongInt(count));
+        t.insert("exchange", s(exchange));
         t.insert(
-            "routing-keys".into(),
+            "routing-keys",
             AmqpValue::Array(keys.iter().map(|k| s(k)).collect()),
         );
-        t.insert("time".into(), AmqpValue::Timestamp(1_764_000_000));
+        t.insert("time", AmqpValue::Timestamp(1_764_000_000));
         AmqpValue::Table(t)
     }
 
     fn headers(deaths: Vec<AmqpValue>, first: Option<(&str, &str, &str)>) -> Table {
         let mut h = Table::new();
-        h.insert("x-death".into(), AmqpValue::Array(deaths));
+        h.insert("x-death", AmqpValue::Array(deaths));
         if let Some((q, r, e)) = first {
-            h.insert("x-first-death-queue".into(), s(q));
-            h.insert("x-first-death-reason".into(), s(r));
-            h.insert("x-first-death-exchange".into(), s(e));
+            h.insert("x-first-death-queue", s(q));
+            h.insert("x-first-death-reason", s(r));
+            h.insert("x-first-death-exchange", s(e));
         }
         h
     }
@@ -433,8 +504,8 @@ mod tests {
         let mut work = entry("work", "rejected", 2, "orders", &["order.created"]);
         let mut retry = entry("retry", "expired", 1, "dlx", &["r"]);
         if let (AmqpValue::Table(w), AmqpValue::Table(r)) = (&mut work, &mut retry) {
-            w.insert("time".into(), AmqpValue::Timestamp(10));
-            r.insert("time".into(), AmqpValue::Timestamp(20));
+            w.insert("time", AmqpValue::Timestamp(10));
+            r.insert("time", AmqpValue::Timestamp(20));
         }
         let d = decode(Some(&headers(vec![work, retry], None)));
         assert_eq!(d.first_death.unwrap().queue, "work");
@@ -448,7 +519,7 @@ mod tests {
                 AmqpValue::Table(t) => t,
                 _ => unreachable!(),
             };
-            t.insert("time".into(), AmqpValue::LongLongInt(secs));
+            t.insert("time", AmqpValue::LongLongInt(secs));
             let d = decode(Some(&headers(
                 vec![AmqpValue::Table(t)],
                 Some(("q", "rejected", "ex")),
@@ -462,9 +533,9 @@ mod tests {
     #[test]
     fn malformed_entries_are_flagged_not_fatal() {
         let mut bad = Table::new();
-        bad.insert("queue".into(), AmqpValue::LongInt(5));
-        bad.insert("count".into(), s("three"));
-        bad.insert("routing-keys".into(), s("not-an-array"));
+        bad.insert("queue", AmqpValue::LongInt(5));
+        bad.insert("count", s("three"));
+        bad.insert("routing-keys", s("not-an-array"));
         let h = headers(
             vec![AmqpValue::Table(bad), AmqpValue::Boolean(true)],
             Some(("q", "rejected", "ex")),
@@ -489,7 +560,7 @@ mod tests {
     #[test]
     fn x_death_of_the_wrong_type_is_flagged() {
         let mut h = Table::new();
-        h.insert("x-death".into(), s("oops"));
+        h.insert("x-death", s("oops"));
         let d = decode(Some(&h));
         assert!(d.deaths.is_empty());
         assert_eq!(
@@ -515,26 +586,23 @@ mod tests {
             "x-last-death-reason",
             "x-delivery-count",
         ] {
-            assert!(is_death_header(h));
+            assert!(is_death_header(&Bytes::from(h)));
         }
         for h in ["x-exception-message", "retry-times", "x-deathly"] {
-            assert!(!is_death_header(h));
+            assert!(!is_death_header(&Bytes::from(h)));
         }
     }
 
     #[test]
     fn short_strings_and_other_int_widths_are_accepted() {
         let mut t = Table::new();
-        t.insert("queue".into(), AmqpValue::ShortString("q".into()));
-        t.insert("reason".into(), AmqpValue::ShortString("maxlen".into()));
-        t.insert("count".into(), AmqpValue::LongInt(4));
-        t.insert("exchange".into(), AmqpValue::ShortString("".into()));
-        t.insert(
-            "routing-keys".into(),
-            AmqpValue::Array(vec![AmqpValue::ShortString("q".into())]),
-        );
-        t.insert("time".into(), AmqpValue::Timestamp(0));
-        t.insert("original-expiration".into(), s("500"));
+        t.insert("queue", AmqpValue::text("q"));
+        t.insert("reason", AmqpValue::text("maxlen"));
+        t.insert("count", AmqpValue::LongInt(4));
+        t.insert("exchange", AmqpValue::text(""));
+        t.insert("routing-keys", AmqpValue::Array(vec![AmqpValue::text("q")]));
+        t.insert("time", AmqpValue::Timestamp(0));
+        t.insert("original-expiration", s("500"));
         let h = headers(vec![AmqpValue::Table(t)], Some(("q", "maxlen", "")));
         let d = decode(Some(&h));
         assert!(d.problems.is_empty(), "{:?}", d.problems);

@@ -14,8 +14,6 @@ use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 
-use crate::amqp::connection::connect;
-
 /// The DLQs the demo fills and Lazarus archives.
 pub const DEMO_QUEUES: [&str; 4] = [
     "demo.invoices.dlq",
@@ -343,9 +341,12 @@ async fn worker(connection: &Connection, queue: &'static str) -> anyhow::Result<
 /// Declares the topology, starts the failing workers, publishes `messages` messages.
 /// Returns the connection, which keeps the workers alive while it lives.
 pub async fn run(amqp_url: &str, messages: usize) -> anyhow::Result<Connection> {
-    let connection = connect(amqp_url, "lazarus demo")
-        .await
-        .context("connecting to RabbitMQ for the demo")?;
+    let connection = lapin::Connection::connect(
+        amqp_url,
+        lapin::ConnectionProperties::default().with_connection_name("lazarus demo".into()),
+    )
+    .await
+    .context("connecting to RabbitMQ for the demo")?;
     let channel = connection.create_channel().await?;
     declare(&channel).await?;
     channel

@@ -1,13 +1,28 @@
-//! Property tests: whatever a broker or a user sends — any header table, any `x-death`
-//! shape, any search text, any body bytes — decoding never panics, and the typed header
-//! form round-trips losslessly.
+//! Property tests: whatever a broker or a user sends — any header table, any frame bytes,
+//! any `x-death` shape, any search text, any body bytes — decoding never panics, and the
+//! typed header form and the wire encoding round-trip losslessly.
 
-use std::collections::BTreeMap;
-
-use proptest::collection::{btree_map, vec};
+use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::amqp::headers::{table_from_amqp, table_to_amqp, AmqpValue, Bytes, JsonFloat, Table};
+use crate::amqp::headers::{AmqpValue, Bytes, JsonFloat, Table};
+use crate::amqp::wire::codec::{decode_content_header, decode_table, Writer};
+
+/// Entries with names as a broker may send them: text, bytes, repeated.
+fn table_of(
+    names: impl Strategy<Value = Vec<u8>>,
+    values: impl Strategy<Value = AmqpValue>,
+    size: std::ops::Range<usize>,
+) -> impl Strategy<Value = Table> {
+    vec((names.prop_map(Bytes), values), size).prop_map(|entries| entries.into_iter().collect())
+}
+
+fn name() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        "[a-z-]{1,12}".prop_map(String::into_bytes),
+        vec(any::<u8>(), 0..8),
+    ]
+}
 
 fn value() -> impl Strategy<Value = AmqpValue> {
     let leaf = prop_oneof![
@@ -22,7 +37,12 @@ fn value() -> impl Strategy<Value = AmqpValue> {
         any::<f32>().prop_map(|f| AmqpValue::Float(JsonFloat(f))),
         any::<f64>().prop_map(|f| AmqpValue::Double(JsonFloat(f))),
         (any::<u8>(), any::<u32>()).prop_map(|(scale, value)| AmqpValue::Decimal { scale, value }),
-        "[a-z.-]{0,20}".prop_map(AmqpValue::ShortString),
+        vec(any::<u8>(), 0..20).prop_map(|b| AmqpValue::Encoded({
+            // An encoded value is what the wire held: here, a long string.
+            let mut out = vec![b'S'];
+            out.put_long_string(&b).unwrap();
+            out
+        })),
         vec(any::<u8>(), 0..40).prop_map(|b| AmqpValue::LongString(Bytes(b))),
         "[a-zA-Z0-9 .:-]{0,30}".prop_map(|s| AmqpValue::LongString(Bytes(s.into_bytes()))),
         any::<u64>().prop_map(AmqpValue::Timestamp),
@@ -32,7 +52,7 @@ fn value() -> impl Strategy<Value = AmqpValue> {
     leaf.prop_recursive(3, 48, 6, |inner| {
         prop_oneof![
             vec(inner.clone(), 0..6).prop_map(AmqpValue::Array),
-            btree_map("[a-z-]{1,12}", inner, 0..6).prop_map(AmqpValue::Table),
+            table_of(name(), inner, 0..6).prop_map(AmqpValue::Table),
         ]
     })
 }
@@ -48,26 +68,26 @@ fn death_entry() -> impl Strategy<Value = AmqpValue> {
         "time",
         "original-expiration",
     ]);
-    btree_map(keys.prop_map(str::to_owned), value(), 0..8).prop_map(AmqpValue::Table)
+    table_of(keys.prop_map(|k| k.as_bytes().to_vec()), value(), 0..8).prop_map(AmqpValue::Table)
 }
 
 fn headers() -> impl Strategy<Value = Table> {
     let death = prop_oneof![vec(death_entry(), 0..5).prop_map(AmqpValue::Array), value(),];
     (
-        btree_map("[a-z-]{1,16}", value(), 0..6),
+        table_of(name(), value(), 0..6),
         proptest::option::of(death),
         proptest::option::of(value()),
         proptest::option::of(value()),
     )
         .prop_map(|(mut table, death, first_queue, first_reason)| {
-            let extra: BTreeMap<&str, Option<AmqpValue>> = BTreeMap::from([
+            let extra = [
                 ("x-death", death),
                 ("x-first-death-queue", first_queue),
                 ("x-first-death-reason", first_reason),
-            ]);
+            ];
             for (k, v) in extra {
                 if let Some(v) = v {
-                    table.insert(k.to_owned(), v);
+                    table.insert(k, v);
                 }
             }
             table
@@ -87,15 +107,27 @@ proptest! {
     }
 
     #[test]
-    fn typed_json_round_trips_every_value(table in btree_map("[a-z-]{1,12}", value(), 0..8)) {
+    fn typed_json_round_trips_every_value(table in table_of(name(), value(), 0..8)) {
         let json = serde_json::to_string(&table).unwrap();
         let back: Table = serde_json::from_str(&json).unwrap();
         prop_assert_eq!(back, table);
     }
 
     #[test]
-    fn amqp_tables_round_trip(table in btree_map("[a-z-]{1,12}", value(), 0..8)) {
-        prop_assert_eq!(table_from_amqp(&table_to_amqp(&table)), table);
+    fn wire_tables_round_trip_byte_for_byte(table in table_of(name(), value(), 0..8)) {
+        let mut bytes = Vec::new();
+        bytes.put_table(&table).unwrap();
+        let back = decode_table(&bytes[4..]).unwrap();
+        let mut again = Vec::new();
+        again.put_table(&back).unwrap();
+        prop_assert_eq!(again, bytes);
+    }
+
+    #[test]
+    fn any_frame_bytes_decode_or_say_why(bytes in vec(any::<u8>(), 0..200)) {
+        let _ = decode_table(&bytes);
+        let _ = decode_content_header(&bytes);
+        let _ = crate::amqp::wire::method::parse(&bytes);
     }
 
     #[test]

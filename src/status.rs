@@ -24,6 +24,8 @@ pub enum ConsumerState {
 #[derive(Debug, Clone, Default)]
 pub struct IngestStatus {
     queues: Arc<Mutex<BTreeMap<String, ConsumerState>>>,
+    /// What puts a DLQ's messages at risk although it is consumed (a delivery limit).
+    warnings: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl IngestStatus {
@@ -36,6 +38,18 @@ impl IngestStatus {
 
     pub fn snapshot(&self) -> BTreeMap<String, ConsumerState> {
         self.queues.lock().expect("status lock poisoned").clone()
+    }
+
+    /// Reports a risk to a DLQ's messages (kept until the process restarts).
+    pub fn warn(&self, queue: &str, warning: String) {
+        self.warnings
+            .lock()
+            .expect("status lock poisoned")
+            .insert(queue.to_owned(), warning);
+    }
+
+    pub fn warnings(&self) -> BTreeMap<String, String> {
+        self.warnings.lock().expect("status lock poisoned").clone()
     }
 
     /// Whether every consumer is consuming.

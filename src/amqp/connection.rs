@@ -2,19 +2,17 @@
 
 use std::time::Duration;
 
-use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
-use lapin::{Connection, ConnectionProperties, ErrorKind};
+use super::wire::{Connection, WireError};
 
 /// Opens a connection that shows up in the management UI under `name`.
-pub async fn connect(amqp_url: &str, name: &str) -> Result<Connection, lapin::Error> {
-    let properties = ConnectionProperties::default().with_connection_name(name.into());
-    Connection::connect(amqp_url, properties).await
+pub async fn connect(amqp_url: &str, name: &str) -> Result<Connection, WireError> {
+    Connection::open(amqp_url, name).await
 }
 
-/// Whether the broker answered NOT_FOUND (a passive declare of a queue that does not exist).
-pub fn is_not_found(error: &lapin::Error) -> bool {
-    matches!(error.kind(), ErrorKind::ProtocolError(e)
-        if matches!(e.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
+/// Whether the broker answered NOT_FOUND (a passive declare of a queue or exchange that
+/// does not exist).
+pub fn is_not_found(error: &WireError) -> bool {
+    error.reply_code() == Some(404)
 }
 
 /// Exponential backoff between reconnect attempts: doubles from `min` up to `max`.

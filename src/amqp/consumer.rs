@@ -9,17 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
-use lapin::types::{DeliveryTag, FieldTable};
-use lapin::{Channel, Connection};
 use time::OffsetDateTime;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{connect, is_not_found, Backoff};
-use super::headers::MessageProperties;
+use super::headers::Table;
+use super::wire::{Channel, Connection, Delivery, Event, WireError};
 use crate::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage};
 use crate::metrics::{Metrics, QueueLabels};
 use crate::status::{ConsumerState, IngestStatus};
@@ -52,13 +48,15 @@ pub struct ConsumerContext {
 #[derive(Debug, thiserror::Error)]
 enum ConsumeError {
     #[error("broker: {0}")]
-    Broker(#[from] lapin::Error),
+    Broker(#[from] WireError),
     #[error("queue {0:?} does not exist")]
     QueueMissing(String),
     #[error("the broker cancelled the consumer")]
     Cancelled,
     #[error("shutting down with a batch the database did not take; it stays unacked")]
     AbandonedOnShutdown,
+    #[error("shutting down")]
+    ShuttingDown,
 }
 
 /// Runs the consumer of `queue` until shutdown, restarting it should it ever panic (the
@@ -102,9 +100,14 @@ pub async fn run(queue: String, ctx: ConsumerContext) {
                 ctx.status.set(&queue, ConsumerState::QueueMissing);
             }
             Err(ConsumeError::AbandonedOnShutdown) => {
-                tracing::warn!(queue, "stopped with an unstored batch; it stays in the DLQ");
+                tracing::warn!(
+                    queue,
+                    "stopped with a batch the database did not take: RabbitMQ redelivers it \
+                     later (on a quorum queue, this return counts toward its delivery limit)"
+                );
                 break;
             }
+            Err(ConsumeError::ShuttingDown) => break,
             Err(e) => {
                 tracing::warn!(queue, error = %e, "consumer lost; reconnecting");
                 ctx.metrics.ingest_error(&queue, "broker");
@@ -125,13 +128,32 @@ async fn consume(
     ctx: &ConsumerContext,
     backoff: &mut Backoff,
 ) -> Result<(), ConsumeError> {
+    // Deliveries the database cannot take would only go back to the queue, and on a quorum
+    // queue every return counts toward its delivery limit: take none until it answers.
+    wait_for_database(queue, ctx).await?;
     let connection = connect(&ctx.amqp_url, &format!("lazarus consumer {queue}")).await?;
     let result = consume_on(&connection, queue, ctx, backoff).await;
     // Closing returns every unacked delivery to the queue at once.
-    let _ = connection
-        .close(200, "lazarus consumer stopping".into())
-        .await;
+    connection.close().await;
     result
+}
+
+/// Waits until the archive answers; `Err` only when shutting down meanwhile.
+async fn wait_for_database(queue: &str, ctx: &ConsumerContext) -> Result<(), ConsumeError> {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    loop {
+        match ctx.archive.ping().await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                ctx.status
+                    .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
+                tokio::select! {
+                    _ = sleep(backoff.next_delay()) => {}
+                    _ = ctx.shutdown.cancelled() => return Err(ConsumeError::ShuttingDown),
+                }
+            }
+        }
+    }
 }
 
 async fn consume_on(
@@ -140,66 +162,98 @@ async fn consume_on(
     ctx: &ConsumerContext,
     backoff: &mut Backoff,
 ) -> Result<(), ConsumeError> {
-    let channel = connection.create_channel().await?;
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    match channel
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-    {
+    let mut channel = connection.channel().await?;
+    match channel.queue_exists(queue).await {
         Err(e) if is_not_found(&e) => return Err(ConsumeError::QueueMissing(queue.to_owned())),
         other => other?,
     };
-    channel
-        .basic_qos(ctx.settings.prefetch, BasicQosOptions::default())
-        .await?;
-    let mut deliveries = channel
-        .basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    tracing::info!(queue, "consuming");
+    channel.qos(ctx.settings.prefetch).await?;
+    channel.consume(queue, &Table::new()).await?;
+    tracing::info!(queue, broker = %connection.server().version, "consuming");
     ctx.status.set(queue, ConsumerState::Consuming);
     ctx.metrics.set_connected(queue, true);
     backoff.reset();
 
+    let watch = DeliveryLimitWatch::new(queue, connection.server().major_version());
     let mut batch = Batch::default();
     loop {
         let deadline = batch.deadline(ctx.settings.max_delay);
         tokio::select! {
             biased;
             _ = ctx.shutdown.cancelled() => {
-                flush(&channel, queue, &mut batch, ctx).await?;
+                flush(&mut channel, queue, &mut batch, ctx).await?;
                 return Ok(());
             }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                flush(&channel, queue, &mut batch, ctx).await?;
+                flush(&mut channel, queue, &mut batch, ctx).await?;
             }
-            next = deliveries.next() => match next {
-                Some(Ok(delivery)) => {
+            event = channel.next_event() => match event {
+                Event::Delivery(delivery) => {
+                    watch.check(&delivery, ctx);
                     batch.push(queue, delivery, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
-                        flush(&channel, queue, &mut batch, ctx).await?;
+                        flush(&mut channel, queue, &mut batch, ctx).await?;
                     }
                 }
                 // The channel or consumer is gone. Store what we hold anyway: if the broker
                 // dropped it (a deleted queue) this is the only copy; if it redelivers it, the
                 // archive recognises the unconfirmed rows. The ack then fails, and we reconnect.
-                Some(Err(e)) => {
-                    let _ = flush(&channel, queue, &mut batch, ctx).await;
+                Event::Closed(e) => {
+                    let _ = flush(&mut channel, queue, &mut batch, ctx).await;
                     return Err(e.into());
                 }
-                None => {
-                    let _ = flush(&channel, queue, &mut batch, ctx).await;
+                Event::ConsumerCancelled => {
+                    let _ = flush(&mut channel, queue, &mut batch, ctx).await;
                     return Err(ConsumeError::Cancelled);
                 }
+                Event::Ack { .. } | Event::Nack { .. } | Event::Return(_) => {}
             },
         }
+    }
+}
+
+/// Watches the broker's delivery counters: a DLQ whose messages keep coming back is one
+/// step from losing them if it is a quorum queue with a delivery limit (RabbitMQ 4's
+/// default is 20, and a DLQ has no dead-letter exchange of its own to send them on to).
+struct DeliveryLimitWatch {
+    queue: String,
+    broker_major: u32,
+    warned: std::sync::atomic::AtomicBool,
+}
+
+/// Deliveries of one message before the DLQ is reported at risk.
+const DELIVERY_COUNT_WARNING: i64 = 3;
+
+impl DeliveryLimitWatch {
+    fn new(queue: &str, broker_major: u32) -> Self {
+        DeliveryLimitWatch {
+            queue: queue.to_owned(),
+            broker_major,
+            warned: Default::default(),
+        }
+    }
+
+    fn check(&self, delivery: &Delivery, ctx: &ConsumerContext) {
+        let Some(count) = crate::death::delivery_attempts(delivery.content.headers.as_ref()) else {
+            return;
+        };
+        if count < DELIVERY_COUNT_WARNING
+            || self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let limit = if self.broker_major >= 4 {
+            "RabbitMQ 4 drops a quorum queue's message after 20 deliveries by default"
+        } else {
+            "a quorum queue with a delivery-limit drops a message after that many deliveries"
+        };
+        let text = format!(
+            "messages of this DLQ have been delivered {count} times: {limit}, and a DLQ has \
+             nowhere to dead-letter them; set the policy delivery-limit: -1 on it (README, \
+             \"Quorum and stream DLQs\")"
+        );
+        tracing::warn!(queue = %self.queue, delivery_count = count, "{text}");
+        ctx.status.warn(&self.queue, text);
     }
 }
 
@@ -207,27 +261,36 @@ async fn consume_on(
 #[derive(Default)]
 struct Batch {
     messages: Vec<PreparedMessage>,
-    last_tag: Option<DeliveryTag>,
+    last_tag: Option<u64>,
     bytes: usize,
     started: Option<Instant>,
 }
 
 impl Batch {
-    fn push(&mut self, queue: &str, delivery: Delivery, rules: &IngestRules) {
+    fn push(&mut self, queue: &str, delivery: Box<Delivery>, rules: &IngestRules) {
         self.started.get_or_insert_with(Instant::now);
         self.last_tag = Some(delivery.delivery_tag);
-        self.bytes += delivery.data.len();
-        let (properties, headers) = MessageProperties::from_amqp(&delivery.properties);
+        self.bytes += delivery.body.len();
+        let Delivery {
+            redelivered,
+            exchange,
+            routing_key,
+            content,
+            problem,
+            body,
+            ..
+        } = *delivery;
         self.messages.push(PreparedMessage::with_rules(
             IncomingMessage {
                 queue: queue.to_owned(),
-                exchange: delivery.exchange.as_str().to_owned(),
-                routing_key: delivery.routing_key.as_str().to_owned(),
-                redelivered: delivery.redelivered,
-                properties,
-                headers,
-                body: delivery.data,
+                exchange: exchange.to_text().into_owned(),
+                routing_key: routing_key.to_text().into_owned(),
+                redelivered,
+                properties: content.properties,
+                headers: content.headers,
+                body,
                 received_at: OffsetDateTime::now_utc(),
+                decode_problems: problem.into_iter().collect(),
             },
             rules,
         ));
@@ -244,7 +307,7 @@ impl Batch {
 
 /// Stores the batch (retrying while the database is unavailable) and then acks it.
 async fn flush(
-    channel: &Channel,
+    channel: &mut Channel,
     queue: &str,
     batch: &mut Batch,
     ctx: &ConsumerContext,
@@ -296,14 +359,10 @@ async fn flush(
         }
     };
     // Durable now: acknowledge everything up to the last delivery in one frame.
-    channel
-        .basic_ack(last_tag, BasicAckOptions { multiple: true })
-        .await?;
+    channel.ack(last_tag, true).await?;
     // basic.ack has no reply, but a channel handles its frames in order: once this qos
     // round trip returns, the broker has processed the ack and will not redeliver the batch.
-    channel
-        .basic_qos(ctx.settings.prefetch, BasicQosOptions::default())
-        .await?;
+    channel.qos(ctx.settings.prefetch).await?;
     if let Err(e) = ctx.archive.confirm_acked(&outcome.unconfirmed).await {
         // Harmless: the entries only make a later identical redelivery count as a copy.
         tracing::warn!(queue, error = %e, "could not record the confirmed ack");

@@ -1,17 +1,20 @@
-//! AMQP field values and basic properties ⇄ a typed, lossless, serialisable form (pure).
+//! AMQP field values and basic properties in a typed, lossless, serialisable form (pure).
 //!
 //! The archive stores headers as JSON in which every value carries its AMQP type, so a
-//! replay can rebuild the exact `FieldTable` the broker delivered: `{"type":"long-int","value":7}`.
+//! replay can rebuild the exact table the broker delivered: `{"type":"long-int","value":7}`.
+//! Nothing the wire can carry is refused: short strings and table keys that are not UTF-8
+//! are kept as bytes, a table keeps its entries in wire order (duplicates too), and a table
+//! or array nested deeper than [`MAX_DEPTH`] is kept as its exact encoding
+//! ([`AmqpValue::Encoded`]), so no decoder, page or replay ever recurses without bound.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
-use lapin::types::{AMQPValue, DecimalValue, FieldArray, FieldTable, ShortString};
-use lapin::BasicProperties;
 use serde::{Deserialize, Serialize};
 
-/// A header table: names to typed values (AMQP tables have unique, unordered keys).
-pub type Table = BTreeMap<String, AmqpValue>;
+/// Tables and arrays are decoded this many levels deep; deeper ones stay encoded. Typed
+/// JSON takes two levels per AMQP level, so this stays well inside serde_json's limit of 128.
+pub const MAX_DEPTH: usize = 32;
 
 /// One AMQP field value with its wire type kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,7 +34,9 @@ pub enum AmqpValue {
         scale: u8,
         value: u32,
     },
-    ShortString(String),
+    /// Not a type RabbitMQ puts in tables (it reads `s` as a short int); kept for values
+    /// typed by hand, and written as a long string.
+    ShortString(Bytes),
     LongString(Bytes),
     Array(Vec<AmqpValue>),
     /// Seconds since the Unix epoch, as AMQP defines timestamps.
@@ -39,11 +44,72 @@ pub enum AmqpValue {
     Table(Table),
     ByteArray(Bytes),
     Void,
+    /// A table or array nested deeper than [`MAX_DEPTH`] (or one that could not be
+    /// decoded): its exact wire encoding, type tag first, written back byte for byte.
+    Encoded(#[serde(with = "base64_always")] Vec<u8>),
 }
 
 /// Bytes shown as text where they are UTF-8, as `{"base64": "..."}` otherwise.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bytes(pub Vec<u8>);
+
+impl Bytes {
+    /// The bytes as text, when they are UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// The bytes as text, with anything that is not UTF-8 replaced (for display and search).
+    pub fn to_text(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(&self.0)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// For a page: the text, or, when the bytes are not UTF-8, their lossy text and base64.
+    pub fn describe(&self) -> String {
+        match self.as_str() {
+            Some(text) => text.to_owned(),
+            None => format!(
+                "{} (not UTF-8; base64 {})",
+                self.to_text(),
+                BASE64.encode(&self.0)
+            ),
+        }
+    }
+}
+
+impl From<&str> for Bytes {
+    fn from(s: &str) -> Self {
+        Bytes(s.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Bytes {
+    fn from(s: String) -> Self {
+        Bytes(s.into_bytes())
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(b: Vec<u8>) -> Self {
+        Bytes(b)
+    }
+}
+
+impl PartialEq<str> for Bytes {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for Bytes {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
@@ -73,6 +139,172 @@ impl<'de> Deserialize<'de> for Bytes {
                 .map(Bytes)
                 .map_err(serde::de::Error::custom),
         }
+    }
+}
+
+/// Encoded values are binary by nature: always `{"base64": "..."}`.
+mod base64_always {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        BytesRepr::Base64 {
+            base64: BASE64.encode(bytes),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Bytes::deserialize(d).map(|b| b.0)
+    }
+}
+
+/// A header table: entries in the order they came, each name with its typed value.
+///
+/// AMQP does not forbid repeated names, and a hostile producer may send them: they are
+/// kept (and written back) as they came; lookups find the first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table(Vec<(Bytes, AmqpValue)>);
+
+impl Table {
+    pub fn new() -> Self {
+        Table(Vec::new())
+    }
+
+    /// The first value under `name`.
+    pub fn get(&self, name: &str) -> Option<&AmqpValue> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Replaces the first value under `name`, or appends it.
+    pub fn insert(&mut self, name: impl Into<Bytes>, value: AmqpValue) {
+        let name = name.into();
+        match self.0.iter_mut().find(|(k, _)| *k == name) {
+            Some(entry) => entry.1 = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    /// Removes every entry for which `keep` is false.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Bytes, &AmqpValue) -> bool) {
+        self.0.retain(|(k, v)| keep(k, v));
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &AmqpValue)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &Bytes> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &AmqpValue> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether JSON can show it as an object: every name is text and none repeats.
+    fn is_plain(&self) -> bool {
+        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
+        self.0
+            .iter()
+            .all(|(k, _)| k.as_str().is_some() && seen.insert(k.as_bytes()))
+    }
+}
+
+impl<K: Into<Bytes>> FromIterator<(K, AmqpValue)> for Table {
+    fn from_iter<I: IntoIterator<Item = (K, AmqpValue)>>(iter: I) -> Self {
+        Table(iter.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+}
+
+impl<K: Into<Bytes>, const N: usize> From<[(K, AmqpValue); N]> for Table {
+    fn from(entries: [(K, AmqpValue); N]) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
+impl IntoIterator for Table {
+    type Item = (Bytes, AmqpValue);
+    type IntoIter = std::vec::IntoIter<(Bytes, AmqpValue)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Table {
+    type Item = (&'a Bytes, &'a AmqpValue);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (Bytes, AmqpValue)>,
+        fn(&'a (Bytes, AmqpValue)) -> Self::Item,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+/// A table is a JSON object in order (the common case, and every table archived before
+/// names could be bytes), or `[[name, value], ...]` when a name is not UTF-8 or repeats.
+impl Serialize for Table {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        if self.is_plain() {
+            let mut map = s.serialize_map(Some(self.0.len()))?;
+            for (k, v) in &self.0 {
+                map.serialize_entry(k.as_str().expect("plain tables have text names"), v)?;
+            }
+            map.end()
+        } else {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for entry in &self.0 {
+                seq.serialize_element(entry)?;
+            }
+            seq.end()
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Table {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TableVisitor;
+        impl<'de> serde::de::Visitor<'de> for TableVisitor {
+            type Value = Table;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a header table: an object, or a list of [name, value] pairs")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Table, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+                while let Some((k, v)) = map.next_entry::<String, AmqpValue>()? {
+                    entries.push((Bytes::from(k), v));
+                }
+                Ok(Table(entries))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Table, A::Error> {
+                let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(entry) = seq.next_element::<(Bytes, AmqpValue)>()? {
+                    entries.push(entry);
+                }
+                Ok(Table(entries))
+            }
+        }
+        d.deserialize_any(TableVisitor)
     }
 }
 
@@ -130,13 +362,18 @@ json_float!(f32);
 json_float!(f64);
 
 impl AmqpValue {
-    /// The value as text when it is a string of either width (the common case for headers).
+    /// The value as text when it is a string of either width that is UTF-8 (the common
+    /// case for headers).
     pub fn as_str(&self) -> Option<&str> {
         match self {
-            AmqpValue::ShortString(s) => Some(s),
-            AmqpValue::LongString(b) => std::str::from_utf8(&b.0).ok(),
+            AmqpValue::ShortString(b) | AmqpValue::LongString(b) => b.as_str(),
             _ => None,
         }
+    }
+
+    /// A long string holding `text`.
+    pub fn text(text: &str) -> Self {
+        AmqpValue::LongString(Bytes::from(text))
     }
 
     /// The value as an integer when it has any integer type (or is a timestamp).
@@ -175,181 +412,36 @@ impl AmqpValue {
             AmqpValue::Table(_) => "table",
             AmqpValue::ByteArray(_) => "byte-array",
             AmqpValue::Void => "void",
+            AmqpValue::Encoded(_) => "encoded",
         }
     }
-}
-
-impl From<&AMQPValue> for AmqpValue {
-    fn from(value: &AMQPValue) -> Self {
-        match value {
-            AMQPValue::Boolean(v) => AmqpValue::Boolean(*v),
-            AMQPValue::ShortShortInt(v) => AmqpValue::ShortShortInt(*v),
-            AMQPValue::ShortShortUInt(v) => AmqpValue::ShortShortUint(*v),
-            AMQPValue::ShortInt(v) => AmqpValue::ShortInt(*v),
-            AMQPValue::ShortUInt(v) => AmqpValue::ShortUint(*v),
-            AMQPValue::LongInt(v) => AmqpValue::LongInt(*v),
-            AMQPValue::LongUInt(v) => AmqpValue::LongUint(*v),
-            AMQPValue::LongLongInt(v) => AmqpValue::LongLongInt(*v),
-            AMQPValue::Float(v) => AmqpValue::Float(JsonFloat(*v)),
-            AMQPValue::Double(v) => AmqpValue::Double(JsonFloat(*v)),
-            AMQPValue::DecimalValue(d) => AmqpValue::Decimal {
-                scale: d.scale,
-                value: d.value,
-            },
-            AMQPValue::ShortString(s) => AmqpValue::ShortString(s.as_str().to_owned()),
-            AMQPValue::LongString(s) => AmqpValue::LongString(Bytes(s.as_bytes().to_vec())),
-            AMQPValue::FieldArray(a) => {
-                AmqpValue::Array(a.as_slice().iter().map(Into::into).collect())
-            }
-            AMQPValue::Timestamp(t) => AmqpValue::Timestamp(*t),
-            AMQPValue::FieldTable(t) => AmqpValue::Table(table_from_amqp(t)),
-            AMQPValue::ByteArray(b) => AmqpValue::ByteArray(Bytes(b.as_slice().to_vec())),
-            AMQPValue::Void => AmqpValue::Void,
-        }
-    }
-}
-
-impl From<&AmqpValue> for AMQPValue {
-    fn from(value: &AmqpValue) -> Self {
-        match value {
-            AmqpValue::Boolean(v) => AMQPValue::Boolean(*v),
-            AmqpValue::ShortShortInt(v) => AMQPValue::ShortShortInt(*v),
-            AmqpValue::ShortShortUint(v) => AMQPValue::ShortShortUInt(*v),
-            AmqpValue::ShortInt(v) => AMQPValue::ShortInt(*v),
-            AmqpValue::ShortUint(v) => AMQPValue::ShortUInt(*v),
-            AmqpValue::LongInt(v) => AMQPValue::LongInt(*v),
-            AmqpValue::LongUint(v) => AMQPValue::LongUInt(*v),
-            AmqpValue::LongLongInt(v) => AMQPValue::LongLongInt(*v),
-            AmqpValue::Float(v) => AMQPValue::Float(v.0),
-            AmqpValue::Double(v) => AMQPValue::Double(v.0),
-            AmqpValue::Decimal { scale, value } => AMQPValue::DecimalValue(DecimalValue {
-                scale: *scale,
-                value: *value,
-            }),
-            AmqpValue::ShortString(s) => AMQPValue::ShortString(s.as_str().into()),
-            AmqpValue::LongString(b) => AMQPValue::LongString(b.0.clone().into()),
-            AmqpValue::Array(a) => AMQPValue::FieldArray(FieldArray::from(
-                a.iter().map(Into::into).collect::<Vec<_>>(),
-            )),
-            AmqpValue::Timestamp(t) => AMQPValue::Timestamp(*t),
-            AmqpValue::Table(t) => AMQPValue::FieldTable(table_to_amqp(t)),
-            AmqpValue::ByteArray(b) => AMQPValue::ByteArray(b.0.as_slice().into()),
-            AmqpValue::Void => AMQPValue::Void,
-        }
-    }
-}
-
-/// A lapin `FieldTable` as a typed table.
-pub fn table_from_amqp(table: &FieldTable) -> Table {
-    table
-        .inner()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), v.into()))
-        .collect()
-}
-
-/// A typed table back as the lapin `FieldTable` it came from.
-pub fn table_to_amqp(table: &Table) -> FieldTable {
-    let map: BTreeMap<ShortString, AMQPValue> = table
-        .iter()
-        .map(|(k, v)| (ShortString::from(k.as_str()), v.into()))
-        .collect();
-    FieldTable::from(map)
 }
 
 /// Every basic property except `headers`, which is kept as a typed [`Table`] beside it.
+/// Short strings are bytes: a producer may put anything in a message-id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MessageProperties {
-    pub content_type: Option<String>,
-    pub content_encoding: Option<String>,
+    pub content_type: Option<Bytes>,
+    pub content_encoding: Option<Bytes>,
     pub delivery_mode: Option<u8>,
     pub priority: Option<u8>,
-    pub correlation_id: Option<String>,
-    pub reply_to: Option<String>,
-    pub expiration: Option<String>,
-    pub message_id: Option<String>,
+    pub correlation_id: Option<Bytes>,
+    pub reply_to: Option<Bytes>,
+    pub expiration: Option<Bytes>,
+    pub message_id: Option<Bytes>,
     /// Seconds since the Unix epoch.
     pub timestamp: Option<u64>,
     #[serde(rename = "type")]
-    pub kind: Option<String>,
-    pub user_id: Option<String>,
-    pub app_id: Option<String>,
-    pub cluster_id: Option<String>,
-}
-
-fn owned(s: &Option<ShortString>) -> Option<String> {
-    s.as_ref().map(|s| s.as_str().to_owned())
+    pub kind: Option<Bytes>,
+    pub user_id: Option<Bytes>,
+    pub app_id: Option<Bytes>,
+    pub cluster_id: Option<Bytes>,
 }
 
 impl MessageProperties {
-    /// Splits lapin's properties into the typed properties and the typed headers
-    /// (`None` when the message had no header table at all, which is not the same as empty).
-    pub fn from_amqp(p: &BasicProperties) -> (Self, Option<Table>) {
-        let props = MessageProperties {
-            content_type: owned(p.content_type()),
-            content_encoding: owned(p.content_encoding()),
-            delivery_mode: *p.delivery_mode(),
-            priority: *p.priority(),
-            correlation_id: owned(p.correlation_id()),
-            reply_to: owned(p.reply_to()),
-            expiration: owned(p.expiration()),
-            message_id: owned(p.message_id()),
-            timestamp: *p.timestamp(),
-            kind: owned(p.kind()),
-            user_id: owned(p.user_id()),
-            app_id: owned(p.app_id()),
-            cluster_id: owned(p.cluster_id()),
-        };
-        (props, p.headers().as_ref().map(table_from_amqp))
-    }
-
-    /// Rebuilds lapin's properties from the typed form, with the given headers.
-    pub fn to_amqp(&self, headers: Option<&Table>) -> BasicProperties {
-        let mut p = BasicProperties::default();
-        let s = |v: &String| ShortString::from(v.as_str());
-        if let Some(v) = &self.content_type {
-            p = p.with_content_type(s(v));
-        }
-        if let Some(v) = &self.content_encoding {
-            p = p.with_content_encoding(s(v));
-        }
-        if let Some(h) = headers {
-            p = p.with_headers(table_to_amqp(h));
-        }
-        if let Some(v) = self.delivery_mode {
-            p = p.with_delivery_mode(v);
-        }
-        if let Some(v) = self.priority {
-            p = p.with_priority(v);
-        }
-        if let Some(v) = &self.correlation_id {
-            p = p.with_correlation_id(s(v));
-        }
-        if let Some(v) = &self.reply_to {
-            p = p.with_reply_to(s(v));
-        }
-        if let Some(v) = &self.expiration {
-            p = p.with_expiration(s(v));
-        }
-        if let Some(v) = &self.message_id {
-            p = p.with_message_id(s(v));
-        }
-        if let Some(v) = self.timestamp {
-            p = p.with_timestamp(v);
-        }
-        if let Some(v) = &self.kind {
-            p = p.with_type(s(v));
-        }
-        if let Some(v) = &self.user_id {
-            p = p.with_user_id(s(v));
-        }
-        if let Some(v) = &self.app_id {
-            p = p.with_app_id(s(v));
-        }
-        if let Some(v) = &self.cluster_id {
-            p = p.with_cluster_id(s(v));
-        }
-        p
+    /// A property as text for display and search: lossy where it is not UTF-8.
+    pub fn text(value: &Option<Bytes>) -> Option<Cow<'_, str>> {
+        value.as_ref().map(Bytes::to_text)
     }
 }
 
@@ -357,66 +449,62 @@ impl MessageProperties {
 mod tests {
     use super::*;
 
-    fn every_type() -> FieldTable {
-        let mut nested = FieldTable::default();
-        nested.insert("inner".into(), AMQPValue::LongInt(-5));
-        let mut t = FieldTable::default();
-        t.insert("bool".into(), AMQPValue::Boolean(true));
-        t.insert("i8".into(), AMQPValue::ShortShortInt(-8));
-        t.insert("u8".into(), AMQPValue::ShortShortUInt(8));
-        t.insert("i16".into(), AMQPValue::ShortInt(-16));
-        t.insert("u16".into(), AMQPValue::ShortUInt(16));
-        t.insert("i32".into(), AMQPValue::LongInt(-32));
-        t.insert("u32".into(), AMQPValue::LongUInt(32));
-        t.insert("i64".into(), AMQPValue::LongLongInt(-64));
-        t.insert("f32".into(), AMQPValue::Float(1.1));
-        t.insert("f64".into(), AMQPValue::Double(f64::NAN));
-        t.insert("inf".into(), AMQPValue::Double(f64::NEG_INFINITY));
-        t.insert(
-            "dec".into(),
-            AMQPValue::DecimalValue(DecimalValue {
-                scale: 2,
-                value: 12345,
-            }),
-        );
-        t.insert("sstr".into(), AMQPValue::ShortString("short".into()));
-        t.insert("lstr".into(), AMQPValue::LongString("long ünïcode".into()));
-        t.insert(
-            "binstr".into(),
-            AMQPValue::LongString(vec![0xff, 0x00, 0xfe].into()),
-        );
-        t.insert(
-            "arr".into(),
-            AMQPValue::FieldArray(vec![AMQPValue::LongString("a".into()), AMQPValue::Void].into()),
-        );
-        t.insert("ts".into(), AMQPValue::Timestamp(1_700_000_000));
-        t.insert("table".into(), AMQPValue::FieldTable(nested));
-        t.insert("bytes".into(), AMQPValue::ByteArray(vec![1, 2, 3].into()));
-        t.insert("void".into(), AMQPValue::Void);
-        t
+    fn every_type() -> Table {
+        Table::from([
+            ("bool", AmqpValue::Boolean(true)),
+            ("i8", AmqpValue::ShortShortInt(-8)),
+            ("u8", AmqpValue::ShortShortUint(8)),
+            ("i16", AmqpValue::ShortInt(-16)),
+            ("u16", AmqpValue::ShortUint(16)),
+            ("i32", AmqpValue::LongInt(-32)),
+            ("u32", AmqpValue::LongUint(32)),
+            ("i64", AmqpValue::LongLongInt(-64)),
+            ("f32", AmqpValue::Float(JsonFloat(1.1))),
+            ("f64", AmqpValue::Double(JsonFloat(f64::NAN))),
+            ("inf", AmqpValue::Double(JsonFloat(f64::NEG_INFINITY))),
+            (
+                "dec",
+                AmqpValue::Decimal {
+                    scale: 2,
+                    value: 12345,
+                },
+            ),
+            ("lstr", AmqpValue::text("long ünïcode")),
+            (
+                "binstr",
+                AmqpValue::LongString(Bytes(vec![0xff, 0x00, 0xfe])),
+            ),
+            (
+                "arr",
+                AmqpValue::Array(vec![AmqpValue::text("a"), AmqpValue::Void]),
+            ),
+            ("ts", AmqpValue::Timestamp(1_700_000_000)),
+            (
+                "table",
+                AmqpValue::Table(Table::from([("inner", AmqpValue::LongInt(-5))])),
+            ),
+            ("bytes", AmqpValue::ByteArray(Bytes(vec![1, 2, 3]))),
+            ("void", AmqpValue::Void),
+            ("deep", AmqpValue::Encoded(vec![b'A', 0, 0, 0, 0])),
+        ])
     }
 
     #[test]
     fn every_amqp_type_survives_json_and_back() {
-        let original = every_type();
-        let typed = table_from_amqp(&original);
+        let typed = every_type();
         let json = serde_json::to_string(&typed).unwrap();
         let parsed: Table = serde_json::from_str(&json).unwrap();
         assert_eq!(parsed, typed);
-        let back = table_to_amqp(&parsed);
-        // NaN != NaN, so compare everything but the NaN entry exactly and that one by kind.
-        for (k, v) in original.inner() {
-            let got = &back.inner()[k];
-            match (v, got) {
-                (AMQPValue::Double(a), AMQPValue::Double(b)) if a.is_nan() => assert!(b.is_nan()),
-                _ => assert_eq!(v, got, "{k}"),
-            }
-        }
+        assert_eq!(
+            parsed.keys().map(|k| k.to_text()).collect::<Vec<_>>()[..3],
+            ["bool", "i8", "u8"],
+            "entries keep their order"
+        );
     }
 
     #[test]
     fn json_shows_each_type_by_name() {
-        let typed = table_from_amqp(&every_type());
+        let typed = every_type();
         let json = serde_json::to_value(&typed).unwrap();
         assert_eq!(
             json["i8"],
@@ -442,29 +530,53 @@ mod tests {
         );
         assert_eq!(json["void"], serde_json::json!({"type": "void"}));
         assert_eq!(json["table"]["value"]["inner"]["type"], "long-int");
+        assert_eq!(
+            json["deep"],
+            serde_json::json!({"type": "encoded", "value": {"base64": "QQAAAAA="}})
+        );
     }
 
     #[test]
-    fn properties_round_trip_through_lapin() {
-        let p = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(2)
-            .with_priority(7)
-            .with_message_id("m-1".into())
-            .with_timestamp(42)
-            .with_type("invoice.created".into())
-            .with_headers(every_type());
-        let (props, headers) = MessageProperties::from_amqp(&p);
-        assert_eq!(props.kind.as_deref(), Some("invoice.created"));
-        let rebuilt = props.to_amqp(headers.as_ref());
-        assert_eq!(rebuilt.message_id(), p.message_id());
-        assert_eq!(rebuilt.priority(), p.priority());
-        assert_eq!(MessageProperties::from_amqp(&rebuilt).0, props);
+    fn names_that_are_bytes_or_repeat_are_kept_as_pairs() {
+        let t = Table(vec![
+            (Bytes(b"bad-\xff".to_vec()), AmqpValue::LongInt(1)),
+            (Bytes::from("dup"), AmqpValue::LongInt(2)),
+            (Bytes::from("dup"), AmqpValue::LongInt(3)),
+        ]);
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(
+            json[0][0],
+            serde_json::json!({"base64": BASE64.encode(b"bad-\xff")})
+        );
+        let back: Table = serde_json::from_value(json).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.get("dup"), Some(&AmqpValue::LongInt(2)));
     }
 
     #[test]
-    fn absent_headers_stay_absent() {
-        let (_, headers) = MessageProperties::from_amqp(&BasicProperties::default());
-        assert!(headers.is_none());
+    fn tables_archived_before_keep_reading() {
+        let old =
+            r#"{"x-death":{"type":"array","value":[]},"n":{"type":"short-string","value":"s"}}"#;
+        let t: Table = serde_json::from_str(old).unwrap();
+        assert_eq!(t.get("n"), Some(&AmqpValue::ShortString(Bytes::from("s"))));
+        let props: MessageProperties =
+            serde_json::from_str(r#"{"message_id":"m-1","content_type":null}"#).unwrap();
+        assert_eq!(props.message_id, Some(Bytes::from("m-1")));
+    }
+
+    #[test]
+    fn properties_that_are_not_utf8_round_trip() {
+        let props = MessageProperties {
+            message_id: Some(Bytes(b"bad-\xff\xfe-id".to_vec())),
+            content_type: Some(Bytes::from("application/json")),
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&props).unwrap();
+        let back: MessageProperties = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, props);
+        assert_eq!(
+            MessageProperties::text(&back.message_id).unwrap(),
+            "bad-\u{fffd}\u{fffd}-id"
+        );
     }
 }

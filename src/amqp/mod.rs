@@ -4,4 +4,6 @@
 pub mod connection;
 pub mod consumer;
 pub mod headers;
+pub mod lapin_types;
 pub mod publisher;
+pub mod wire;

@@ -4,12 +4,10 @@
 
 use std::collections::VecDeque;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{Channel, Confirmation, Connection, ExchangeKind, PublisherConfirm};
+use tokio::sync::watch;
 
-use super::connection::is_not_found;
-use super::headers::{AmqpValue, Bytes, MessageProperties, Table};
+use super::headers::{AmqpValue, MessageProperties, Table};
+use super::wire::{Channel, Connection, ContentHeader, Event, WireError};
 use crate::death::{is_death_header, ReplayTarget};
 
 /// Links a replayed copy to the archive record it came from: when the copy dies again, its
@@ -44,23 +42,30 @@ pub struct ReplayMessage<'a> {
 
 /// The headers a replayed copy carries: the archived ones with their types, minus the death
 /// headers (so the consumer's retry counting starts fresh, and brokers that read a
-/// client-supplied `x-death` do not keep counting), plus the links to the archive.
-pub fn replay_headers(headers: Option<&Table>, archive_id: i64, job: Option<&str>) -> Table {
+/// client-supplied `x-death` do not keep counting), plus the links to the archive. A copy
+/// sent to its original target gets back the `CC` keys the broker dropped when it
+/// dead-lettered with `x-dead-letter-routing-key`, so it reaches every queue it first did.
+pub fn replay_headers(
+    headers: Option<&Table>,
+    target: &ReplayTarget,
+    archive_id: i64,
+    job: Option<&str>,
+) -> Table {
     let mut out: Table = headers
         .into_iter()
         .flatten()
         .filter(|(name, _)| !is_death_header(name))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    out.insert(
-        REPLAY_OF_HEADER.into(),
-        AmqpValue::LongString(Bytes(archive_id.to_string().into_bytes())),
-    );
-    if let Some(job) = job {
+    if let Some(cc) = headers.and_then(|h| crate::death::dropped_cc_keys(h, target)) {
         out.insert(
-            REPLAY_JOB_HEADER.into(),
-            AmqpValue::LongString(Bytes(job.as_bytes().to_vec())),
+            "CC",
+            AmqpValue::Array(cc.iter().map(|k| AmqpValue::text(k)).collect()),
         );
+    }
+    out.insert(REPLAY_OF_HEADER, AmqpValue::text(&archive_id.to_string()));
+    if let Some(job) = job {
+        out.insert(REPLAY_JOB_HEADER, AmqpValue::text(job));
     }
     out
 }
@@ -71,59 +76,61 @@ pub struct Publisher {
     channel: Channel,
 }
 
+/// A publish awaiting its confirm.
+struct InFlight {
+    tag: u64,
+    archive_id: i64,
+    /// The broker returned it (no queue took it); its confirm is still to come.
+    returned: Option<String>,
+    outcome: Option<PublishOutcome>,
+}
+
 impl Publisher {
-    pub async fn open(connection: Connection) -> Result<Self, lapin::Error> {
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
+    pub async fn open(connection: Connection) -> Result<Self, WireError> {
+        let mut channel = connection.channel().await?;
+        channel.confirm_select().await?;
         Ok(Publisher {
             connection,
             channel,
         })
     }
 
+    /// `Some(reason)` while the broker blocks publishing on this connection (a memory or
+    /// disk alarm): publishes wait in the socket until it clears.
+    pub fn blocked(&self) -> watch::Receiver<Option<String>> {
+        self.connection.blocked()
+    }
+
     /// Whether the exchange exists (the default exchange always does). Checked on a channel
     /// of its own: a failed passive declare closes the channel it ran on.
-    pub async fn exchange_exists(&self, exchange: &str) -> Result<bool, lapin::Error> {
+    pub async fn exchange_exists(&self, exchange: &str) -> Result<bool, WireError> {
         if exchange.is_empty() {
             return Ok(true);
         }
-        let probe = self.connection.create_channel().await?;
-        let passive = ExchangeDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        match probe
-            .exchange_declare(
-                exchange.into(),
-                ExchangeKind::Direct,
-                passive,
-                FieldTable::default(),
-            )
-            .await
-        {
+        let mut probe = self.connection.channel().await?;
+        match probe.exchange_exists(exchange).await {
             Ok(()) => {
-                let _ = probe.close(200, "checked".into()).await;
+                probe.close().await;
                 Ok(true)
             }
-            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) if super::connection::is_not_found(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    async fn send(&self, m: &ReplayMessage<'_>) -> Result<PublisherConfirm, lapin::Error> {
-        let headers = replay_headers(m.headers, m.archive_id, m.job);
+    async fn send(&mut self, m: &ReplayMessage<'_>) -> Result<u64, WireError> {
+        let content = ContentHeader {
+            body_size: m.body.len() as u64,
+            properties: m.properties.clone(),
+            headers: Some(replay_headers(m.headers, m.target, m.archive_id, m.job)),
+        };
         self.channel
-            .basic_publish(
-                m.target.exchange.as_str().into(),
-                m.target.routing_key.as_str().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
+            .publish(
+                &m.target.exchange,
+                &m.target.routing_key,
+                true,
+                &content,
                 m.body,
-                m.properties.to_amqp(Some(&headers)),
             )
             .await
     }
@@ -131,45 +138,117 @@ impl Publisher {
     /// Publishes every message with at most `window` confirms outstanding (pipelined, not
     /// one round trip each), reporting each outcome in order as its confirm arrives.
     pub async fn publish_all<'a>(
-        &self,
+        &mut self,
         messages: impl IntoIterator<Item = ReplayMessage<'a>>,
         window: usize,
         mut on_outcome: impl FnMut(i64, PublishOutcome),
     ) {
-        let mut pending: VecDeque<(i64, Result<PublisherConfirm, lapin::Error>)> = VecDeque::new();
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        let mut broken: Option<String> = None;
         for m in messages {
-            if pending.len() >= window.max(1) {
-                let (id, confirm) = pending.pop_front().expect("the window is not empty");
-                on_outcome(id, outcome(confirm).await);
+            while in_flight.len() >= window.max(1) {
+                self.settle(&mut in_flight, &mut broken).await;
+                report_settled(&mut in_flight, &mut on_outcome);
             }
-            pending.push_back((m.archive_id, self.send(&m).await));
+            let (tag, outcome) = match &broken {
+                Some(e) => (0, Some(PublishOutcome::Failed(e.clone()))),
+                None => match self.send(&m).await {
+                    Ok(tag) => (tag, None),
+                    Err(e) => {
+                        let e = e.to_string();
+                        broken = Some(e.clone());
+                        (0, Some(PublishOutcome::Failed(e)))
+                    }
+                },
+            };
+            in_flight.push_back(InFlight {
+                tag,
+                archive_id: m.archive_id,
+                returned: None,
+                outcome,
+            });
+            report_settled(&mut in_flight, &mut on_outcome);
         }
-        for (id, confirm) in pending {
-            on_outcome(id, outcome(confirm).await);
+        while !in_flight.is_empty() {
+            self.settle(&mut in_flight, &mut broken).await;
+            report_settled(&mut in_flight, &mut on_outcome);
+        }
+    }
+
+    /// Waits for the broker's next word on the channel and applies it.
+    async fn settle(&mut self, in_flight: &mut VecDeque<InFlight>, broken: &mut Option<String>) {
+        if let Some(e) = broken.as_ref() {
+            fail_unsettled(in_flight, e);
+            return;
+        }
+        match self.channel.next_event().await {
+            Event::Ack { tag, multiple } => {
+                settle_tags(in_flight, tag, multiple, |returned| match returned {
+                    Some(reply) => PublishOutcome::Unroutable { reply },
+                    None => PublishOutcome::Published,
+                })
+            }
+            Event::Nack { tag, multiple } => {
+                settle_tags(in_flight, tag, multiple, |_| PublishOutcome::Nacked)
+            }
+            Event::Return(r) => {
+                // A return names no delivery tag; the copy's link header says which it was.
+                let id = r
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(REPLAY_OF_HEADER))
+                    .and_then(|v| v.as_str()?.parse::<i64>().ok());
+                let reply = format!("{} {}", r.reply_code, r.reply_text);
+                if let Some(entry) = in_flight.iter_mut().find(|f| {
+                    f.outcome.is_none()
+                        && f.returned.is_none()
+                        && id.is_none_or(|id| f.archive_id == id)
+                }) {
+                    entry.returned = Some(reply);
+                }
+            }
+            Event::Closed(e) => {
+                let e = e.to_string();
+                fail_unsettled(in_flight, &e);
+                *broken = Some(e);
+            }
+            Event::Delivery(_) | Event::ConsumerCancelled => {}
         }
     }
 
     pub async fn close(self) {
-        let _ = self.channel.close(200, "replay done".into()).await;
-        let _ = self.connection.close(200, "replay done".into()).await;
+        self.channel.close().await;
+        self.connection.close().await;
     }
 }
 
-async fn outcome(confirm: Result<PublisherConfirm, lapin::Error>) -> PublishOutcome {
-    let confirmation = match confirm {
-        Ok(confirm) => confirm.await,
-        Err(e) => return PublishOutcome::Failed(e.to_string()),
-    };
-    match confirmation {
-        Ok(Confirmation::Ack(None)) => PublishOutcome::Published,
-        Ok(Confirmation::Ack(Some(returned))) => PublishOutcome::Unroutable {
-            reply: format!("{} {}", returned.reply_code, returned.reply_text.as_str()),
-        },
-        Ok(Confirmation::Nack(_)) => PublishOutcome::Nacked,
-        Ok(Confirmation::NotRequested) => {
-            PublishOutcome::Failed("the channel is not in confirm mode".into())
+fn settle_tags(
+    in_flight: &mut VecDeque<InFlight>,
+    tag: u64,
+    multiple: bool,
+    outcome: impl Fn(Option<String>) -> PublishOutcome,
+) {
+    for f in in_flight.iter_mut() {
+        if f.outcome.is_none() && (f.tag == tag || (multiple && f.tag <= tag)) {
+            f.outcome = Some(outcome(f.returned.take()));
         }
-        Err(e) => PublishOutcome::Failed(e.to_string()),
+    }
+}
+
+fn fail_unsettled(in_flight: &mut VecDeque<InFlight>, error: &str) {
+    for f in in_flight.iter_mut().filter(|f| f.outcome.is_none()) {
+        f.outcome = Some(PublishOutcome::Failed(error.to_owned()));
+    }
+}
+
+/// Reports outcomes in publishing order, as far as they are known.
+fn report_settled(
+    in_flight: &mut VecDeque<InFlight>,
+    on_outcome: &mut impl FnMut(i64, PublishOutcome),
+) {
+    while in_flight.front().is_some_and(|f| f.outcome.is_some()) {
+        let f = in_flight.pop_front().expect("checked");
+        on_outcome(f.archive_id, f.outcome.expect("checked"));
     }
 }
 
@@ -179,26 +258,31 @@ mod tests {
 
     #[test]
     fn replay_headers_drop_the_death_headers_and_link_the_record() {
-        let text = |s: &str| AmqpValue::LongString(Bytes(s.as_bytes().to_vec()));
+        let text = AmqpValue::text;
         let headers = Table::from([
-            ("x-death".to_owned(), AmqpValue::Array(vec![])),
-            ("x-first-death-queue".to_owned(), text("work")),
-            ("x-last-death-reason".to_owned(), text("expired")),
-            ("x-delivery-count".to_owned(), AmqpValue::LongInt(3)),
-            ("tenant".to_owned(), AmqpValue::ShortShortUint(7)),
-            ("retry-times".to_owned(), AmqpValue::LongInt(2)),
+            ("x-death", AmqpValue::Array(vec![])),
+            ("x-first-death-queue", text("work")),
+            ("x-last-death-reason", text("expired")),
+            ("x-delivery-count", AmqpValue::LongInt(3)),
+            ("x-acquired-count", AmqpValue::LongInt(3)),
+            ("tenant", AmqpValue::ShortShortUint(7)),
+            ("retry-times", AmqpValue::LongInt(2)),
         ]);
-        let out = replay_headers(Some(&headers), 42, Some("job-1"));
+        let target = ReplayTarget {
+            exchange: "".into(),
+            routing_key: "work".into(),
+        };
+        let out = replay_headers(Some(&headers), &target, 42, Some("job-1"));
         assert_eq!(
-            out.keys().collect::<Vec<_>>(),
-            ["retry-times", "tenant", REPLAY_JOB_HEADER, REPLAY_OF_HEADER]
+            out.keys().map(|k| k.to_text()).collect::<Vec<_>>(),
+            ["tenant", "retry-times", REPLAY_OF_HEADER, REPLAY_JOB_HEADER]
         );
         assert_eq!(
-            out["tenant"],
-            AmqpValue::ShortShortUint(7),
+            out.get("tenant").unwrap(),
+            &AmqpValue::ShortShortUint(7),
             "types are kept"
         );
-        assert_eq!(out[REPLAY_OF_HEADER].as_str(), Some("42"));
-        assert_eq!(replay_headers(None, 1, None).len(), 1);
+        assert_eq!(out.get(REPLAY_OF_HEADER).unwrap().as_str(), Some("42"));
+        assert_eq!(replay_headers(None, &target, 1, None).len(), 1);
     }
 }

@@ -4,7 +4,7 @@
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use crate::amqp::headers::{AmqpValue, MessageProperties, Table};
+use crate::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use crate::death::{self, DeathHistory};
 
 /// A message exactly as the broker delivered it from a DLQ.
@@ -19,6 +19,36 @@ pub struct IncomingMessage {
     pub headers: Option<Table>,
     pub body: Vec<u8>,
     pub received_at: OffsetDateTime,
+    /// What the wire decoder had to keep undecoded (its bytes are in the headers).
+    pub decode_problems: Vec<String>,
+}
+
+/// Text as the archive's columns keep it: lossy where it was not UTF-8 and NUL replaced,
+/// identically on both backends (PostgreSQL's text cannot hold NUL). The exact value is in
+/// the typed JSON beside it.
+pub fn column_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}").into()
+    } else {
+        text.into()
+    }
+}
+
+fn column_bytes(value: &Option<Bytes>) -> Option<String> {
+    value
+        .as_ref()
+        .map(|b| column_text(&b.to_text()).into_owned())
+}
+
+/// The message's text columns: what lists show, filter and sort on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageColumns {
+    pub exchange: String,
+    pub routing_key: String,
+    pub message_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
 }
 
 /// Headers in which failing consumers commonly leave their error: Spring AMQP, MassTransit,
@@ -140,7 +170,7 @@ pub fn extract_fields(body_text: Option<&str>, fields: &[BusinessField]) -> Vec<
         .iter()
         .filter_map(|f| {
             let value = match json.pointer(&f.pointer)? {
-                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::String(s) => column_text(s).into_owned(),
                 v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => v.to_string(),
                 _ => return None,
             };
@@ -156,11 +186,12 @@ fn search_text(
     fields: &[(String, String)],
 ) -> SearchText {
     let p = &message.properties;
-    let mut ids: Vec<&str> = [&p.message_id, &p.correlation_id, &p.kind, &p.app_id]
-        .into_iter()
-        .filter_map(|v| v.as_deref())
-        .collect();
-    ids.extend(fields.iter().map(|(_, v)| v.as_str()));
+    let mut ids: Vec<std::borrow::Cow<'_, str>> =
+        [&p.message_id, &p.correlation_id, &p.kind, &p.app_id]
+            .into_iter()
+            .filter_map(MessageProperties::text)
+            .collect();
+    ids.extend(fields.iter().map(|(_, v)| v.as_str().into()));
     let mut headers = String::new();
     if let Some(h) = &message.headers {
         header_text(h, &mut headers);
@@ -174,9 +205,9 @@ fn search_text(
         body = &body[..end];
     }
     SearchText {
-        body: body.to_owned(),
-        ids: ids.join("\n"),
-        headers,
+        body: column_text(body).into_owned(),
+        ids: column_text(&ids.join("\n")).into_owned(),
+        headers: column_text(&headers).into_owned(),
     }
 }
 
@@ -185,7 +216,9 @@ fn search_text(
 pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<String> {
     let headers = headers?;
     names.iter().find_map(|name| {
-        let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+        let (_, value) = headers
+            .iter()
+            .find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name.as_bytes()))?;
         let text = value.as_str()?.trim().lines().next()?.trim();
         if text.is_empty() {
             return None;
@@ -194,7 +227,7 @@ pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<St
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        Some(text[..end].to_owned())
+        Some(column_text(&text[..end]).into_owned())
     })
 }
 
@@ -210,6 +243,7 @@ pub struct PreparedMessage {
     pub problems_json: Option<String>,
     pub error: Option<String>,
     pub search_text: SearchText,
+    pub columns: MessageColumns,
     /// Business field values: (name, value).
     pub fields: Vec<(String, String)>,
     /// The archive record this message is a replayed copy of (its `x-lazarus-replay-of`).
@@ -240,10 +274,12 @@ impl PreparedMessage {
         } else {
             FIELD_BODY_BYTES
         };
+        let content_type = MessageProperties::text(&p.content_type);
+        let content_encoding = MessageProperties::text(&p.content_encoding);
         let text = crate::body::text(
             &message.body,
-            p.content_type.as_deref(),
-            p.content_encoding.as_deref(),
+            content_type.as_deref(),
+            content_encoding.as_deref(),
             limit,
         );
         let fields = extract_fields(text.as_deref(), &rules.fields);
@@ -272,7 +308,19 @@ impl PreparedMessage {
         };
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
-        let history = death::decode(message.headers.as_ref());
+        let mut history = death::decode(message.headers.as_ref());
+        history
+            .problems
+            .extend(message.decode_problems.iter().cloned());
+        history.sanitize(column_text);
+        let columns = MessageColumns {
+            exchange: column_text(&message.exchange).into_owned(),
+            routing_key: column_text(&message.routing_key).into_owned(),
+            message_id: column_bytes(&message.properties.message_id),
+            correlation_id: column_bytes(&message.properties.correlation_id),
+            content_type: column_bytes(&message.properties.content_type),
+            content_encoding: column_bytes(&message.properties.content_encoding),
+        };
         let replay_of = message
             .headers
             .as_ref()
@@ -295,6 +343,7 @@ impl PreparedMessage {
             problems_json,
             error,
             search_text,
+            columns,
             fields,
             replay_of,
             maybe_stored: false,
@@ -354,9 +403,10 @@ mod tests {
                 message_id: Some("m-1".into()),
                 ..Default::default()
             },
-            headers: Some(Table::from([("k".into(), AmqpValue::LongInt(1))])),
+            headers: Some(Table::from([("k", AmqpValue::LongInt(1))])),
             body: b"{}".to_vec(),
             received_at: OffsetDateTime::UNIX_EPOCH,
+            decode_problems: Vec::new(),
         }
     }
 
@@ -392,7 +442,7 @@ mod tests {
                 ..message()
             },
             IncomingMessage {
-                headers: Some(Table::from([("k".into(), AmqpValue::LongLongInt(1))])),
+                headers: Some(Table::from([("k", AmqpValue::LongLongInt(1))])),
                 ..message()
             },
             IncomingMessage {
@@ -409,9 +459,9 @@ mod tests {
     fn error_description_takes_the_first_configured_header() {
         let rules = IngestRules::default();
         let h = Table::from([
-            ("error".into(), AmqpValue::ShortString("later".into())),
+            ("error", AmqpValue::text("later")),
             (
-                "X-Exception-Message".into(),
+                "X-Exception-Message",
                 AmqpValue::LongString(crate::amqp::headers::Bytes(
                     b"  NullPointerException: invoice.customer\n\tat Billing.java:42".to_vec(),
                 )),
@@ -422,7 +472,7 @@ mod tests {
             Some("NullPointerException: invoice.customer")
         );
         assert_eq!(error_description(None, &rules.error_headers), None);
-        let not_text = Table::from([("exception".into(), AmqpValue::LongInt(3))]);
+        let not_text = Table::from([("exception", AmqpValue::LongInt(3))]);
         assert_eq!(
             error_description(Some(&not_text), &rules.error_headers),
             None
@@ -432,7 +482,7 @@ mod tests {
     #[test]
     fn long_error_descriptions_are_cut_on_a_char_boundary() {
         let long = "é".repeat(400);
-        let h = Table::from([("error".into(), AmqpValue::ShortString(long))]);
+        let h = Table::from([("error", AmqpValue::text(&long))]);
         let cut = error_description(Some(&h), &IngestRules::default().error_headers).unwrap();
         assert!(cut.len() <= MAX_ERROR_LEN && cut.chars().all(|c| c == 'é'));
     }
@@ -483,11 +533,8 @@ mod tests {
         let mut m = message();
         m.properties.correlation_id = Some("corr-7".into());
         m.headers = Some(Table::from([(
-            "nested".into(),
-            AmqpValue::Table(Table::from([(
-                "why".into(),
-                AmqpValue::ShortString("timeout".into()),
-            )])),
+            "nested",
+            AmqpValue::Table(Table::from([("why", AmqpValue::text("timeout"))])),
         )]));
         m.body = br#"{"invoice_id": "INV-9"}"#.to_vec();
         let rules = IngestRules {

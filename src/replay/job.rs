@@ -425,7 +425,8 @@ impl<'a> Runner<'a> {
                 current.iter().map(|m| to_replay(m, &job_tag)).collect();
             self.publisher(id).await?;
             let (archive, settings) = (self.archive, self.settings);
-            let publisher = self.publisher.as_ref().expect("connected above");
+            let mut publisher = self.publisher.take().expect("connected above");
+            let mut blocked = publisher.blocked();
             let mut published = Vec::with_capacity(current.len());
             let publish = publisher.publish_all(batch, window, |message_id, o| {
                 published.push(item_outcome(message_id, o))
@@ -438,19 +439,36 @@ impl<'a> Runner<'a> {
                 }
             };
             // A step can wait on the broker (a memory or disk alarm blocks publishers):
-            // the lease is renewed meanwhile, so no other runner takes the job over.
+            // the lease is renewed meanwhile, so no other runner takes the job over, and
+            // the job says what it waits for.
             let renew = async {
                 loop {
-                    tokio::time::sleep(settings.lease / 3).await;
+                    let detail = blocked.borrow_and_update().as_ref().map(|reason| {
+                        format!(
+                            "waiting: RabbitMQ blocks publishing ({reason}); the job goes on \
+                             once the broker's resource alarm clears"
+                        )
+                    });
                     let _ = archive
-                        .note_job(id, &settings.owner, settings.lease_ms(), None, false)
+                        .note_job(
+                            id,
+                            &settings.owner,
+                            settings.lease_ms(),
+                            detail.as_deref(),
+                            false,
+                        )
                         .await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(settings.lease / 3) => {}
+                        _ = blocked.changed() => {}
+                    }
                 }
             };
             let next = tokio::select! {
                 (_, next) = async { tokio::join!(publish, hand_out) } => next,
                 _ = renew => unreachable!("renewing never ends"),
             };
+            self.publisher = Some(publisher);
             outcomes = published;
             for o in outcomes.iter().filter(|o| !o.retry) {
                 self.settings.metrics.replayed(o.outcome, 1);

@@ -107,7 +107,7 @@ pub async fn replay_one(
     let connection = connect(amqp_url, "lazarus replay")
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;
-    let publisher = Publisher::open(connection)
+    let mut publisher = Publisher::open(connection)
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;
     let exists = publisher.exchange_exists(&target.exchange).await;

@@ -214,7 +214,7 @@ pub struct HeaderRow {
 pub fn header_rows(table: &Table) -> Vec<HeaderRow> {
     let mut rows = Vec::new();
     for (name, v) in table {
-        push_value(&mut rows, 0, name.clone(), v);
+        push_value(&mut rows, 0, name.describe(), v);
     }
     rows
 }
@@ -232,7 +232,7 @@ fn push_value(rows: &mut Vec<HeaderRow>, depth: usize, name: String, v: &AmqpVal
         AmqpValue::Float(f) => f.0.to_string(),
         AmqpValue::Double(f) => f.0.to_string(),
         AmqpValue::Decimal { scale, value } => decimal(*scale, *value),
-        AmqpValue::ShortString(s) => s.clone(),
+        AmqpValue::ShortString(s) => s.describe(),
         AmqpValue::LongString(b) | AmqpValue::ByteArray(b) => {
             match (v, std::str::from_utf8(&b.0)) {
                 (AmqpValue::LongString(_), Ok(s)) => s.to_owned(),
@@ -246,6 +246,11 @@ fn push_value(rows: &mut Vec<HeaderRow>, depth: usize, name: String, v: &AmqpVal
         AmqpValue::Void => String::new(),
         AmqpValue::Array(items) => format!("{} items", items.len()),
         AmqpValue::Table(t) => format!("{} entries", t.len()),
+        AmqpValue::Encoded(bytes) => format!(
+            "nested more than {} levels deep: {} bytes, shown collapsed, kept and replayed byte for byte",
+            crate::amqp::headers::MAX_DEPTH,
+            bytes.len()
+        ),
     };
     rows.push(HeaderRow {
         depth: depth.min(4),
@@ -261,7 +266,7 @@ fn push_value(rows: &mut Vec<HeaderRow>, depth: usize, name: String, v: &AmqpVal
         }
         AmqpValue::Table(t) => {
             for (k, item) in t {
-                push_value(rows, depth + 1, k.clone(), item);
+                push_value(rows, depth + 1, k.describe(), item);
             }
         }
         _ => {}
@@ -493,7 +498,7 @@ pub async fn dismiss_form(
 
 fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
     let p = &m.properties;
-    let text = |v: &Option<String>| v.clone();
+    let text = |v: &Option<crate::amqp::headers::Bytes>| v.as_ref().map(|b| b.describe());
     [
         ("content-type", text(&p.content_type)),
         ("content-encoding", text(&p.content_encoding)),

@@ -388,6 +388,7 @@ fn incoming(redelivered: bool) -> IncomingMessage {
         headers: None,
         body: b"same bytes".to_vec(),
         received_at: time::OffsetDateTime::now_utc(),
+        decode_problems: Vec::new(),
     }
 }
 

@@ -23,15 +23,15 @@ fn text(s: &str) -> AmqpValue {
 /// A message as the broker would deliver it after one rejection from `orders`.
 fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> IncomingMessage {
     let mut death = Table::new();
-    death.insert("queue".into(), text("orders"));
-    death.insert("reason".into(), text("rejected"));
-    death.insert("count".into(), AmqpValue::LongLongInt(1));
-    death.insert("exchange".into(), text("shop"));
+    death.insert("queue", text("orders"));
+    death.insert("reason", text("rejected"));
+    death.insert("count", AmqpValue::LongLongInt(1));
+    death.insert("exchange", text("shop"));
     death.insert(
-        "routing-keys".into(),
+        "routing-keys",
         AmqpValue::Array(vec![text("order.created")]),
     );
-    death.insert("time".into(), AmqpValue::Timestamp(1_764_669_600));
+    death.insert("time", AmqpValue::Timestamp(1_764_669_600));
     let mut headers = Table::from([
         (
             "x-death".to_owned(),
@@ -57,6 +57,7 @@ fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> In
         headers: Some(headers),
         body: body.to_vec(),
         received_at: time::OffsetDateTime::now_utc(),
+        decode_problems: Vec::new(),
     }
 }
 
