@@ -126,8 +126,8 @@ impl Publisher {
         };
         self.channel
             .publish(
-                &m.target.exchange,
-                &m.target.routing_key,
+                m.target.exchange.as_bytes(),
+                m.target.routing_key.as_bytes(),
                 true,
                 &content,
                 m.body,

@@ -229,6 +229,8 @@ pub struct OutgoingMessage {
     pub properties: MessageProperties,
     pub headers: Option<Table>,
     pub body: Vec<u8>,
+    /// Why the stored record could not be read; such a message is not published.
+    pub unreadable: Option<String>,
 }
 
 /// How much the next step of a job may hand out.

@@ -23,6 +23,7 @@ use super::{
     MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
     ReplayStart, StoreOutcome, StoredBody, NO_REASON,
 };
+use crate::amqp::headers::Table;
 use crate::death::{FirstDeath, ReplayTarget};
 
 #[derive(Debug, Clone)]
@@ -904,7 +905,7 @@ pub(super) fn message_from_row<R: ArchiveRow>(
         redelivered: row.column("redelivered")?,
         properties: serde_json::from_str(&properties).map_err(corrupt)?,
         headers: headers
-            .map(|h| serde_json::from_str(&h))
+            .map(|h| Table::from_json(&h))
             .transpose()
             .map_err(corrupt)?,
         death_problems: problems

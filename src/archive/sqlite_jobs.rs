@@ -11,6 +11,7 @@ use super::{
     Actor, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec,
     JobState, JobStep, OutgoingMessage, Plan, ReplayJob, TargetCount,
 };
+use crate::amqp::headers::Table;
 use crate::death::ReplayTarget;
 
 /// A message handed out this many times without a recorded confirm is given up as failed
@@ -137,19 +138,30 @@ pub(super) fn item_from_row<R: ArchiveRow>(row: &R) -> Result<JobItem, ArchiveEr
 pub(super) fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, ArchiveError> {
     let message_id: i64 = row.column("message_id")?;
     let headers: Option<String> = row.column("headers")?;
+    let properties = serde_json::from_str(&row.column::<String>("properties")?);
+    let headers = headers.map(|h| Table::from_json(&h)).transpose();
+    // A record that cannot be read is not published (it would go out changed) and does not
+    // stop the job: it ends failed, saying why.
+    let (properties, headers, unreadable) = match (properties, headers) {
+        (Ok(p), Ok(h)) => (p, h, None),
+        (Err(e), _) | (_, Err(e)) => (
+            Default::default(),
+            None,
+            Some(format!(
+                "the stored record is unreadable ({e}); nothing was published"
+            )),
+        ),
+    };
     Ok(OutgoingMessage {
         message_id,
         target: ReplayTarget {
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
         },
-        properties: serde_json::from_str(&row.column::<String>("properties")?)
-            .map_err(corrupt(message_id))?,
-        headers: headers
-            .map(|h| serde_json::from_str(&h))
-            .transpose()
-            .map_err(corrupt(message_id))?,
+        properties,
+        headers,
         body: row.column("body")?,
+        unreadable,
     })
 }
 

@@ -160,6 +160,16 @@ pub fn item_outcome(message_id: i64, outcome: PublishOutcome) -> ItemOutcome {
     }
 }
 
+/// A handed-out message whose record could not be read: failed for good, not retried.
+fn unreadable(message_id: i64, why: String) -> ItemOutcome {
+    ItemOutcome {
+        message_id,
+        outcome: "failed",
+        detail: Some(why),
+        retry: false,
+    }
+}
+
 /// A handed-out message that was never sent: it goes back to be done.
 fn not_sent(message_id: i64) -> ItemOutcome {
     ItemOutcome {
@@ -421,13 +431,19 @@ impl<'a> Runner<'a> {
             };
             let window = self.settings.window;
             let job_tag = id.to_string();
-            let batch: Vec<ReplayMessage<'_>> =
-                current.iter().map(|m| to_replay(m, &job_tag)).collect();
+            let batch: Vec<ReplayMessage<'_>> = current
+                .iter()
+                .filter(|m| m.unreadable.is_none())
+                .map(|m| to_replay(m, &job_tag))
+                .collect();
             self.publisher(id).await?;
             let (archive, settings) = (self.archive, self.settings);
             let mut publisher = self.publisher.take().expect("connected above");
             let mut blocked = publisher.blocked();
-            let mut published = Vec::with_capacity(current.len());
+            let mut published: Vec<ItemOutcome> = current
+                .iter()
+                .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
+                .collect();
             let publish = publisher.publish_all(batch, window, |message_id, o| {
                 published.push(item_outcome(message_id, o))
             });

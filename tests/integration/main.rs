@@ -9,6 +9,7 @@ mod crash;
 mod demo;
 mod failures;
 mod headers;
+mod hostile;
 mod instances;
 mod jobs;
 mod pages;

@@ -224,6 +224,13 @@ fn patch_length(out: &mut [u8], at: usize) -> Result<(), EncodeError> {
     Ok(())
 }
 
+/// One value's wire encoding, type tag first (what [`AmqpValue::Encoded`] holds).
+pub fn encode_value(v: &AmqpValue) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::new();
+    put_value(&mut out, v)?;
+    Ok(out)
+}
+
 fn put_value(out: &mut Vec<u8>, v: &AmqpValue) -> Result<(), EncodeError> {
     match v {
         AmqpValue::Boolean(b) => {

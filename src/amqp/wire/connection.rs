@@ -429,16 +429,16 @@ impl Channel {
     /// returns its delivery tag for confirms.
     pub async fn publish(
         &mut self,
-        exchange: &str,
-        routing_key: &str,
+        exchange: &[u8],
+        routing_key: &[u8],
         mandatory: bool,
         content: &ContentHeader,
         body: &[u8],
     ) -> Result<u64, WireError> {
         let m = Method::new(60, 40)
             .u16(0)
-            .short_string("exchange name", exchange.as_bytes())?
-            .short_string("routing key", routing_key.as_bytes())?
+            .short_string("exchange name", exchange)?
+            .short_string("routing key", routing_key)?
             .bits(&[mandatory, false]);
         let mut header = Vec::with_capacity(256);
         super::codec::encode_content_header(
