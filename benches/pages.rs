@@ -106,6 +106,7 @@ fn message(i: usize, rows: usize, start: OffsetDateTime) -> IncomingMessage {
         body: body.into_bytes(),
         received_at: start + Duration::from_secs((i * 2_592_000 / rows) as u64),
         decode_problems: Vec::new(),
+        stream_offset: None,
     }
 }
 

@@ -96,6 +96,7 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
         body: body(i),
         received_at: now,
         decode_problems: Vec::new(),
+        stream_offset: None,
     }
 }
 

@@ -14,7 +14,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{connect, is_not_found, Backoff};
-use super::headers::Table;
+use super::headers::{AmqpValue, Table};
 use super::wire::{Channel, Connection, Delivery, Event, WireError};
 use crate::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage};
 use crate::metrics::{Metrics, QueueLabels};
@@ -57,6 +57,8 @@ enum ConsumeError {
     AbandonedOnShutdown,
     #[error("shutting down")]
     ShuttingDown,
+    #[error("database: {0}")]
+    Database(#[from] crate::archive::ArchiveError),
 }
 
 /// Runs the consumer of `queue` until shutdown, restarting it should it ever panic (the
@@ -85,9 +87,10 @@ pub async fn supervise(queue: String, ctx: ConsumerContext) {
 /// Consumes `queue` until shutdown, reconnecting with backoff after every failure.
 pub async fn run(queue: String, ctx: ConsumerContext) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+    let mut kind = None;
     loop {
         ctx.status.set(&queue, ConsumerState::Connecting);
-        let result = consume(&queue, &ctx, &mut backoff).await;
+        let result = consume(&queue, &ctx, &mut backoff, &mut kind).await;
         ctx.metrics.set_connected(&queue, false);
         match result {
             Ok(()) => break,
@@ -108,6 +111,12 @@ pub async fn run(queue: String, ctx: ConsumerContext) {
                 break;
             }
             Err(ConsumeError::ShuttingDown) => break,
+            Err(ConsumeError::Database(e)) => {
+                tracing::warn!(queue, error = %e, "database unavailable; retrying");
+                ctx.metrics.ingest_error(&queue, "database");
+                ctx.status
+                    .set(&queue, ConsumerState::DatabaseUnavailable(e.to_string()));
+            }
             Err(e) => {
                 tracing::warn!(queue, error = %e, "consumer lost; reconnecting");
                 ctx.metrics.ingest_error(&queue, "broker");
@@ -127,12 +136,13 @@ async fn consume(
     queue: &str,
     ctx: &ConsumerContext,
     backoff: &mut Backoff,
+    kind: &mut Option<QueueKind>,
 ) -> Result<(), ConsumeError> {
     // Deliveries the database cannot take would only go back to the queue, and on a quorum
     // queue every return counts toward its delivery limit: take none until it answers.
     wait_for_database(queue, ctx).await?;
     let connection = connect(&ctx.amqp_url, &format!("lazarus consumer {queue}")).await?;
-    let result = consume_on(&connection, queue, ctx, backoff).await;
+    let result = consume_on(&connection, queue, ctx, backoff, kind).await;
     // Closing returns every unacked delivery to the queue at once.
     connection.close().await;
     result
@@ -156,20 +166,98 @@ async fn wait_for_database(queue: &str, ctx: &ConsumerContext) -> Result<(), Con
     }
 }
 
-async fn consume_on(
+/// What kind of queue a DLQ is, as the broker told when it was first consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueKind {
+    Classic,
+    Quorum,
+    Stream,
+}
+
+/// Consumes the queue. A stream keeps what was acked, so it is read from where the archive
+/// left off (`x-stream-offset`) — everything it holds the first time. Other queues refuse that
+/// argument (406, naming their type) and are consumed as they are; the kind is remembered.
+async fn start_consuming(
     connection: &Connection,
     queue: &str,
     ctx: &ConsumerContext,
-    backoff: &mut Backoff,
-) -> Result<(), ConsumeError> {
+    kind: &mut Option<QueueKind>,
+) -> Result<(Channel, Option<StreamPosition>), ConsumeError> {
     let mut channel = connection.channel().await?;
     match channel.queue_exists(queue).await {
         Err(e) if is_not_found(&e) => return Err(ConsumeError::QueueMissing(queue.to_owned())),
         other => other?,
     };
     channel.qos(ctx.settings.prefetch).await?;
+    if matches!(kind, None | Some(QueueKind::Stream)) {
+        let next = ctx.archive.stream_offset(queue).await?;
+        let offset = match next {
+            Some(n) => AmqpValue::LongLongInt(n as i64),
+            None => AmqpValue::text("first"),
+        };
+        match channel
+            .consume(queue, &Table::from([("x-stream-offset", offset)]))
+            .await
+        {
+            Ok(()) => {
+                *kind = Some(QueueKind::Stream);
+                return Ok((channel, Some(StreamPosition { next })));
+            }
+            Err(e) if e.reply_code() == Some(406) && e.to_string().contains("x-stream-offset") => {
+                let refusal = e.to_string();
+                *kind = Some(if refusal.contains("quorum") {
+                    QueueKind::Quorum
+                } else {
+                    QueueKind::Classic
+                });
+                channel = connection.channel().await?;
+                channel.qos(ctx.settings.prefetch).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     channel.consume(queue, &Table::new()).await?;
-    tracing::info!(queue, broker = %connection.server().version, "consuming");
+    Ok((channel, None))
+}
+
+/// How far a stream DLQ has been read.
+struct StreamPosition {
+    /// The offset the next delivery should have (`None`: reading from the stream's start).
+    next: Option<u64>,
+}
+
+impl StreamPosition {
+    /// The delivery's offset; notes a gap (the stream's retention removed messages before
+    /// Lazarus could read them, for instance while it was stopped).
+    fn read(&mut self, queue: &str, delivery: &Delivery, ctx: &ConsumerContext) -> Option<u64> {
+        let offset = delivery
+            .content
+            .headers
+            .as_ref()?
+            .get("x-stream-offset")?
+            .as_i64()? as u64;
+        if let Some(next) = self.next.filter(|&next| offset > next) {
+            let text = format!(
+                "the stream's retention removed offsets {next} to {} before Lazarus read them",
+                offset - 1
+            );
+            tracing::warn!(queue, "{text}");
+            ctx.status.warn(queue, text);
+        }
+        self.next = Some(offset + 1);
+        Some(offset)
+    }
+}
+
+async fn consume_on(
+    connection: &Connection,
+    queue: &str,
+    ctx: &ConsumerContext,
+    backoff: &mut Backoff,
+    kind: &mut Option<QueueKind>,
+) -> Result<(), ConsumeError> {
+    let (mut channel, mut stream) = start_consuming(connection, queue, ctx, kind).await?;
+    tracing::info!(queue, broker = %connection.server().version, kind = ?kind, "consuming");
     ctx.status.set(queue, ConsumerState::Consuming);
     ctx.metrics.set_connected(queue, true);
     backoff.reset();
@@ -190,7 +278,8 @@ async fn consume_on(
             event = channel.next_event() => match event {
                 Event::Delivery(delivery) => {
                     watch.check(&delivery, ctx);
-                    batch.push(queue, delivery, &ctx.rules);
+                    let offset = stream.as_mut().and_then(|s| s.read(queue, &delivery, ctx));
+                    batch.push(queue, delivery, offset, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
                         flush(&mut channel, queue, &mut batch, ctx).await?;
                     }
@@ -267,7 +356,13 @@ struct Batch {
 }
 
 impl Batch {
-    fn push(&mut self, queue: &str, delivery: Box<Delivery>, rules: &IngestRules) {
+    fn push(
+        &mut self,
+        queue: &str,
+        delivery: Box<Delivery>,
+        stream_offset: Option<u64>,
+        rules: &IngestRules,
+    ) {
         self.started.get_or_insert_with(Instant::now);
         self.last_tag = Some(delivery.delivery_tag);
         self.bytes += delivery.body.len();
@@ -291,6 +386,7 @@ impl Batch {
                 body,
                 received_at: OffsetDateTime::now_utc(),
                 decode_problems: problem.into_iter().collect(),
+                stream_offset,
             },
             rules,
         ));

@@ -34,8 +34,8 @@ pub use jobs::{
 };
 pub use postgres::PostgresArchive;
 pub use record::{
-    error_description, extract_fields, fingerprint, BusinessField, IncomingMessage, IngestRules,
-    PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
+    error_description, extract_fields, fingerprint, stream_positions, BusinessField,
+    IncomingMessage, IngestRules, PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
 };
 pub use sqlite::SqliteArchive;
 
@@ -319,6 +319,9 @@ pub trait Archive: Send + Sync + 'static {
     /// is skipped;
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
+    /// Where to resume reading a stream DLQ: the offset after the last one archived from it
+    /// (`None`: nothing archived from it as a stream yet).
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError>;
     /// The broker has processed the ack of these rows: their redeliveries can no longer come.
     async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError>;
     async fn list_messages(

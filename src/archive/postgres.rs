@@ -303,7 +303,8 @@ impl Archive for PostgresArchive {
         if batch.is_empty() {
             return Ok(outcome);
         }
-        if !batch.iter().any(PreparedMessage::may_be_archived) {
+        let streams = super::stream_positions(batch);
+        if streams.is_empty() && !batch.iter().any(PreparedMessage::may_be_archived) {
             // Nothing can be a copy (the usual case): no lookups, so no transaction to hold
             // open. The one statement that writes the batch commits it as a whole.
             let mut conn = self.pool.acquire().await?;
@@ -328,8 +329,28 @@ impl Archive for PostgresArchive {
         if !fresh.is_empty() {
             write_fresh(&mut tx, fresh, &mut outcome).await?;
         }
+        for (queue, next) in streams {
+            sqlx::query(
+                "INSERT INTO stream_offsets (queue, next_offset) VALUES ($1, $2) \
+                 ON CONFLICT (queue) DO UPDATE SET \
+                 next_offset = GREATEST(stream_offsets.next_offset, excluded.next_offset)",
+            )
+            .bind(queue)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(outcome)
+    }
+
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_offset FROM stream_offsets WHERE queue = $1")
+                .bind(queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(next.map(|n| n as u64))
     }
 
     async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {

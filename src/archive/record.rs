@@ -21,6 +21,8 @@ pub struct IncomingMessage {
     pub received_at: OffsetDateTime,
     /// What the wire decoder had to keep undecoded (its bytes are in the headers).
     pub decode_problems: Vec<String>,
+    /// Its offset, when the DLQ is a stream (read from where the archive left off).
+    pub stream_offset: Option<u64>,
 }
 
 /// Text as the archive's columns keep it: lossy where it was not UTF-8 and NUL replaced,
@@ -38,6 +40,18 @@ fn column_bytes(value: &Option<Bytes>) -> Option<String> {
     value
         .as_ref()
         .map(|b| column_text(&b.to_text()).into_owned())
+}
+
+/// Where each stream DLQ of a batch is to be read on from: past its last offset.
+pub fn stream_positions(batch: &[PreparedMessage]) -> std::collections::BTreeMap<&str, i64> {
+    let mut out = std::collections::BTreeMap::new();
+    for m in batch {
+        if let Some(offset) = m.message.stream_offset {
+            let next = out.entry(m.message.queue.as_str()).or_insert(0);
+            *next = (*next).max(offset as i64 + 1);
+        }
+    }
+    out
 }
 
 /// The message's text columns: what lists show, filter and sort on.
@@ -407,6 +421,7 @@ mod tests {
             body: b"{}".to_vec(),
             received_at: OffsetDateTime::UNIX_EPOCH,
             decode_problems: Vec::new(),
+            stream_offset: None,
         }
     }
 

@@ -429,10 +429,29 @@ impl Archive for SqliteArchive {
             .execute(&mut *tx)
             .await?;
         }
+        for (queue, next) in super::stream_positions(batch) {
+            sqlx::query(
+                "INSERT INTO stream_offsets (queue, next_offset) VALUES (?, ?) \
+                 ON CONFLICT (queue) DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
+            )
+            .bind(queue)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         outcome.inserted = rows.len() as u64;
         outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
         Ok(outcome)
+    }
+
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_offset FROM stream_offsets WHERE queue = ?")
+                .bind(queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(next.map(|n| n as u64))
     }
 
     async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {

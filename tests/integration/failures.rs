@@ -389,6 +389,7 @@ fn incoming(redelivered: bool) -> IncomingMessage {
         body: b"same bytes".to_vec(),
         received_at: time::OffsetDateTime::now_utc(),
         decode_problems: Vec::new(),
+        stream_offset: None,
     }
 }
 

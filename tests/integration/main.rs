@@ -16,3 +16,4 @@ mod pages;
 mod reconnect;
 mod replay;
 mod seeds;
+mod streams;

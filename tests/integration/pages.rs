@@ -58,6 +58,7 @@ fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> In
         body: body.to_vec(),
         received_at: time::OffsetDateTime::now_utc(),
         decode_problems: Vec::new(),
+        stream_offset: None,
     }
 }
 
