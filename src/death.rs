@@ -383,6 +383,62 @@ mod tests {
     }
 
     #[test]
+    fn dropped_cc_keys_come_back_only_for_the_original_target() {
+        let h = headers(
+            vec![entry(
+                "billing",
+                "rejected",
+                1,
+                "shop",
+                &["invoice.created", "billing"],
+            )],
+            Some(("billing", "rejected", "shop")),
+        );
+        let original = ReplayTarget {
+            exchange: "shop".into(),
+            routing_key: "invoice.created".into(),
+        };
+        assert_eq!(dropped_cc_keys(&h, &original), Some(vec!["billing".into()]));
+        let chosen = ReplayTarget {
+            exchange: "".into(),
+            routing_key: "billing".into(),
+        };
+        assert_eq!(
+            dropped_cc_keys(&h, &chosen),
+            None,
+            "a chosen target gets none"
+        );
+        let mut kept = h.clone();
+        kept.insert("CC", AmqpValue::Array(vec![s("billing")]));
+        assert_eq!(
+            dropped_cc_keys(&kept, &original),
+            None,
+            "the broker kept CC"
+        );
+        let single = headers(
+            vec![entry("q", "rejected", 1, "shop", &["k"])],
+            Some(("q", "rejected", "shop")),
+        );
+        let target = decode(Some(&single)).replay_target.unwrap();
+        assert_eq!(dropped_cc_keys(&single, &target), None);
+    }
+
+    #[test]
+    fn a_target_with_nul_is_not_guessed() {
+        let h = headers(
+            vec![entry("q", "rejected", 1, "shop", &["k\0ey"])],
+            Some(("q", "rejected", "shop")),
+        );
+        let d = decode(Some(&h));
+        assert_eq!(d.replay_target, None);
+        assert!(
+            d.problems.iter().any(|p| p.contains("NUL")),
+            "{:?}",
+            d.problems
+        );
+    }
+
+    #[test]
     fn no_headers_means_no_history_and_no_target() {
         assert_eq!(decode(None), DeathHistory::default());
         let h = Table::new();

@@ -297,3 +297,67 @@ async fn single_replay_through_the_api_is_once_per_request_key_and_links_the_nex
     );
     t.cleanup().await;
 }
+
+on_both_backends!(a_replay_reaches_the_cc_queues_the_broker_dropped_on_dead_lettering);
+async fn a_replay_reaches_the_cc_queues_the_broker_dropped_on_dead_lettering() {
+    let p = unique("cc");
+    let mut t = Topology::new().await;
+    let (exchange, audit, billing, dlq) = (
+        format!("{p}.x"),
+        format!("{p}.audit"),
+        format!("{p}.billing"),
+        format!("{p}.dlq"),
+    );
+    t.exchange(&exchange, ExchangeKind::Direct).await;
+    t.queue(&dlq, FieldTable::default()).await;
+    t.queue(&audit, FieldTable::default()).await;
+    // The queue that fails is reached through a CC key, and dead-letters with a routing key
+    // of its own: the broker drops the CC header then, but x-death still lists both keys.
+    t.queue(
+        &billing,
+        args(&[
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(&dlq)),
+        ]),
+    )
+    .await;
+    t.bind(&audit, &exchange, "invoice.created").await;
+    t.bind(&billing, &exchange, "billing").await;
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "CC".into(),
+        AMQPValue::FieldArray(vec![s("billing")].into()),
+    );
+    let props = json_props("inv-cc").with_headers(headers);
+    t.publish(&exchange, "invoice.created", b"{}", props).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    let worker = rejecting_worker(&billing).await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.wait_for_depth(&audit, 1, Duration::from_secs(5)).await;
+
+    let detail = app.detail_by_message_id(&dlq, "inv-cc").await;
+    assert!(
+        detail["headers"].get("CC").is_none(),
+        "the broker dropped CC"
+    );
+    assert_eq!(
+        detail["deaths"][0]["routing_keys"],
+        serde_json::json!(["invoice.created", "billing"])
+    );
+    let id = detail["id"].as_str().unwrap();
+    let record = app
+        .post_json(
+            &format!("/api/messages/{id}/replay"),
+            serde_json::json!({"request_key": "cc-1"}),
+            200,
+        )
+        .await;
+    assert_eq!(record["outcome"], "published", "{record}");
+    // The copy reaches the queue that failed (through the rebuilt CC) and, as the original
+    // publish did, the one bound to the routing key.
+    t.wait_for_depth(&billing, 1, Duration::from_secs(5)).await;
+    t.wait_for_depth(&audit, 2, Duration::from_secs(5)).await;
+    t.cleanup().await;
+}
