@@ -290,6 +290,8 @@ pub struct ReplayRecord {
     pub id: i64,
     #[serde(serialize_with = "id_as_string")]
     pub message_id: i64,
+    /// The key the request was made under: the same key never publishes twice.
+    pub request_key: String,
     pub actor: String,
     #[serde(with = "time::serde::rfc3339")]
     pub requested_at: OffsetDateTime,

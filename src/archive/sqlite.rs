@@ -966,14 +966,15 @@ pub(super) fn group_from_row(r: &impl ArchiveRow) -> Result<FailureGroup, Archiv
 }
 
 pub(super) const REPLAY_COLUMNS: &str =
-    "id, message_id, actor, requested_at, target_exchange, target_routing_key, outcome, detail, \
-     (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
+    "id, message_id, request_key, actor, requested_at, target_exchange, target_routing_key, outcome, \
+     detail, (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
 
 /// The column types a row of either backend must decode for the shared row readers.
 pub(super) fn replay_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayRecord, ArchiveError> {
     Ok(ReplayRecord {
         id: row.column("id")?,
         message_id: row.column("message_id")?,
+        request_key: row.column("request_key")?,
         actor: row.column("actor")?,
         requested_at: from_millis(row.column("requested_at")?),
         target: ReplayTarget {

@@ -1,6 +1,13 @@
 //! Replaying one message now, as archived or edited: recorded (with its audit entry) before
 //! publishing, once per request key, so a double click or a retried request never publishes
-//! it twice; the outcome sets its status.
+//! it twice; the outcome sets its status. A publish the broker holds back (a resource alarm)
+//! is not abandoned: its confirm is awaited in the background and settles the record, and
+//! the message takes no other single replay meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
 
 use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
@@ -20,6 +27,10 @@ pub enum ReplayError {
     MissingExchange(String),
     #[error("RabbitMQ is unreachable: {0}")]
     Broker(String),
+    #[error("a replay of this message (requested {0}) is still waiting for the broker's confirm; it settles by itself")]
+    InProgress(String),
+    #[error("request_key {0:?} was used for another message; use a new key")]
+    KeyReused(String),
     #[error("{0}")]
     InvalidEdit(String),
     #[error(transparent)]
@@ -80,14 +91,40 @@ pub struct SingleReplay<'a> {
     pub edit: Option<ReplayEdit>,
     pub request_key: &'a str,
     pub actor: &'a Actor,
+    /// Where the final outcome is counted (also when it comes after the answer).
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// How long a request waits for the broker's confirm before answering that it is pending.
+const CONFIRM_WAIT: Duration = Duration::from_secs(10);
+/// A replay still `publishing` after this long was cut off (Lazarus stopped while waiting):
+/// it no longer holds the message back.
+const STALE_PUBLISHING: time::Duration = time::Duration::hours(1);
+
+/// What a request learns of its replay.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayAnswer {
+    /// The broker answered: the record has its outcome.
+    Settled(ReplayRecord),
+    /// Published, not confirmed yet (the broker blocks publishing for a resource alarm, or
+    /// is slow): the record settles by itself; its detail says what it waits for.
+    Pending(ReplayRecord),
+}
+
+impl ReplayAnswer {
+    pub fn record(&self) -> &ReplayRecord {
+        match self {
+            ReplayAnswer::Settled(r) | ReplayAnswer::Pending(r) => r,
+        }
+    }
 }
 
 /// Replays one message once for its request key.
 pub async fn replay_one(
-    archive: &dyn Archive,
+    archive: Arc<dyn Archive>,
     amqp_url: &str,
     request: SingleReplay<'_>,
-) -> Result<ReplayRecord, ReplayError> {
+) -> Result<ReplayAnswer, ReplayError> {
     let id = request.id;
     let message = archive
         .get_message(id)
@@ -104,42 +141,122 @@ pub async fn replay_one(
         .target
         .or_else(|| message.summary.replay_target.clone())
         .ok_or(ReplayError::NoTarget)?;
+    let since = OffsetDateTime::now_utc() - STALE_PUBLISHING;
+    let replays = archive.replays_of(id).await?;
+    if let Some(earlier) = replays
+        .iter()
+        .find(|r| r.request_key == request.request_key)
+    {
+        return Ok(ReplayAnswer::Settled(earlier.clone()));
+    }
+    if let Some(busy) = replays
+        .iter()
+        .find(|r| r.outcome == "publishing" && r.requested_at > since)
+    {
+        let at = busy
+            .requested_at
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        return Err(ReplayError::InProgress(at));
+    }
     let connection = connect(amqp_url, "lazarus replay")
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;
     let mut publisher = Publisher::open(connection)
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;
-    let exists = publisher.exchange_exists(&target.exchange).await;
     let edit = request.edit.as_ref();
-    let result = match exists {
+    let exists = publisher.exchange_exists(&target.exchange).await;
+    let replay_id = match exists {
         Err(e) => Err(ReplayError::Broker(e.to_string())),
         Ok(false) => Err(ReplayError::MissingExchange(target.exchange.clone())),
         Ok(true) => match archive
             .begin_replay(id, request.request_key, request.actor, &target, edit)
             .await?
         {
-            ReplayStart::Existing(record) => Ok(record),
-            ReplayStart::New(replay_id) => {
-                let mut outcome = PublishOutcome::Failed("no confirm".into());
-                let m = ReplayMessage {
-                    archive_id: id,
-                    properties: &message.properties,
-                    headers: edit
-                        .and_then(|e| e.headers.as_ref())
-                        .or(message.headers.as_ref()),
-                    body: edit.and_then(|e| e.body.as_deref()).unwrap_or(&body.bytes),
-                    target: &target,
-                    job: None,
-                };
-                publisher.publish_all([m], 1, |_, o| outcome = o).await;
-                let (status, name, detail) = status_after(&outcome);
-                Ok(archive
-                    .finish_replay(replay_id, name, detail.as_deref(), status)
-                    .await?)
+            ReplayStart::Existing(record) if record.message_id != id => {
+                Err(ReplayError::KeyReused(request.request_key.to_owned()))
             }
+            ReplayStart::Existing(record) => {
+                publisher.close().await;
+                return Ok(ReplayAnswer::Settled(record));
+            }
+            ReplayStart::New(replay_id) => Ok(replay_id),
         },
     };
-    publisher.close().await;
-    result
+    let replay_id = match replay_id {
+        Ok(replay_id) => replay_id,
+        Err(e) => {
+            publisher.close().await;
+            return Err(e);
+        }
+    };
+    // Published and awaited in a task of its own, so that the record settles however long
+    // the broker takes, even once the request has had its answer.
+    let properties = message.properties.clone();
+    let headers = edit
+        .and_then(|e| e.headers.clone())
+        .or(message.headers.clone());
+    let bytes = edit.and_then(|e| e.body.clone()).unwrap_or(body.bytes);
+    let mut blocked = publisher.blocked();
+    let (settled_tx, settled) = tokio::sync::oneshot::channel();
+    let publishing = {
+        let archive = archive.clone();
+        let target = target.clone();
+        let metrics = request.metrics.clone();
+        async move {
+            let mut outcome = PublishOutcome::Failed("no confirm".into());
+            let m = ReplayMessage {
+                archive_id: id,
+                properties: &properties,
+                headers: headers.as_ref(),
+                body: &bytes,
+                target: &target,
+                job: None,
+            };
+            publisher.publish_all([m], 1, |_, o| outcome = o).await;
+            publisher.close().await;
+            let (status, name, detail) = status_after(&outcome);
+            metrics.replayed(name, 1);
+            let record = archive
+                .finish_replay(replay_id, name, detail.as_deref(), status)
+                .await;
+            let _ = settled_tx.send(record);
+        }
+    };
+    tokio::spawn(publishing);
+    let pending = |detail: String| async {
+        let mut record = archive
+            .replays_of(id)
+            .await?
+            .into_iter()
+            .find(|r| r.id == replay_id)
+            .ok_or(ReplayError::UnknownMessage(id))?;
+        record.detail = Some(detail);
+        Ok::<_, ReplayError>(ReplayAnswer::Pending(record))
+    };
+    let wait_blocked = async {
+        loop {
+            if let Some(reason) = blocked.borrow_and_update().clone() {
+                return reason;
+            }
+            if blocked.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    };
+    tokio::select! {
+        record = settled => match record {
+            Ok(record) => Ok(ReplayAnswer::Settled(record?)),
+            Err(_) => Err(ReplayError::Broker("the replay task ended without an outcome".into())),
+        },
+        reason = wait_blocked => pending(format!(
+            "RabbitMQ blocks publishing ({reason}): the message goes out once its resource \
+             alarm clears, and this record then says how it ended"
+        )).await,
+        _ = tokio::time::sleep(CONFIRM_WAIT) => pending(
+            "published; the broker has not confirmed it yet, and this record says how it \
+             ends once it does".to_owned()
+        ).await,
+    }
 }

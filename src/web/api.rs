@@ -19,7 +19,7 @@ use crate::archive::{
     ReplayRecord, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
 use crate::death::ReplayTarget;
-use crate::replay::single::{replay_one, SingleReplay};
+use crate::replay::single::{replay_one, ReplayAnswer, SingleReplay};
 use crate::search;
 
 pub fn routes() -> Router<AppState> {
@@ -395,7 +395,7 @@ async fn replay_message(
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
     request: Result<Json<ReplayRequest>, JsonRejection>,
-) -> Result<Json<ReplayRecord>, AppError> {
+) -> Result<(axum::http::StatusCode, Json<ReplayRecord>), AppError> {
     let (_, numeric) = parse_id(id)?;
     let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let key = request.request_key.unwrap_or_else(new_request_key);
@@ -403,8 +403,8 @@ async fn replay_message(
         body: request.body.map(String::into_bytes),
         headers: request.headers,
     });
-    let record = replay_one(
-        &*state.archive,
+    let answer = replay_one(
+        state.archive.clone(),
         &state.amqp_url,
         SingleReplay {
             id: numeric,
@@ -412,11 +412,16 @@ async fn replay_message(
             edit,
             request_key: &key,
             actor: &caller.actor(),
+            metrics: state.metrics.clone(),
         },
     )
     .await?;
-    state.metrics.replayed(&record.outcome, 1);
-    Ok(Json(record))
+    // 202: published, the broker's confirm still to come (the record says so and settles).
+    let status = match answer {
+        ReplayAnswer::Settled(_) => axum::http::StatusCode::OK,
+        ReplayAnswer::Pending(_) => axum::http::StatusCode::ACCEPTED,
+    };
+    Ok((status, Json(answer.record().clone())))
 }
 
 /// A request key no one else has: time and a process-wide counter.

@@ -36,6 +36,9 @@ impl From<ReplayError> for AppError {
             | ReplayError::MissingExchange(_)
             | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
+            ReplayError::InProgress(_) | ReplayError::KeyReused(_) => {
+                AppError::Archive(crate::archive::ArchiveError::Conflict(e.to_string()))
+            }
             ReplayError::Archive(e) => AppError::Archive(e),
         }
     }

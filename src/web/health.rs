@@ -35,7 +35,12 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     };
     (
         code,
-        Json(json!({ "ready": ready, "database": database, "queues": queues })),
+        Json(json!({
+            "ready": ready,
+            "database": database,
+            "queues": queues,
+            "warnings": state.status.warnings(),
+        })),
     )
 }
 

@@ -437,8 +437,8 @@ pub async fn replay_form(
         false => Vec::new(),
     };
     let edit = form.edit(&original).map_err(page_error)?;
-    let record = replay_one(
-        &*state.archive,
+    let answer = replay_one(
+        state.archive.clone(),
         &state.amqp_url,
         SingleReplay {
             id: numeric,
@@ -446,14 +446,15 @@ pub async fn replay_form(
             edit,
             request_key: &form.request_key,
             actor: &caller.actor(),
+            metrics: state.metrics.clone(),
         },
     )
     .await
     .map_err(|e| page_error(e.into()))?;
-    state.metrics.replayed(&record.outcome, 1);
+    let record = answer.record();
     if is_htmx(&headers) {
         return Ok(render(&ReplayResultPartial {
-            row: ReplayRow::new(&record),
+            row: ReplayRow::new(record),
         }));
     }
     Ok(Redirect::to(&format!("/messages/{id}")).into_response())

@@ -57,6 +57,8 @@ pub struct GroupRow {
 pub struct OverviewPage {
     pub queues: Vec<QueueRow>,
     pub groups: Vec<GroupRow>,
+    /// Risks to a DLQ's messages although it is consumed: (queue, what is wrong).
+    pub warnings: Vec<(String, String)>,
 }
 
 pub async fn overview(
@@ -80,6 +82,7 @@ pub async fn overview(
     Ok(render(&OverviewPage {
         queues: queue_rows(&counts, &hourly, &consumers, now),
         groups: groups.iter().map(group_row).collect(),
+        warnings: state.status.warnings().into_iter().collect(),
     }))
 }
 
