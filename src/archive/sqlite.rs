@@ -41,6 +41,7 @@ impl SqliteArchive {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .after_release(|conn, _| Box::pin(release_only_if_idle(conn)))
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
@@ -51,6 +52,22 @@ impl SqliteArchive {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// Whether a connection given back to the pool may be used again: not if it is still in a
+/// transaction. When a write fails with `database or disk is full` (or an I/O error), SQLite
+/// may roll the whole transaction back by itself; the ROLLBACK that sqlx then sends for the
+/// dropped transaction fails ("no transaction is active"), sqlx's count of open transactions
+/// on the connection stays at one, and every later `BEGIN` on it fails ("attempted to call
+/// begin_with at non-zero transaction depth") until the process restarts. Closing such a
+/// connection (which also ends any transaction SQLite did keep) lets every write path recover
+/// as soon as the disk has room again.
+async fn release_only_if_idle(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    // The connection's worker runs commands in order: once the ping returns, the rollback a
+    // dropped transaction queued has been tried.
+    conn.ping().await?;
+    Ok(!conn.is_in_transaction())
 }
 
 pub(super) fn millis(t: OffsetDateTime) -> i64 {

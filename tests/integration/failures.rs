@@ -474,3 +474,185 @@ async fn deleting_the_queue_under_a_held_batch_keeps_the_messages() {
     })
     .await;
 }
+
+/// A file system of the test's own, `size` big (tmpfs), unmounted when dropped: a disk that
+/// fills up. Mounting needs root; elsewhere the test says it did not run.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let uid = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+            });
+        if uid.as_deref() != Some("0") {
+            eprintln!("NOT RUN: mounting a small file system needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mount a tmpfs of {size}: {status}");
+        Some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Writes a filler file until the file system has no room left.
+    fn fill(&self) {
+        let mut filler = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0xa5u8; 16 * 1024];
+        loop {
+            match filler.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+                Err(e) => panic!("filling the disk: {e}"),
+            }
+        }
+        // The last partial chunk may have left a few bytes: take them too.
+        while filler.write_all(&[0]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path().join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Ready plus unacknowledged messages of a queue in the default vhost.
+fn held_by_broker(queue: &str) -> u64 {
+    rabbitmqctl(&[
+        "list_queues",
+        "-q",
+        "--no-table-headers",
+        "name",
+        "messages",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once('\t'))
+    .find(|(name, _)| *name == queue)
+    .map(|(_, n)| n.trim().parse().unwrap())
+    .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl"))
+}
+
+/// SQLite on a disk that fills up while Lazarus ingests: every batch that cannot be written
+/// stays unacked, and once there is room again ingest resumes by itself (no restart) and
+/// every message is archived exactly once; the other write paths recover as well.
+#[tokio::test]
+async fn sqlite_resumes_by_itself_once_a_full_disk_has_room_again() {
+    let Some(disk) = SmallDisk::mount("8m") else {
+        return;
+    };
+    let dlq = unique("diskfull");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let url = format!("sqlite://{}", disk.path().join("archive.db").display());
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.connection.database_url = url.clone();
+        c.batch_size = 20;
+    })
+    .await;
+    let body = |i: usize| format!(r#"{{"n": {i}, "padding": "{}"}}"#, "x".repeat(16 * 1024));
+    for i in 0..20 {
+        t.publish(
+            "",
+            &dlq,
+            body(i).as_bytes(),
+            json_props(&format!("full-{i}")),
+        )
+        .await;
+    }
+    app.wait_for_archived(20, Duration::from_secs(30)).await;
+
+    disk.fill();
+    // 3 MB more than the disk has room for.
+    let total = 220;
+    for i in 20..total {
+        t.publish(
+            "",
+            &dlq,
+            body(i).as_bytes(),
+            json_props(&format!("full-{i}")),
+        )
+        .await;
+    }
+    wait_until(
+        "a database ingest error",
+        Duration::from_secs(30),
+        || async {
+            app.get("/metrics").await.text().contains(&format!(
+                "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"database\"}}"
+            ))
+        },
+    )
+    .await;
+    let ready = app.json("/readyz", 503).await;
+    let state = &ready["queues"][&dlq];
+    assert_eq!(state["state"], "database_unavailable", "{ready}");
+    assert!(
+        state["detail"].as_str().unwrap().contains("full"),
+        "{ready}"
+    );
+    // Nothing acked that is not stored: the broker holds every message the archive lacks.
+    let archived = app.archived().await;
+    assert!(archived < total as i64, "the disk never filled up");
+    assert_eq!(
+        held_by_broker(&dlq) + archived as u64,
+        total as u64,
+        "archived {archived}"
+    );
+    // Another write path, while the disk is full: an answer (503, or 200 if the little it
+    // writes still fits), not a hang or an error page.
+    let first = app.all_messages(&dlq).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dismiss = format!("/api/messages/{first}/dismiss");
+    let full = http_request(app.addr, "POST", &dismiss, Some(r#"{"note": "full"}"#)).await;
+    assert!(matches!(full.status, 200 | 503), "{}", full.text());
+
+    // Room again: no restart, everything comes in, once.
+    disk.free();
+    app.wait_for_archived(total as i64, Duration::from_secs(60))
+        .await;
+    wait_until("an empty DLQ", Duration::from_secs(30), || async {
+        held_by_broker(&dlq) == 0
+    })
+    .await;
+    let messages = app.all_messages(&dlq).await;
+    let ids: std::collections::HashSet<&str> = messages
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!((messages.len(), ids.len()), (total, total));
+    wait_until("ready again", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    // Every write path writes again, on whichever pooled connection it gets.
+    for _ in 0..8 {
+        let dismissed = app
+            .post_json(&dismiss, json!({"note": "room again"}), 200)
+            .await;
+        assert!(dismissed["dismissed"].is_number(), "{dismissed}");
+    }
+    t.cleanup().await;
+}
