@@ -656,3 +656,145 @@ async fn sqlite_resumes_by_itself_once_a_full_disk_has_room_again() {
     }
     t.cleanup().await;
 }
+
+/// A sample of the text exposition format: its name, its labels and its value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Label values as the text exposition format writes them: `\\`, `\"` and `\n` escaped.
+/// `None` when a line is not a valid sample: `name{label="value",...} number`.
+fn parse_sample(line: &str) -> Option<Sample> {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+    let name = &line[..name_end];
+    if !is_name(name) {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(after) = rest.strip_prefix('{') {
+        rest = after;
+        loop {
+            if let Some(after) = rest.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let eq = rest.find('=')?;
+            let label = &rest[..eq];
+            if !is_name(label) {
+                return None;
+            }
+            let mut chars = rest[eq + 1..].strip_prefix('"')?.char_indices();
+            let mut value = String::new();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        _ => return None,
+                    },
+                    (_, '\n') => return None,
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((label.to_owned(), value));
+            rest = &rest[eq + 1..][1 + end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+    let value = rest.strip_prefix(' ')?;
+    let value: f64 = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((name.to_owned(), labels, value))
+}
+
+/// A death reason and a queue name that carry the exposition format's own syntax (a quote,
+/// a newline, a closing brace and a sample of their own) neither break the scrape nor forge
+/// a series: every line of `/metrics` is a comment or a valid sample, with the names intact.
+#[tokio::test]
+async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
+    let hostile = "evil\"\n} fake_series 1\n\\";
+    // RabbitMQ takes line breaks out of queue names; the rest it keeps.
+    let dlq = format!(
+        "{}evil\"}} fake_series{{queue=\"x\"}} 1 \\",
+        unique("metrics")
+    );
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    let mut death = FieldTable::default();
+    death.insert("queue".into(), s("work"));
+    death.insert("reason".into(), s(hostile));
+    death.insert("count".into(), AMQPValue::LongLongInt(1));
+    death.insert("exchange".into(), s(""));
+    death.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(vec![s("work")].into()),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()),
+    );
+    headers.insert("x-first-death-queue".into(), s("work"));
+    headers.insert("x-first-death-reason".into(), s(hostile));
+    headers.insert("x-first-death-exchange".into(), s(""));
+    t.publish("", &dlq, b"{}", json_props("hostile").with_headers(headers))
+        .await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+
+    let scrape = app.get("/metrics").await;
+    assert_eq!(scrape.status, 200);
+    let text = scrape.text();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            assert!(
+                line == "# EOF"
+                    || ["# HELP lazarus_", "# TYPE lazarus_", "# UNIT lazarus_"]
+                        .iter()
+                        .any(|p| line.starts_with(p)),
+                "not a comment of ours: {line:?}\n{text}"
+            );
+            continue;
+        }
+        let sample =
+            parse_sample(line).unwrap_or_else(|| panic!("not a valid sample: {line:?}\n{text}"));
+        assert!(
+            sample.0.starts_with("lazarus_"),
+            "a forged series: {line:?}\n{text}"
+        );
+        samples.push(sample);
+    }
+    let archived = samples
+        .iter()
+        .find(|(name, _, _)| name == "lazarus_archived_messages")
+        .unwrap_or_else(|| panic!("no archive total\n{text}"));
+    assert_eq!(
+        archived.1,
+        [
+            ("queue".to_owned(), dlq.clone()),
+            ("reason".to_owned(), hostile.to_owned())
+        ],
+        "{text}"
+    );
+    assert_eq!(archived.2, 1.0);
+    assert!(
+        samples.iter().any(
+            |(name, labels, value)| name == "lazarus_ingested_messages_total"
+                && labels == &[("queue".to_owned(), dlq.clone())]
+                && *value == 1.0
+        ),
+        "{text}"
+    );
+    t.cleanup().await;
+}
