@@ -250,8 +250,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub batch_max_bytes: usize,
 
-    /// Replay publishes awaiting a broker confirm at most. After a crash, at most this many
-    /// messages of a job can be published twice.
+    /// Replay publishes awaiting a broker confirm at most. After a crash, at most twice this
+    /// many messages of a job can be published twice (the step being published and the one
+    /// before it, whose confirms were not recorded yet).
     #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 500)]
     pub replay_window: usize,
 
@@ -431,6 +432,20 @@ mod tests {
         assert_eq!(c.connection.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
+    }
+
+    #[test]
+    fn replay_window_help_tells_how_much_a_crash_can_publish_twice() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        let window = serve
+            .get_arguments()
+            .find(|a| a.get_id() == "replay_window")
+            .expect("--replay-window");
+        let help = window.get_help().expect("a help text").to_string();
+        // The step being published and the one before it: two windows, as the README says.
+        assert!(help.contains("at most twice this many"), "{help}");
     }
 
     fn serve_args(args: &[&str]) -> Command {
