@@ -492,11 +492,45 @@ pub trait Archive: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), ArchiveError>;
 }
 
+/// The archive as `lazarus serve` uses it: one database, reached two ways.
+#[derive(Clone)]
+pub struct ServedArchive {
+    /// For the consumers and the replay job runner, which wait for the database (up to the
+    /// pool's 5 s per attempt) and retry while it is away, holding what they have.
+    pub background: Arc<dyn Archive>,
+    /// For HTTP requests: on PostgreSQL a pool of its own that gives up on a database it
+    /// cannot reach within [`PostgresArchive::REQUEST_ACQUIRE_TIMEOUT`], so that `/readyz`, pages
+    /// and `/metrics` answer within a second while it is down, and a burst of page requests
+    /// never takes ingest's connections. SQLite, a local file, is one pool for both.
+    pub requests: Arc<dyn Archive>,
+}
+
+/// Opens (and migrates) the archive the URL names, for [`ServedArchive`]'s two uses.
+pub async fn open_served(database_url: &str) -> Result<ServedArchive, ArchiveError> {
+    if is_postgres(database_url) {
+        let background = PostgresArchive::open(database_url).await?;
+        let requests = background.for_requests();
+        return Ok(ServedArchive {
+            background: Arc::new(background),
+            requests: Arc::new(requests),
+        });
+    }
+    let archive = open(database_url).await?;
+    Ok(ServedArchive {
+        background: archive.clone(),
+        requests: archive,
+    })
+}
+
+fn is_postgres(database_url: &str) -> bool {
+    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
+}
+
 /// Opens (and migrates) the archive the URL names.
 pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(SqliteArchive::open(database_url).await?))
-    } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+    } else if is_postgres(database_url) {
         Ok(Arc::new(PostgresArchive::open(database_url).await?))
     } else {
         Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(

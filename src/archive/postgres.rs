@@ -56,6 +56,24 @@ impl PostgresArchive {
         Ok(PostgresArchive { pool })
     }
 
+    /// How long an HTTP request waits for a connection before it is answered 503: under the
+    /// second an orchestrator's probe allows, far above the milliseconds a connection to a
+    /// database that is up takes (from the pool, or a new one).
+    pub const REQUEST_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(750);
+
+    /// The same database through a pool for HTTP requests (see [`super::ServedArchive`]):
+    /// a few connections, opened when first needed, and
+    /// [`PostgresArchive::REQUEST_ACQUIRE_TIMEOUT`] to get one. The background pool's 5 s
+    /// is right for ingest, which holds its batch and retries; a probe of `/readyz` that
+    /// took as long while PostgreSQL was down was taken for a hung process.
+    pub fn for_requests(&self) -> PostgresArchive {
+        let pool = PgPoolOptions::new()
+            .max_connections(5)
+            .acquire_timeout(Self::REQUEST_ACQUIRE_TIMEOUT)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        PostgresArchive { pool }
+    }
+
     /// The pool, for tests and tools that inspect the database directly.
     pub fn pool(&self) -> &PgPool {
         &self.pool

@@ -3,6 +3,7 @@
 //! shutdown with a batch in flight, redeliveries of what is already archived.
 
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lapin::types::{AMQPValue, FieldTable};
@@ -11,6 +12,8 @@ use lazarus::amqp::headers::MessageProperties;
 use lazarus::archive::{IncomingMessage, PreparedMessage};
 use serde_json::{json, Value};
 use sqlx::Connection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use crate::helpers::*;
 
@@ -91,38 +94,104 @@ async fn unreachable_broker_keeps_the_web_up_and_says_so() {
     assert_eq!(app.json("/api/messages", 200).await["messages"], json!([]));
 }
 
+/// PostgreSQL behind a forwarder of the test's own, which can go down: its port then
+/// refuses connections and every connection through it is cut, as when the server stops,
+/// restarts or fails over.
+struct DatabaseProxy {
+    port: u16,
+    listening: Option<JoinHandle<()>>,
+    forwarding: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl DatabaseProxy {
+    async fn start() -> DatabaseProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut proxy = DatabaseProxy {
+            port,
+            listening: None,
+            forwarding: Default::default(),
+        };
+        proxy.listen(listener);
+        proxy
+    }
+
+    /// `database_url` (on the test server) reached through this proxy.
+    fn url(&self, database_url: &str) -> String {
+        let (scheme, rest) = database_url.split_once("://").unwrap();
+        let (authority, path) = rest.split_once('/').unwrap();
+        let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
+        format!(
+            "{scheme}://{}127.0.0.1:{}/{path}",
+            user.unwrap_or_default(),
+            self.port
+        )
+    }
+
+    fn listen(&mut self, listener: TcpListener) {
+        let server = postgres_admin_url();
+        let server = server
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(authority, _)| authority.rsplit('@').next().unwrap().to_owned())
+            .unwrap();
+        let forwarding = self.forwarding.clone();
+        self.listening = Some(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let server = server.clone();
+                let forward = tokio::spawn(async move {
+                    if let Ok(mut upstream) = TcpStream::connect(&server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+                forwarding.lock().unwrap().push(forward);
+            }
+        }));
+    }
+
+    /// Stops listening (connections are refused) and cuts every forwarded connection.
+    async fn down(&mut self) {
+        if let Some(listening) = self.listening.take() {
+            listening.abort();
+            let _ = listening.await;
+        }
+        let forwarding = std::mem::take(&mut *self.forwarding.lock().unwrap());
+        for forward in forwarding {
+            forward.abort();
+            let _ = forward.await;
+        }
+    }
+
+    async fn up(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        self.listen(listener);
+    }
+}
+
 /// The archive stops answering: on SQLite another process holds the write lock for longer
-/// than Lazarus's busy timeout; on PostgreSQL the database refuses connections and Lazarus's
-/// are cut (as in a failover or a restart).
+/// than Lazarus's busy timeout; on PostgreSQL the server goes away (connections refused,
+/// Lazarus's cut), as in a restart or a failover.
 enum Outage {
     Locked(sqlx::SqliteConnection),
-    Refused(sqlx::PgConnection, String),
+    Down(DatabaseProxy),
 }
 
 impl Outage {
-    async fn begin(database_url: &str) -> Outage {
-        if database_url.starts_with("sqlite:") {
-            let mut locker = sqlx::SqliteConnection::connect(database_url).await.unwrap();
-            sqlx::query("BEGIN IMMEDIATE")
-                .execute(&mut locker)
-                .await
-                .unwrap();
-            return Outage::Locked(locker);
+    async fn begin(database_url: &str, proxy: Option<DatabaseProxy>) -> Outage {
+        match proxy {
+            Some(mut proxy) => {
+                proxy.down().await;
+                Outage::Down(proxy)
+            }
+            None => {
+                let mut locker = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut locker)
+                    .await
+                    .unwrap();
+                Outage::Locked(locker)
+            }
         }
-        let name = database_url.rsplit('/').next().unwrap().to_owned();
-        let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
-            .await
-            .unwrap();
-        sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&name)
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        Outage::Refused(admin, name)
     }
 
     async fn end(self) {
@@ -130,12 +199,7 @@ impl Outage {
             Outage::Locked(mut locker) => {
                 sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
             }
-            Outage::Refused(mut admin, name) => {
-                sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-            }
+            Outage::Down(mut proxy) => proxy.up().await,
         }
     }
 }
@@ -145,13 +209,22 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     let dlq = unique("locked");
     let mut t = Topology::new().await;
     t.queue(&dlq, FieldTable::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
+    let proxy = match Backend::current() {
+        Backend::Postgres => Some(DatabaseProxy::start().await),
+        Backend::Sqlite => None,
+    };
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        if let Some(proxy) = &proxy {
+            c.connection.database_url = proxy.url(&c.connection.database_url);
+        }
+    })
+    .await;
     wait_until("consuming", Duration::from_secs(10), || async {
         app.get("/readyz").await.status == 200
     })
     .await;
 
-    let outage = Outage::begin(&app.database_url).await;
+    let outage = Outage::begin(&app.database_url, proxy).await;
     for i in 0..20 {
         t.publish(
             "",
@@ -186,7 +259,27 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
             assert!(app.archive.counts().await.unwrap().is_empty());
             assert_eq!(app.get("/messages").await.status, 200);
         }
-        Outage::Refused(..) => {
+        Outage::Down(..) => {
+            // Promptly, as orchestrators' probes expect: not after the background work's
+            // patience for the database (its pool waits 5 s for a connection).
+            for path in ["/readyz", "/messages", "/api/messages", "/metrics"] {
+                let asked = Instant::now();
+                let response = app.get(path).await;
+                let took = asked.elapsed();
+                eprintln!(
+                    "while PostgreSQL is down, {path} answered {} in {took:?}",
+                    response.status
+                );
+                assert!(
+                    took < Duration::from_secs(2),
+                    "{path} answered {} after {took:?}",
+                    response.status
+                );
+                let expected = if path == "/metrics" { 200 } else { 503 };
+                assert_eq!(response.status, expected, "{path}: {}", response.text());
+            }
+            let ready = app.json("/readyz", 503).await;
+            assert_eq!(ready["database"]["state"], "unavailable", "{ready}");
             let page = app.get("/messages").await;
             assert_eq!(page.status, 503, "{}", page.text());
             assert!(
