@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::Connection;
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
@@ -47,12 +48,19 @@ impl PostgresArchive {
                 }
             }
         }
-        let pool = PgPoolOptions::new()
+        // Migrations run without the bounds below (an index on a large table can take longer
+        // than any statement Lazarus itself runs); the advisory lock they take makes other
+        // instances starting at once wait here.
+        let mut migrating = PgConnection::connect(url).await?;
+        sqlx::migrate!("migrations/postgres")
+            .run(&mut migrating)
+            .await?;
+        migrating.close().await?;
+        let pool = bounded_pool()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
             .connect(url)
             .await?;
-        sqlx::migrate!("migrations/postgres").run(&pool).await?;
         Ok(PostgresArchive { pool })
     }
 
@@ -67,7 +75,7 @@ impl PostgresArchive {
     /// is right for ingest, which holds its batch and retries; a probe of `/readyz` that
     /// took as long while PostgreSQL was down was taken for a hung process.
     pub fn for_requests(&self) -> PostgresArchive {
-        let pool = PgPoolOptions::new()
+        let pool = bounded_pool()
             .max_connections(5)
             .acquire_timeout(Self::REQUEST_ACQUIRE_TIMEOUT)
             .connect_lazy_with((*self.pool.connect_options()).clone());
@@ -78,6 +86,64 @@ impl PostgresArchive {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// What every pooled connection is held to, so that no transaction keeps its locks for
+/// long — above all the row of a replay job, which another instance waits to take over
+/// when the lease of the job's runner runs out (`--job-lease-secs`, 15 s by default):
+///
+/// - `idle_in_transaction_session_timeout` 5 s: the server ends a session that sits in a
+///   transaction without sending its next statement. Lazarus never waits on anything but the
+///   database inside a transaction, so only a client that hangs, is frozen or is cut off by a
+///   partition gets there, and its locks are freed before its lease ends (its kernel still
+///   answers TCP, so nothing else would ever end it). With a lease under 5 s, takeover comes
+///   after these 5 s instead.
+/// - `lock_timeout` 10 s: a wait behind a frozen holder outlasts the 5 s above and succeeds;
+///   a longer one (behind a live bulk change) fails, and ingest and the job runner retry it
+///   while a request gets a 503.
+/// - `statement_timeout` 30 s, as long as an HTTP request may take: what a page, ingest or a
+///   job step asks takes milliseconds, and a query whose request gave up does not run on.
+///   Work on a whole selection raises both timeouts for its own transaction
+///   ([`bulk_bounds`]).
+const SESSION_BOUNDS: [(&str, &str); 3] = [
+    ("idle_in_transaction_session_timeout", "5s"),
+    ("lock_timeout", "10s"),
+    ("statement_timeout", "30s"),
+];
+
+/// What [`bulk_bounds`] sets for the rest of a transaction.
+const BULK_BOUNDS: [(&str, &str); 2] = [("lock_timeout", "10min"), ("statement_timeout", "10min")];
+
+/// Sets these parameters for the session, or (`local`) for the rest of its transaction.
+async fn set_bounds(
+    conn: &mut PgConnection,
+    bounds: &[(&str, &str)],
+    local: bool,
+) -> Result<(), sqlx::Error> {
+    let (names, values): (Vec<&str>, Vec<&str>) = bounds.iter().copied().unzip();
+    sqlx::query(
+        "SELECT set_config(name, value, $3) FROM unnest($1::text[], $2::text[]) AS b (name, value)",
+    )
+    .bind(names)
+    .bind(values)
+    .bind(local)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Pool options whose connections are held to [`SESSION_BOUNDS`].
+fn bounded_pool() -> PgPoolOptions {
+    PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_bounds(conn, &SESSION_BOUNDS, false)))
+}
+
+/// Raises the statement and lock timeouts to ten minutes for the rest of this transaction,
+/// for work on a whole selection (freezing a job's plan, starting or cancelling it, a
+/// dismissal, a purge): on a large archive it takes far longer than a page, and it rightly
+/// waits for another such change on the same messages. Ten minutes still end a runaway, and
+/// a frozen client is still cut off after 5 s idle.
+pub(super) async fn bulk_bounds(tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+    set_bounds(tx, &BULK_BOUNDS, true).await
 }
 
 /// [`SUMMARY_COLUMNS`] of a `messages` row, its status read from `message_status` — for the

@@ -501,3 +501,327 @@ async fn two_instances() {
     pg.close().await;
     t.cleanup().await;
 }
+
+/// Sends a signal (`STOP`, `CONT`, ...) to a process.
+fn signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{name} {pid}");
+}
+
+/// Sessions of this database, other than the asking one, inside a transaction that has
+/// touched `replay_jobs` (the job rows a runner locks), which have been `idle in transaction`
+/// for at least `idle_ms` (0: or are running a statement now).
+async fn job_lock_holders(pg: &PgPool, idle_ms: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity a \
+         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() \
+         AND (a.state = 'idle in transaction' AND a.state_change < now() - make_interval(secs => $1 / 1000.0) \
+              OR ($1 = 0 AND a.state = 'active')) \
+         AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'replay_jobs'::regclass)",
+    )
+    .bind(idle_ms)
+    .fetch_one(pg)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_frozen_job_runner_is_taken_over_when_its_lease_ends() {
+    Backend::Postgres.scope(frozen_runner()).await
+}
+
+/// The instance running a replay job is frozen (SIGSTOP: as hung, or cut off by a
+/// partition) inside a step's transaction, holding the job's row. The database ends that
+/// transaction, so the other instance takes the job over once the lease runs out (rather
+/// than skipping the locked row forever), and completes it; then the frozen one wakes up,
+/// finds the job is no longer its own, and lets go. Every message ends with one outcome.
+async fn frozen_runner() {
+    const MESSAGES: usize = 10_000;
+    const LEASE_SECS: u64 = 8;
+    let vhost = Vhost::create("frozen");
+    let url = vhost.url();
+    let (dlq, work) = ("dlq", "work");
+    let mut t = Topology::on(&url).await;
+    t.queue(dlq, Default::default()).await;
+    t.queue(work, Default::default()).await;
+    publish_many(&t.channel, "", dlq, "in", MESSAGES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let lease = LEASE_SECS.to_string();
+    let flags = ["--job-lease-secs", lease.as_str()];
+    let (a, b) = tokio::join!(
+        Instance::start("A", &url, &db, &flags),
+        Instance::start("B", &url, &db, &flags),
+    );
+    let pg = PgPool::connect(&db).await.unwrap();
+    let started = Instant::now();
+    while count(&pg, "SELECT count(*) FROM messages").await < MESSAGES as i64
+        || queue_messages(&vhost.name, dlq) > 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ingest stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "frozen-test",
+            actor: &Actor::system("test"),
+            selection: &Selection::Filter(Box::new(MessageFilter {
+                queue: Some(dlq.into()),
+                ..Default::default()
+            })),
+            selection_text: "{}",
+            target: Some(&ReplayTarget {
+                exchange: String::new(),
+                routing_key: work.into(),
+            }),
+            rate_per_sec: Some(2_000),
+            include_replayed: false,
+            canary: None,
+            start: true,
+        })
+        .await
+        .unwrap();
+    let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
+    let runner = loop {
+        if let Some(owner) = lease_owner(&pg, job.id).await {
+            if published().await >= 1_000 {
+                break owner;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut instances = vec![a, b];
+    let victim = instances
+        .iter()
+        .position(|i| i.pid == owner_pid(&runner))
+        .expect("one of the instances runs the job");
+    let victim = instances.remove(victim);
+    let mut survivor = instances.pop().unwrap();
+
+    // Freeze the runner while it is inside a step's transaction: stop it the moment one is
+    // seen, and keep it stopped only if it sits there holding the job's row.
+    let mut attempts = 0;
+    let frozen_at = loop {
+        attempts += 1;
+        assert!(
+            published().await < MESSAGES as i64 && attempts <= 200,
+            "the runner was never caught inside a transaction ({attempts} attempts)"
+        );
+        while job_lock_holders(&pg, 0).await == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        signal(victim.pid, "STOP");
+        let stopped = Instant::now();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if job_lock_holders(&pg, 500).await > 0 {
+            break stopped;
+        }
+        signal(victim.pid, "CONT");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let published_at_freeze = published().await;
+
+    let takeover = loop {
+        let owner = lease_owner(&pg, job.id).await;
+        if owner
+            .as_deref()
+            .is_some_and(|o| owner_pid(o) == survivor.pid)
+        {
+            break frozen_at.elapsed();
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(4 * LEASE_SECS),
+            "the job stayed with the frozen instance: owner {owner:?}, {:?}, {} sessions \
+             holding the job's row",
+            archive.job(job.id).await.unwrap(),
+            job_lock_holders(&pg, 500).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The partition heals: the frozen instance runs again.
+    signal(victim.pid, "CONT");
+
+    let job = loop {
+        let j = archive.job(job.id).await.unwrap().unwrap();
+        if j.state.is_final() {
+            break j;
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(120),
+            "the job was not finished after the takeover: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(job.state.as_str(), "completed", "{job:?}");
+    assert_eq!(job.counts.published, MESSAGES as i64, "{:?}", job.counts);
+    assert_eq!(
+        job.counts.pending + job.counts.problems() + job.counts.skipped,
+        0
+    );
+    assert_eq!(items(&pg, job.id, "TRUE").await, MESSAGES as i64);
+    assert_eq!(
+        items(&pg, job.id, "outcome = 'published'").await,
+        MESSAGES as i64,
+        "every message has exactly one final outcome"
+    );
+    assert_eq!(
+        lease_owner(&pg, job.id).await,
+        None,
+        "nobody holds a finished job"
+    );
+    let copies = drain_copies(&url, work).await;
+    let distinct: HashSet<&str> = copies.iter().map(|c| c.replay_of.as_str()).collect();
+    assert_eq!(distinct.len(), MESSAGES, "every message arrived");
+    let duplicates = copies.len() - distinct.len();
+    assert!(
+        duplicates <= 2 * REPLAY_WINDOW,
+        "{duplicates} copies published twice: more than two windows for one interruption"
+    );
+    eprintln!(
+        "frozen runner: {} was stopped inside a step's transaction (attempt {attempts}) at \
+         {published_at_freeze} published; {} took the job over {:.1} s later (lease {LEASE_SECS} s); \
+         {duplicates} copies arrived twice",
+        victim.name,
+        survivor.name,
+        takeover.as_secs_f64()
+    );
+
+    let mut victim = victim;
+    sigterm(&mut victim.child).await;
+    sigterm(&mut survivor.child).await;
+    pg.close().await;
+    t.cleanup().await;
+}
+
+/// A dead letter of `queue` with a death history (so it has a replay target), as ingest
+/// would store it.
+fn dead_letter(queue: &str, n: usize) -> lazarus::archive::PreparedMessage {
+    use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+    let text = |s: &str| AmqpValue::LongString(Bytes(s.as_bytes().to_vec()));
+    let mut death = Table::new();
+    death.insert("queue".into(), text("work"));
+    death.insert("reason".into(), text("rejected"));
+    death.insert("count".into(), AmqpValue::LongLongInt(1));
+    death.insert("exchange".into(), text(""));
+    death.insert("routing-keys".into(), AmqpValue::Array(vec![text("work")]));
+    let mut headers = Table::new();
+    headers.insert(
+        "x-death".into(),
+        AmqpValue::Array(vec![AmqpValue::Table(death)]),
+    );
+    headers.insert("x-first-death-queue".into(), text("work"));
+    headers.insert("x-first-death-reason".into(), text("rejected"));
+    headers.insert("x-first-death-exchange".into(), text(""));
+    lazarus::archive::PreparedMessage::new(lazarus::archive::IncomingMessage {
+        queue: queue.into(),
+        exchange: String::new(),
+        routing_key: queue.into(),
+        redelivered: false,
+        properties: MessageProperties {
+            message_id: Some(format!("bulk-{n}")),
+            ..Default::default()
+        },
+        headers: Some(headers),
+        body: format!(r#"{{"n": {n}}}"#).into_bytes(),
+        received_at: time::OffsetDateTime::now_utc(),
+    })
+}
+
+#[tokio::test]
+async fn work_on_a_whole_selection_outwaits_the_lock_bound_of_other_statements() {
+    Backend::Postgres
+        .scope(bulk_work_outwaits_the_lock_bound())
+        .await
+}
+
+/// Every pooled connection gives up waiting for a lock after 10 s, so that nothing queues
+/// for long behind a stuck holder; work on a whole selection (here a job's plan) may rightly
+/// wait longer for another change to the same messages, and does.
+async fn bulk_work_outwaits_the_lock_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let batch: Vec<_> = (0..10).map(|n| dead_letter("bulk.dlq", n)).collect();
+    let stored = archive.store_batch(&batch).await.unwrap();
+    archive.confirm_acked(&stored.unconfirmed).await.unwrap();
+    let first = *stored.unconfirmed.iter().min().unwrap();
+
+    // Another session holds the first message as a purge or a dismissal would, for longer
+    // than the lock bound.
+    let pg = PgPool::connect(&db).await.unwrap();
+    let mut holder = pg.begin().await.unwrap();
+    sqlx::query("SELECT id FROM messages WHERE id = $1 FOR UPDATE")
+        .bind(first)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let held = Instant::now();
+    let plan = {
+        let archive = archive.clone();
+        tokio::spawn(async move {
+            archive
+                .create_job(&JobSpec {
+                    request_key: "bulk-plan",
+                    actor: &Actor::system("test"),
+                    selection: &Selection::Filter(Box::new(MessageFilter {
+                        queue: Some("bulk.dlq".into()),
+                        ..Default::default()
+                    })),
+                    selection_text: "{}",
+                    target: None,
+                    rate_per_sec: None,
+                    include_replayed: false,
+                    canary: None,
+                    start: false,
+                })
+                .await
+                .map(|job| (job, held.elapsed()))
+        })
+    };
+    // A single replay records itself against the message (its foreign key waits for the
+    // row): an ordinary statement, which gives up.
+    let single = {
+        let archive = archive.clone();
+        tokio::spawn(async move {
+            let target = ReplayTarget {
+                exchange: String::new(),
+                routing_key: "work".into(),
+            };
+            let started = archive
+                .begin_replay(first, "bulk-single", &Actor::system("test"), &target, None)
+                .await;
+            (started.map(|_| ()), held.elapsed())
+        })
+    };
+    let (refused, waited) = single.await.unwrap();
+    let refused = refused.expect_err("a replay waited on past the lock bound");
+    assert!(refused.to_string().contains("lock timeout"), "{refused}");
+    assert!(waited >= Duration::from_secs(10), "{waited:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !plan.is_finished(),
+        "the plan stopped waiting: {:?}",
+        plan.await
+    );
+    holder.commit().await.unwrap();
+    let (job, planned_in) = plan.await.unwrap().expect("the plan waited and was made");
+    assert_eq!(job.plan.messages, 10, "{job:?}");
+    eprintln!(
+        "a single replay gave up after {:.1} s; the plan waited {:.1} s and was made",
+        waited.as_secs_f64(),
+        planned_in.as_secs_f64()
+    );
+    pg.close().await;
+}
