@@ -257,9 +257,15 @@ pub struct ServeConfig {
     pub replay_window: usize,
 
     /// Seconds a replay job stays claimed by an instance that stopped renewing it, before
-    /// another instance (or a restart) takes it over.
+    /// another instance takes it over.
     #[arg(long, env = "LAZARUS_JOB_LEASE_SECS", default_value_t = 15)]
     pub job_lease_secs: u64,
+
+    /// This instance's name, the same across its restarts (default: host:listen address).
+    /// While no other live process goes by it, a restart takes back its replay job at once
+    /// instead of waiting for the lease. Give every instance its own.
+    #[arg(long, env = "LAZARUS_INSTANCE_NAME")]
+    pub instance_name: Option<String>,
 
     /// How callers sign in: none (loopback only), users (built-in, `lazarus user add`) or
     /// proxy (X-Forwarded-User from --trusted-proxy addresses).
@@ -368,6 +374,7 @@ impl fmt::Debug for ServeConfig {
             .field("fields", &self.fields)
             .field("replay_window", &self.replay_window)
             .field("job_lease_secs", &self.job_lease_secs)
+            .field("instance_name", &self.instance_name)
             .field("auth", &self.auth)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("masks", &self.masks)

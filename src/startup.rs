@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::amqp::consumer::{self, ConsumerContext};
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
+use crate::instance;
 use crate::replay::job;
 use crate::web::{self, AppState};
 
@@ -107,9 +108,23 @@ impl Application {
         for queue in &self.config.queues {
             tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
         }
+        let name = match &self.config.instance_name {
+            Some(name) => name.clone(),
+            None => instance::default_name(self.local_addr()),
+        };
+        let identity = instance::hold(
+            self.background.clone(),
+            name,
+            self.state.jobs_wake.clone(),
+            token.clone(),
+            &tracker,
+        )
+        .await;
         tracker.spawn(job::run(
             self.background.clone(),
-            self.config.runner_settings(self.state.metrics.clone()),
+            self.config
+                .runner_settings(self.state.metrics.clone())
+                .as_instance(identity),
             self.state.jobs_wake.clone(),
             token.clone(),
         ));

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sha2::Digest;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
@@ -26,8 +27,8 @@ use super::{
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
-    ReplayStart, StoreOutcome, StoredBody,
+    MessageStatus, MessageSummary, NameLock, PageRequest, PreparedMessage, QueueReasonCount,
+    ReplayRecord, ReplayStart, StoreOutcome, StoredBody,
 };
 use crate::death::ReplayTarget;
 
@@ -87,6 +88,9 @@ impl PostgresArchive {
         &self.pool
     }
 }
+
+/// The first key of instance name locks ("lazi").
+const INSTANCE_LOCK_CLASS: i32 = 0x6c61_7a69;
 
 /// What every pooled connection is held to, so that no transaction keeps its locks for
 /// long — above all the row of a replay job, which another instance waits to take over
@@ -657,10 +661,11 @@ impl Archive for PostgresArchive {
     async fn claim_job(
         &self,
         owner: &str,
+        instance: Option<&str>,
         lease_ms: u64,
         only: Option<i64>,
     ) -> Result<Option<ReplayJob>, ArchiveError> {
-        postgres_jobs::claim_job(&self.pool, owner, lease_ms, only).await
+        postgres_jobs::claim_job(&self.pool, owner, instance, lease_ms, only).await
     }
 
     async fn advance_job(
@@ -811,5 +816,25 @@ impl Archive for PostgresArchive {
     async fn ping(&self) -> Result<(), ArchiveError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        // A session lock, on a connection of its own: pooled connections come and go. Two
+        // 32-bit keys ("lazi" and the name's hash) keep it apart from the one-key locks of
+        // the migrator and of job selections.
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(INSTANCE_LOCK_CLASS)
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await?;
+        if locked {
+            Ok(Some(NameLock::Session(conn)))
+        } else {
+            let _ = conn.close().await;
+            Ok(None)
+        }
     }
 }

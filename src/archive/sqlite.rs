@@ -20,8 +20,8 @@ use super::{
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
-    ReplayStart, StoreOutcome, StoredBody, NO_REASON,
+    MessageStatus, MessageSummary, NameLock, PageRequest, PreparedMessage, QueueReasonCount,
+    ReplayRecord, ReplayStart, StoreOutcome, StoredBody, NO_REASON,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -708,10 +708,11 @@ impl Archive for SqliteArchive {
     async fn claim_job(
         &self,
         owner: &str,
+        instance: Option<&str>,
         lease_ms: u64,
         only: Option<i64>,
     ) -> Result<Option<ReplayJob>, ArchiveError> {
-        sqlite_jobs::claim_job(&self.pool, owner, lease_ms, only).await
+        sqlite_jobs::claim_job(&self.pool, owner, instance, lease_ms, only).await
     }
 
     async fn advance_job(
@@ -863,6 +864,43 @@ impl Archive for SqliteArchive {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        let options = self.pool.connect_options();
+        let archive = options.get_filename();
+        if archive.as_os_str().is_empty() || archive.as_os_str() == ":memory:" {
+            return Ok(Some(NameLock::Private));
+        }
+        let mut path = archive.as_os_str().to_owned();
+        path.push(".instance.lock");
+        let path = std::path::PathBuf::from(path);
+        lock_file(&path, name).map_err(|source| ArchiveError::InstanceLock {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// Takes the exclusive lock on `path` (created when missing) and writes who holds it; `None`
+/// when another process holds it.
+fn lock_file(path: &std::path::Path, name: &str) -> std::io::Result<Option<NameLock>> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    // For whoever looks: the name and the process that holds it.
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{name}\npid {}", std::process::id())?;
+    Ok(Some(NameLock::File(file)))
 }
 
 /// The edited headers of a replay, as stored beside its record.

@@ -2,11 +2,15 @@
 //! 20,000-message DLQ as competing consumers and one is SIGKILLed mid-ingest; then a replay
 //! job of all 20,000 runs on one instance, which is SIGKILLed mid-publish, and the other
 //! takes the job over when its lease expires. Nothing is archived twice, nothing is lost,
-//! every message ends with exactly one replay outcome.
+//! every message ends with exactly one replay outcome. Also: a runner frozen inside a step's
+//! transaction is taken over when its lease ends; an instance restarted under its name takes
+//! its job back at once, and a second live process under the same name never does; work on
+//! a whole selection waits out the lock bound of other statements.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lazarus::archive::{Actor, JobSpec, MessageFilter, Selection};
@@ -29,6 +33,8 @@ struct Instance {
     child: Child,
     pid: u32,
     addr: SocketAddr,
+    /// Every line it logged so far.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Instance {
@@ -36,7 +42,7 @@ impl Instance {
         let mut child = lazarus_command(amqp_url, "dlq", db, flags)
             .env(
                 "RUST_LOG",
-                "warn,lazarus::startup=info,lazarus::replay::job=info",
+                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::instance=info",
             )
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
@@ -45,6 +51,8 @@ impl Instance {
         let pid = child.id().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Its log goes on to the test's stderr, named; the serving line tells the address.
         tokio::spawn(async move {
             let mut tx = Some(tx);
@@ -63,6 +71,7 @@ impl Instance {
                     }
                 }
                 eprintln!("[{name} {pid}] {line}");
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = tokio::time::timeout(Duration::from_secs(60), rx)
@@ -74,7 +83,13 @@ impl Instance {
             child,
             pid,
             addr,
+            log,
         }
+    }
+
+    /// Whether it logged a line with `text` in it.
+    fn logged(&self, text: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
     /// A counter from this process's own `/metrics` (0 before it is first counted).
@@ -824,4 +839,249 @@ async fn bulk_work_outwaits_the_lock_bound() {
         planned_in.as_secs_f64()
     );
     pg.close().await;
+}
+
+/// The lease owner of a job, read from outside (either backend).
+async fn owner_of(database_url: &str, job: i64) -> Option<String> {
+    use sqlx::{ConnectOptions, Connection};
+    let sql = "SELECT lease_owner FROM replay_jobs WHERE id = $1";
+    if let Some(path) = database_url.strip_prefix("sqlite://") {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .connect()
+            .await
+            .unwrap();
+        let owner = sqlx::query_scalar(&sql.replace("$1", "?"))
+            .bind(job)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        owner
+    } else {
+        let mut conn = sqlx::PgConnection::connect(database_url).await.unwrap();
+        let owner = sqlx::query_scalar(sql)
+            .bind(job)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        owner
+    }
+}
+
+/// A DLQ of `messages` archived by `instance`, and a started job replaying all of them
+/// to `work` at `rate` per second, made in the archive as `lazarus replay` would.
+async fn archived_and_replaying(
+    instance: &Instance,
+    t: &Topology,
+    db: &str,
+    messages: usize,
+    rate: u32,
+) -> (std::sync::Arc<dyn lazarus::archive::Archive>, i64) {
+    publish_many(&t.channel, "", "dlq", "in", messages).await;
+    let started = Instant::now();
+    while instance.counter(INGESTED).await < messages as u64 || t.depth("dlq").await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ingest stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let archive = lazarus::archive::open(db).await.unwrap();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "identity-test",
+            actor: &Actor::system("test"),
+            selection: &Selection::Filter(Box::new(MessageFilter {
+                queue: Some("dlq".into()),
+                ..Default::default()
+            })),
+            selection_text: "{}",
+            target: Some(&ReplayTarget {
+                exchange: String::new(),
+                routing_key: "work".into(),
+            }),
+            rate_per_sec: Some(rate),
+            include_replayed: false,
+            canary: None,
+            start: true,
+        })
+        .await
+        .unwrap();
+    (archive, job.id)
+}
+
+/// Waits until `instance` runs job `id` and has published at least `published` of it.
+async fn running_on(
+    instance: &Instance,
+    archive: &dyn lazarus::archive::Archive,
+    db: &str,
+    id: i64,
+    published: i64,
+) {
+    let started = Instant::now();
+    loop {
+        let owner = owner_of(db, id).await;
+        let job = archive.job(id).await.unwrap().unwrap();
+        if owner.as_deref().map(owner_pid) == Some(instance.pid)
+            && job.counts.published >= published
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60) && !job.state.is_final(),
+            "{} did not run the job: owner {owner:?}, {job:?}",
+            instance.name
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for the job to complete, and checks every message was published once (and
+/// arrived), with at most two windows published twice.
+async fn completed_once(
+    archive: &dyn lazarus::archive::Archive,
+    url: &str,
+    id: i64,
+    messages: usize,
+) -> usize {
+    let started = Instant::now();
+    let job = loop {
+        let j = archive.job(id).await.unwrap().unwrap();
+        if j.state.is_final() {
+            break j;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job did not finish: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(job.state.as_str(), "completed", "{job:?}");
+    assert_eq!(job.counts.published, messages as i64, "{:?}", job.counts);
+    assert_eq!(
+        job.counts.pending + job.counts.problems() + job.counts.skipped,
+        0
+    );
+    let items = archive
+        .job_items(id, Some("published"), None, 500)
+        .await
+        .unwrap();
+    assert!(!items.is_empty());
+    let copies = drain_copies(url, "work").await;
+    let distinct: HashSet<&str> = copies.iter().map(|c| c.replay_of.as_str()).collect();
+    assert_eq!(distinct.len(), messages, "every message arrived");
+    let duplicates = copies.len() - distinct.len();
+    assert!(
+        duplicates <= 2 * REPLAY_WINDOW,
+        "{duplicates} copies published twice: more than two windows for one interruption"
+    );
+    duplicates
+}
+
+on_both_backends!(a_restarted_instance_takes_its_job_back_at_once);
+/// An instance SIGKILLed mid-job and started again under the same name (`--instance-name`)
+/// resumes its job at once: its name is free, so the lease still held in it is its earlier
+/// life's, not another live process's. The lease (60 s) is not waited for.
+async fn a_restarted_instance_takes_its_job_back_at_once() {
+    const MESSAGES: usize = 4_000;
+    let vhost = Vhost::create("restart");
+    let url = vhost.url();
+    let mut t = Topology::on(&url).await;
+    t.queue("dlq", Default::default()).await;
+    t.queue("work", Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let flags = ["--job-lease-secs", "60", "--instance-name", "lazarus-0"];
+    let mut first = Instance::start("A", &url, &db, &flags).await;
+    let (archive, job) = archived_and_replaying(&first, &t, &db, MESSAGES, 1_000).await;
+    running_on(&first, &*archive, &db, job, 1_000).await;
+    first.sigkill().await;
+    let published_at_kill = archive.job(job).await.unwrap().unwrap().counts.published;
+
+    let restarted = Instant::now();
+    let again = Instance::start("A again", &url, &db, &flags).await;
+    let serving = Instant::now();
+    running_on(&again, &*archive, &db, job, published_at_kill + 1).await;
+    let resumed = serving.elapsed();
+    assert!(
+        resumed < Duration::from_secs(10),
+        "the restart took its job back {resumed:?} after serving (lease 60 s)"
+    );
+    assert!(again.logged("holding the instance name"));
+    let duplicates = completed_once(&*archive, &url, job, MESSAGES).await;
+    eprintln!(
+        "restart ({:?}): SIGKILLed at {published_at_kill} published; started again in {:.1} s \
+         and took its job back {:.2} s after serving (lease 60 s); {duplicates} copies twice",
+        Backend::current(),
+        (serving - restarted).as_secs_f64(),
+        resumed.as_secs_f64()
+    );
+    let mut again = again;
+    sigterm(&mut again.child).await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_second_live_process_under_the_same_name_never_takes_the_job() {
+    Backend::Postgres.scope(same_name_twice()).await
+}
+
+/// Two live processes given the same `--instance-name` (a copied configuration): the
+/// second finds the name taken, says so, and leaves the first's job alone however often it
+/// looks; once the first is gone (SIGKILL) it takes the name, and with it the job, without
+/// waiting for the lease.
+async fn same_name_twice() {
+    const MESSAGES: usize = 4_000;
+    let vhost = Vhost::create("samename");
+    let url = vhost.url();
+    let mut t = Topology::on(&url).await;
+    t.queue("dlq", Default::default()).await;
+    t.queue("work", Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let flags = ["--job-lease-secs", "60", "--instance-name", "copied"];
+    let mut first = Instance::start("A", &url, &db, &flags).await;
+    let (archive, job) = archived_and_replaying(&first, &t, &db, MESSAGES, 500).await;
+    running_on(&first, &*archive, &db, job, 200).await;
+
+    let second = Instance::start("B", &url, &db, &flags).await;
+    let started = Instant::now();
+    while !second.logged("another live process goes by this instance name") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "B never said its name was taken"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // B has looked for jobs every second meanwhile (and once more now): A keeps its job.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let owner = owner_of(&db, job).await;
+    assert_eq!(
+        owner.as_deref().map(owner_pid),
+        Some(first.pid),
+        "{owner:?}"
+    );
+    assert!(!second.logged("holding the instance name"));
+
+    first.sigkill().await;
+    let killed = Instant::now();
+    running_on(&second, &*archive, &db, job, 0).await;
+    let takeover = killed.elapsed();
+    assert!(
+        takeover < Duration::from_secs(30),
+        "B took the job over {takeover:?} after A died (lease 60 s)"
+    );
+    assert!(second.logged("holding the instance name"));
+    let duplicates = completed_once(&*archive, &url, job, MESSAGES).await;
+    eprintln!(
+        "same name twice: B left A's job alone while A lived, took it {:.1} s after A's \
+         SIGKILL (lease 60 s); {duplicates} copies twice",
+        takeover.as_secs_f64()
+    );
+    let mut second = second;
+    sigterm(&mut second.child).await;
+    t.cleanup().await;
 }
