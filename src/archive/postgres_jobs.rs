@@ -7,7 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
-use super::postgres::{bulk_bounds, push_selection};
+use super::postgres::{lift_bounds, push_selection};
 use super::postgres_audit::audit;
 use super::sqlite::millis;
 use super::sqlite_jobs::{
@@ -143,7 +143,7 @@ async fn skip_where(
 
 pub async fn create_job(pool: &PgPool, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
     let mut tx = pool.begin().await?;
-    bulk_bounds(&mut tx).await?;
+    lift_bounds(&mut tx).await?;
     let state = if spec.start {
         JobState::Queued
     } else {
@@ -332,7 +332,7 @@ pub async fn control_job(
     actor: &Actor,
 ) -> Result<ReplayJob, ArchiveError> {
     let mut tx = pool.begin().await?;
-    bulk_bounds(&mut tx).await?;
+    lift_bounds(&mut tx).await?;
     // Locked before the state is judged: a runner's step or another user's action waits.
     let job = lock_job(&mut tx, id).await?;
     use JobState::*;

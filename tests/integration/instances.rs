@@ -841,6 +841,126 @@ async fn bulk_work_outwaits_the_lock_bound() {
     pg.close().await;
 }
 
+#[tokio::test]
+#[ignore = "a measurement: minutes on a million messages (LAZARUS_BULK_MESSAGES)"]
+async fn bulk_work_on_a_large_archive_within_its_bounds() {
+    Backend::Postgres.scope(bulk_work_at_scale()).await
+}
+
+/// How long work on a whole selection takes on a large PostgreSQL archive, through the
+/// archive's own pool (the session bounds of every connection, lifted for such work):
+/// a plan of every message, starting and cancelling it, dismissing and purging them all.
+/// `LAZARUS_BULK_MESSAGES` messages (1,000,000 by default), copied in SQL from 1,000 stored
+/// by ingest's `store_batch`.
+async fn bulk_work_at_scale() {
+    use sqlx::Connection;
+    let messages: i64 = std::env::var("LAZARUS_BULK_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let batch: Vec<_> = (0..1_000).map(|n| dead_letter("bulk.dlq", n)).collect();
+    let stored = archive.store_batch(&batch).await.unwrap();
+    archive.confirm_acked(&stored.unconfirmed).await.unwrap();
+
+    let filling = Instant::now();
+    let mut fill = sqlx::PgConnection::connect(&db).await.unwrap();
+    let columns = "fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
+         message_id, correlation_id, content_type, content_encoding, body_size, properties, \
+         headers, deaths, death_problems, first_death_queue, first_death_reason, \
+         first_death_exchange, replay_exchange, replay_routing_key, error, search";
+    loop {
+        let have: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
+            .fetch_one(&mut fill)
+            .await
+            .unwrap();
+        if have >= messages {
+            break;
+        }
+        sqlx::query(&format!(
+            "INSERT INTO messages ({columns}) SELECT {columns} FROM messages LIMIT $1"
+        ))
+        .bind(messages - have)
+        .execute(&mut fill)
+        .await
+        .unwrap();
+    }
+    for sql in [
+        "INSERT INTO message_status (id) SELECT id FROM messages m \
+         WHERE NOT EXISTS (SELECT 1 FROM message_status s WHERE s.id = m.id)",
+        "INSERT INTO message_bodies (message_id, body) SELECT id, '\\x7b7d' FROM messages m \
+         WHERE NOT EXISTS (SELECT 1 FROM message_bodies b WHERE b.message_id = m.id)",
+        "UPDATE queue_reason_counts SET messages = (SELECT count(*) FROM messages)",
+        "VACUUM (ANALYZE)",
+    ] {
+        sqlx::query(sql).execute(&mut fill).await.unwrap();
+    }
+    fill.close().await.unwrap();
+    eprintln!(
+        "bulk: {messages} messages in {:.0} s",
+        filling.elapsed().as_secs_f64()
+    );
+
+    let actor = Actor::system("test");
+    let selection = Selection::Filter(Box::new(MessageFilter {
+        queue: Some("bulk.dlq".into()),
+        ..Default::default()
+    }));
+    let timed = Instant::now();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "bulk-scale",
+            actor: &actor,
+            selection: &selection,
+            selection_text: "{}",
+            target: None,
+            rate_per_sec: None,
+            include_replayed: false,
+            canary: None,
+            start: false,
+        })
+        .await
+        .unwrap();
+    let planned = timed.elapsed();
+    assert_eq!(job.plan.messages, messages);
+    let timed = Instant::now();
+    let job = archive
+        .control_job(job.id, lazarus::archive::JobAction::Start, &actor)
+        .await
+        .unwrap();
+    let started = timed.elapsed();
+    let timed = Instant::now();
+    archive
+        .control_job(job.id, lazarus::archive::JobAction::Cancel, &actor)
+        .await
+        .unwrap();
+    let cancelled = timed.elapsed();
+    let timed = Instant::now();
+    let dismissed = archive
+        .dismiss(&selection, "{}", "bulk", &actor)
+        .await
+        .unwrap();
+    let dismissed_in = timed.elapsed();
+    let timed = Instant::now();
+    let purged = archive
+        .purge(&selection, "{}", "bulk", &actor)
+        .await
+        .unwrap();
+    let purged_in = timed.elapsed();
+    assert_eq!((dismissed, purged), (messages as u64, messages as u64));
+    eprintln!(
+        "bulk, {messages} messages: plan {:.1} s, start {:.1} s, cancel {:.1} s, \
+         dismiss {:.1} s, purge {:.1} s",
+        planned.as_secs_f64(),
+        started.as_secs_f64(),
+        cancelled.as_secs_f64(),
+        dismissed_in.as_secs_f64(),
+        purged_in.as_secs_f64()
+    );
+}
+
 /// The lease owner of a job, read from outside (either backend).
 async fn owner_of(database_url: &str, job: i64) -> Option<String> {
     use sqlx::{ConnectOptions, Connection};
