@@ -250,15 +250,22 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_BATCH_MAX_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub batch_max_bytes: usize,
 
-    /// Replay publishes awaiting a broker confirm at most. After a crash, at most this many
-    /// messages of a job can be published twice.
+    /// Replay publishes awaiting a broker confirm at most. After a crash, at most twice this
+    /// many messages of a job can be published twice (the step being published and the one
+    /// before it, whose confirms were not recorded yet).
     #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 500)]
     pub replay_window: usize,
 
     /// Seconds a replay job stays claimed by an instance that stopped renewing it, before
-    /// another instance (or a restart) takes it over.
+    /// another instance takes it over.
     #[arg(long, env = "LAZARUS_JOB_LEASE_SECS", default_value_t = 15)]
     pub job_lease_secs: u64,
+
+    /// This instance's name, the same across its restarts (default: host:listen address).
+    /// While no other live process goes by it, a restart takes back its replay job at once
+    /// instead of waiting for the lease. Give every instance its own.
+    #[arg(long, env = "LAZARUS_INSTANCE_NAME")]
+    pub instance_name: Option<String>,
 
     /// How callers sign in: none (loopback only), users (built-in, `lazarus user add`) or
     /// proxy (X-Forwarded-User from --trusted-proxy addresses).
@@ -367,6 +374,7 @@ impl fmt::Debug for ServeConfig {
             .field("fields", &self.fields)
             .field("replay_window", &self.replay_window)
             .field("job_lease_secs", &self.job_lease_secs)
+            .field("instance_name", &self.instance_name)
             .field("auth", &self.auth)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("masks", &self.masks)
@@ -431,6 +439,20 @@ mod tests {
         assert_eq!(c.connection.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
+    }
+
+    #[test]
+    fn replay_window_help_tells_how_much_a_crash_can_publish_twice() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        let window = serve
+            .get_arguments()
+            .find(|a| a.get_id() == "replay_window")
+            .expect("--replay-window");
+        let help = window.get_help().expect("a help text").to_string();
+        // The step being published and the one before it: two windows, as the README says.
+        assert!(help.contains("at most twice this many"), "{help}");
     }
 
     fn serve_args(args: &[&str]) -> Command {

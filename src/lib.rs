@@ -10,6 +10,7 @@ pub mod body;
 pub mod config;
 pub mod death;
 pub mod demo;
+pub mod instance;
 pub mod metrics;
 #[cfg(test)]
 mod proptests;

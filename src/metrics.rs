@@ -1,6 +1,10 @@
 //! Prometheus metrics: what ingest counts as it goes, and the archive totals read at scrape time.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write;
+
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -9,28 +13,83 @@ use prometheus_client::registry::Registry;
 
 use crate::archive::QueueReasonCount;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueLabels {
     pub queue: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueReasonLabels {
     pub queue: String,
     pub reason: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct IngestErrorLabels {
     pub queue: String,
     /// `broker`, `queue_missing`, `database` or `crash`.
     pub kind: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct OutcomeLabels {
     /// `published`, `unroutable`, `nacked` or `failed`.
     pub outcome: String,
+}
+
+/// A label value written as the text exposition format requires: backslash, double quote
+/// and line feed escaped (`\\`, `\"`, `\n`). prometheus-client 0.24 writes label values as
+/// they are, and queue names and death reasons come from the broker and from whoever
+/// published the message: a quote or a line break in one made the whole scrape unreadable,
+/// or wrote a series of its own. (Text format only: Lazarus has no protobuf exposition.)
+struct Escaped<'a>(&'a str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..i])?;
+            encoder.write_str(match rest.as_bytes()[i] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[i + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+impl EncodeLabelSet for QueueLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [("queue", Escaped(&self.queue))].encode(encoder)
+    }
+}
+
+impl EncodeLabelSet for QueueReasonLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [
+            ("queue", Escaped(&self.queue)),
+            ("reason", Escaped(&self.reason)),
+        ]
+        .encode(encoder)
+    }
+}
+
+impl EncodeLabelSet for IngestErrorLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [
+            ("queue", Escaped(&self.queue)),
+            ("kind", Escaped(&self.kind)),
+        ]
+        .encode(encoder)
+    }
+}
+
+impl EncodeLabelSet for OutcomeLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [("outcome", Escaped(&self.outcome))].encode(encoder)
+    }
 }
 
 #[derive(Debug)]
@@ -145,5 +204,21 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_format_requires() {
+        let metrics = Metrics::default();
+        metrics.ingest_error("a\\b\"c\nd", "database");
+        let text = metrics.render(&[]);
+        assert!(
+            text.contains(r#"lazarus_ingest_errors_total{queue="a\\b\"c\nd",kind="database"} 1"#),
+            "{text}"
+        );
     }
 }

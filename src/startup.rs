@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::amqp::consumer::{self, ConsumerContext};
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
+use crate::instance;
 use crate::replay::job;
 use crate::web::{self, AppState};
 
@@ -23,7 +24,10 @@ pub const MAX_BUSINESS_FIELDS: usize = 20;
 pub struct Application {
     config: ServeConfig,
     listener: TcpListener,
+    /// The web's state; its archive is the one for requests.
     state: AppState,
+    /// The archive as the consumers and the job runner use it.
+    background: Arc<dyn Archive>,
 }
 
 impl Application {
@@ -35,7 +39,7 @@ impl Application {
             "at most {MAX_BUSINESS_FIELDS} --field are supported, not {}",
             config.fields.len()
         );
-        let archive = archive::open(&config.connection.database_url)
+        let archive = archive::open_served(&config.connection.database_url)
             .await
             .with_context(|| {
                 format!(
@@ -47,13 +51,13 @@ impl Application {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let auth = config.auth_settings().map_err(anyhow::Error::msg)?;
-        if auth.mode == crate::auth::AuthMode::Users && archive.users().await?.is_empty() {
+        if auth.mode == crate::auth::AuthMode::Users && archive.requests.users().await?.is_empty() {
             tracing::warn!(
                 "--auth users and no user yet: add one with `lazarus user add NAME --role admin`"
             );
         }
         let mut state = AppState::new(
-            archive,
+            archive.requests.clone(),
             config.fields.iter().map(|f| f.name.clone()).collect(),
             &config.connection.amqp_url,
         );
@@ -63,6 +67,7 @@ impl Application {
             config,
             listener,
             state,
+            background: archive.background,
         })
     }
 
@@ -90,7 +95,7 @@ impl Application {
         let tracker = TaskTracker::new();
         let ctx = ConsumerContext {
             amqp_url: self.config.connection.amqp_url.clone(),
-            archive: self.state.archive.clone(),
+            archive: self.background.clone(),
             settings: self.config.batch_settings(),
             rules: self.config.ingest_rules(),
             status: self.state.status.clone(),
@@ -103,9 +108,23 @@ impl Application {
         for queue in &self.config.queues {
             tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
         }
+        let name = match &self.config.instance_name {
+            Some(name) => name.clone(),
+            None => instance::default_name(self.local_addr()),
+        };
+        let identity = instance::hold(
+            self.background.clone(),
+            name,
+            self.state.jobs_wake.clone(),
+            token.clone(),
+            &tracker,
+        )
+        .await;
         tracker.spawn(job::run(
-            self.state.archive.clone(),
-            self.config.runner_settings(self.state.metrics.clone()),
+            self.background.clone(),
+            self.config
+                .runner_settings(self.state.metrics.clone())
+                .as_instance(identity),
             self.state.jobs_wake.clone(),
             token.clone(),
         ));

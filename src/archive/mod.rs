@@ -62,6 +62,11 @@ pub enum ArchiveError {
     /// The action does not fit the current state (resume a completed job, ...).
     #[error("{0}")]
     Conflict(String),
+    #[error("the instance lock file {path}: {source}")]
+    InstanceLock {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// What became of one stored batch.
@@ -386,10 +391,14 @@ pub trait Archive: Send + Sync + 'static {
         actor: &Actor,
     ) -> Result<ReplayJob, ArchiveError>;
     /// Takes the oldest queued job (or job `only`), or a running one whose runner's lease
-    /// ran out, for `owner` until `lease_ms` from now.
+    /// ran out, for `owner` until `lease_ms` from now. A runner that holds its `instance`
+    /// name ([`Archive::lock_instance_name`]) also takes, lease or not, a job whose lease
+    /// another runner of that name holds: an earlier life of this instance, gone, since
+    /// nobody else could hold the name meanwhile.
     async fn claim_job(
         &self,
         owner: &str,
+        instance: Option<&str>,
         lease_ms: u64,
         only: Option<i64>,
     ) -> Result<Option<ReplayJob>, ArchiveError>;
@@ -495,13 +504,80 @@ pub trait Archive: Send + Sync + 'static {
     async fn record(&self, actor: &Actor, action: &str, summary: &str) -> Result<(), ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
+    /// Takes the instance name `name` for this process, if no other live process holds it
+    /// (`Ok(None)` when one does), for as long as the returned lock lasts.
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError>;
+}
+
+/// Proof that no other live process goes by an instance name, while it lasts.
+#[derive(Debug)]
+pub enum NameLock {
+    /// An exclusive lock on a file beside the SQLite archive (`<archive>.instance.lock`),
+    /// held until the process ends. One `lazarus serve` runs per SQLite archive.
+    File(std::fs::File),
+    /// A session-level advisory lock of PostgreSQL, on a connection of its own: held while
+    /// that session lives, and freed by the server when the process dies.
+    Session(sqlx::PgConnection),
+    /// An archive no other process can open (SQLite in memory).
+    Private,
+}
+
+impl NameLock {
+    /// Whether the lock is still held: a PostgreSQL session can end under it (a restart, a
+    /// failover, a cut connection), and then another process may take the name.
+    pub async fn held(&mut self) -> bool {
+        use sqlx::Connection;
+        match self {
+            NameLock::Session(conn) => {
+                matches!(
+                    tokio::time::timeout(std::time::Duration::from_secs(5), conn.ping()).await,
+                    Ok(Ok(()))
+                )
+            }
+            NameLock::File(_) | NameLock::Private => true,
+        }
+    }
+}
+
+/// The archive as `lazarus serve` uses it: one database, reached two ways.
+#[derive(Clone)]
+pub struct ServedArchive {
+    /// For the consumers and the replay job runner, which wait for the database (up to the
+    /// pool's 5 s per attempt) and retry while it is away, holding what they have.
+    pub background: Arc<dyn Archive>,
+    /// For HTTP requests: on PostgreSQL a pool of its own that gives up on a database it
+    /// cannot reach within [`PostgresArchive::REQUEST_ACQUIRE_TIMEOUT`], so that `/readyz`, pages
+    /// and `/metrics` answer within a second while it is down, and a burst of page requests
+    /// never takes ingest's connections. SQLite, a local file, is one pool for both.
+    pub requests: Arc<dyn Archive>,
+}
+
+/// Opens (and migrates) the archive the URL names, for [`ServedArchive`]'s two uses.
+pub async fn open_served(database_url: &str) -> Result<ServedArchive, ArchiveError> {
+    if is_postgres(database_url) {
+        let background = PostgresArchive::open(database_url).await?;
+        let requests = background.for_requests();
+        return Ok(ServedArchive {
+            background: Arc::new(background),
+            requests: Arc::new(requests),
+        });
+    }
+    let archive = open(database_url).await?;
+    Ok(ServedArchive {
+        background: archive.clone(),
+        requests: archive,
+    })
+}
+
+fn is_postgres(database_url: &str) -> bool {
+    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }
 
 /// Opens (and migrates) the archive the URL names.
 pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(SqliteArchive::open(database_url).await?))
-    } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+    } else if is_postgres(database_url) {
         Ok(Arc::new(PostgresArchive::open(database_url).await?))
     } else {
         Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(

@@ -7,8 +7,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sha2::Digest;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::Connection;
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
@@ -25,8 +27,8 @@ use super::{
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
-    ReplayStart, StoreOutcome, StoredBody,
+    MessageStatus, MessageSummary, NameLock, PageRequest, PreparedMessage, QueueReasonCount,
+    ReplayRecord, ReplayStart, StoreOutcome, StoredBody,
 };
 use crate::death::ReplayTarget;
 
@@ -47,19 +49,107 @@ impl PostgresArchive {
                 }
             }
         }
-        let pool = PgPoolOptions::new()
+        // Migrations run without the bounds below (an index on a large table can take longer
+        // than any statement Lazarus itself runs); the advisory lock they take makes other
+        // instances starting at once wait here.
+        let mut migrating = PgConnection::connect(url).await?;
+        sqlx::migrate!("migrations/postgres")
+            .run(&mut migrating)
+            .await?;
+        migrating.close().await?;
+        let pool = bounded_pool()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
             .connect(url)
             .await?;
-        sqlx::migrate!("migrations/postgres").run(&pool).await?;
         Ok(PostgresArchive { pool })
+    }
+
+    /// How long an HTTP request waits for a connection before it is answered 503: under the
+    /// second an orchestrator's probe allows, far above the milliseconds a connection to a
+    /// database that is up takes (from the pool, or a new one).
+    pub const REQUEST_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(750);
+
+    /// The same database through a pool for HTTP requests (see [`super::ServedArchive`]):
+    /// a few connections, opened when first needed, and
+    /// [`PostgresArchive::REQUEST_ACQUIRE_TIMEOUT`] to get one. The background pool's 5 s
+    /// is right for ingest, which holds its batch and retries; a probe of `/readyz` that
+    /// took as long while PostgreSQL was down was taken for a hung process.
+    pub fn for_requests(&self) -> PostgresArchive {
+        let pool = bounded_pool()
+            .max_connections(5)
+            .acquire_timeout(Self::REQUEST_ACQUIRE_TIMEOUT)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        PostgresArchive { pool }
     }
 
     /// The pool, for tests and tools that inspect the database directly.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// The first key of instance name locks ("lazi").
+const INSTANCE_LOCK_CLASS: i32 = 0x6c61_7a69;
+
+/// What every pooled connection is held to, so that no transaction keeps its locks for
+/// long — above all the row of a replay job, which another instance waits to take over
+/// when the lease of the job's runner runs out (`--job-lease-secs`, 15 s by default):
+///
+/// - `idle_in_transaction_session_timeout` 5 s: the server ends a session that sits in a
+///   transaction without sending its next statement. Lazarus never waits on anything but the
+///   database inside a transaction, so only a client that hangs, is frozen or is cut off by a
+///   partition gets there, and its locks are freed before its lease ends (its kernel still
+///   answers TCP, so nothing else would ever end it). With a lease under 5 s, takeover comes
+///   after these 5 s instead.
+/// - `lock_timeout` 10 s: a wait behind a frozen holder outlasts the 5 s above and succeeds;
+///   a longer one (behind a live bulk change) fails, and ingest and the job runner retry it
+///   while a request gets a 503.
+/// - `statement_timeout` 30 s, as long as an HTTP request may take: what a page, ingest or a
+///   job step asks takes milliseconds, and a query whose request gave up does not run on.
+///   Work on a whole selection lifts both timeouts for its own transaction
+///   ([`lift_bounds`]).
+const SESSION_BOUNDS: [(&str, &str); 3] = [
+    ("idle_in_transaction_session_timeout", "5s"),
+    ("lock_timeout", "10s"),
+    ("statement_timeout", "30s"),
+];
+
+/// What [`lift_bounds`] sets for the rest of a transaction: no statement or lock timeout.
+const BULK_BOUNDS: [(&str, &str); 2] = [("lock_timeout", "0"), ("statement_timeout", "0")];
+
+/// Sets these parameters for the session, or (`local`) for the rest of its transaction.
+async fn set_bounds(
+    conn: &mut PgConnection,
+    bounds: &[(&str, &str)],
+    local: bool,
+) -> Result<(), sqlx::Error> {
+    let (names, values): (Vec<&str>, Vec<&str>) = bounds.iter().copied().unzip();
+    sqlx::query(
+        "SELECT set_config(name, value, $3) FROM unnest($1::text[], $2::text[]) AS b (name, value)",
+    )
+    .bind(names)
+    .bind(values)
+    .bind(local)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Pool options whose connections are held to [`SESSION_BOUNDS`].
+fn bounded_pool() -> PgPoolOptions {
+    PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_bounds(conn, &SESSION_BOUNDS, false)))
+}
+
+/// Lifts the statement and lock timeouts for the rest of this transaction, for work on a
+/// whole selection (freezing a job's plan, starting or cancelling it, a dismissal, a
+/// purge). At 1,000,000 messages it takes minutes (a dismissal 209 s, a plan 64 s, a purge
+/// 78 s: `bulk_work_on_a_large_archive_within_its_bounds`), growing with the selection, so
+/// any fixed bound would only make a large enough selection impossible to act on; and it
+/// rightly waits for another such change to the same messages. It is never idle, so what the
+/// bounds are for is still covered: a frozen client is cut off after 5 s idle.
+pub(super) async fn lift_bounds(tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+    set_bounds(tx, &BULK_BOUNDS, true).await
 }
 
 /// [`SUMMARY_COLUMNS`] of a `messages` row, its status read from `message_status` — for the
@@ -594,10 +684,11 @@ impl Archive for PostgresArchive {
     async fn claim_job(
         &self,
         owner: &str,
+        instance: Option<&str>,
         lease_ms: u64,
         only: Option<i64>,
     ) -> Result<Option<ReplayJob>, ArchiveError> {
-        postgres_jobs::claim_job(&self.pool, owner, lease_ms, only).await
+        postgres_jobs::claim_job(&self.pool, owner, instance, lease_ms, only).await
     }
 
     async fn advance_job(
@@ -748,5 +839,25 @@ impl Archive for PostgresArchive {
     async fn ping(&self) -> Result<(), ArchiveError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        // A session lock, on a connection of its own: pooled connections come and go. Two
+        // 32-bit keys ("lazi" and the name's hash) keep it apart from the one-key locks of
+        // the migrator and of job selections.
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(INSTANCE_LOCK_CLASS)
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await?;
+        if locked {
+            Ok(Some(NameLock::Session(conn)))
+        } else {
+            let _ = conn.close().await;
+            Ok(None)
+        }
     }
 }

@@ -6,7 +6,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 
-use super::postgres::push_selection;
+use super::postgres::{lift_bounds, push_selection};
 use super::postgres_audit::audit;
 use super::postgres_jobs::recount;
 use super::sqlite_actions::{action_summary, single_message, HELD_BY_UNFINISHED_JOB};
@@ -20,6 +20,7 @@ pub async fn dismiss(
     actor: &Actor,
 ) -> Result<u64, ArchiveError> {
     let mut tx = pool.begin().await?;
+    lift_bounds(&mut tx).await?;
     // The selected messages, locked in id order; then those not dismissed yet. A message
     // dismissed meanwhile by someone else is read after their commit (a statement of its
     // own), and left alone.
@@ -95,6 +96,7 @@ pub async fn purge(
     actor: &Actor,
 ) -> Result<u64, ArchiveError> {
     let mut tx = pool.begin().await?;
+    lift_bounds(&mut tx).await?;
     // The selected messages no unfinished job holds, locked: from now on a new job item on
     // one of them waits for this transaction (its foreign key check needs the row).
     let mut q = QueryBuilder::<Postgres>::new("SELECT messages.id");

@@ -7,7 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 use time::OffsetDateTime;
 
-use super::postgres::push_selection;
+use super::postgres::{lift_bounds, push_selection};
 use super::postgres_audit::audit;
 use super::sqlite::millis;
 use super::sqlite_jobs::{
@@ -143,6 +143,7 @@ async fn skip_where(
 
 pub async fn create_job(pool: &PgPool, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
     let mut tx = pool.begin().await?;
+    lift_bounds(&mut tx).await?;
     let state = if spec.start {
         JobState::Queued
     } else {
@@ -331,6 +332,7 @@ pub async fn control_job(
     actor: &Actor,
 ) -> Result<ReplayJob, ArchiveError> {
     let mut tx = pool.begin().await?;
+    lift_bounds(&mut tx).await?;
     // Locked before the state is judged: a runner's step or another user's action waits.
     let job = lock_job(&mut tx, id).await?;
     use JobState::*;
@@ -376,21 +378,28 @@ pub async fn control_job(
 pub async fn claim_job(
     pool: &PgPool,
     owner: &str,
+    instance: Option<&str>,
     lease_ms: u64,
     only: Option<i64>,
 ) -> Result<Option<ReplayJob>, ArchiveError> {
     let mut tx = pool.begin().await?;
     let now = now();
+    // A lease ran out, or another runner of the claimant's instance name holds it: the
+    // claimant holds the name alone, so that runner was an earlier life of this instance.
+    let lease_gone = "(coalesce(lease_until, 0) < $1 \
+                      OR (lease_instance = $2 AND lease_owner IS DISTINCT FROM $3))";
     // A cancelled job whose runner died before settling what it had handed to the broker.
     // One another instance is settling (or its runner is stepping) is left to it.
-    let orphans: Vec<i64> = sqlx::query_scalar(
+    let orphans: Vec<i64> = sqlx::query_scalar(&format!(
         "UPDATE replay_jobs SET lease_owner = NULL, lease_until = NULL \
          WHERE id IN (SELECT id FROM replay_jobs \
-                      WHERE state = 'cancelled' AND lease_owner IS NOT NULL AND coalesce(lease_until, 0) < $1 \
+                      WHERE state = 'cancelled' AND lease_owner IS NOT NULL AND {lease_gone} \
                       FOR UPDATE SKIP LOCKED) \
          RETURNING id",
-    )
+    ))
     .bind(now)
+    .bind(instance)
+    .bind(owner)
     .fetch_all(&mut *tx)
     .await?;
     for orphan in orphans {
@@ -398,18 +407,19 @@ pub async fn claim_job(
     }
     // SKIP LOCKED: a job another instance is claiming (or a user is changing) is not waited
     // for, and never claimed twice; the next candidate is taken instead.
-    let claimed: Option<i64> = sqlx::query_scalar(
-        "UPDATE replay_jobs SET state = 'running', lease_owner = $1, lease_until = $2, \
-         started_at = coalesce(started_at, $3), detail = NULL \
+    let claimed: Option<i64> = sqlx::query_scalar(&format!(
+        "UPDATE replay_jobs SET state = 'running', lease_owner = $3, lease_instance = $2, \
+         lease_until = $4, started_at = coalesce(started_at, $1), detail = NULL \
          WHERE id = (SELECT id FROM replay_jobs \
-                     WHERE (state = 'queued' OR (state = 'running' AND coalesce(lease_until, 0) < $3)) \
-                     AND ($4::bigint IS NULL OR id = $4) ORDER BY id LIMIT 1 \
+                     WHERE (state = 'queued' OR (state = 'running' AND {lease_gone})) \
+                     AND ($5::bigint IS NULL OR id = $5) ORDER BY id LIMIT 1 \
                      FOR UPDATE SKIP LOCKED) \
          RETURNING id",
-    )
+    ))
+    .bind(now)
+    .bind(instance)
     .bind(owner)
     .bind(now + lease_ms as i64)
-    .bind(now)
     .bind(only)
     .fetch_optional(&mut *tx)
     .await?;

@@ -20,8 +20,8 @@ use super::{
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStatus, MessageSummary, PageRequest, PreparedMessage, QueueReasonCount, ReplayRecord,
-    ReplayStart, StoreOutcome, StoredBody, NO_REASON,
+    MessageStatus, MessageSummary, NameLock, PageRequest, PreparedMessage, QueueReasonCount,
+    ReplayRecord, ReplayStart, StoreOutcome, StoredBody, NO_REASON,
 };
 use crate::amqp::headers::Table;
 use crate::death::{FirstDeath, ReplayTarget};
@@ -42,6 +42,7 @@ impl SqliteArchive {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .after_release(|conn, _| Box::pin(release_only_if_idle(conn)))
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
@@ -52,6 +53,22 @@ impl SqliteArchive {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// Whether a connection given back to the pool may be used again: not if it is still in a
+/// transaction. When a write fails with `database or disk is full` (or an I/O error), SQLite
+/// may roll the whole transaction back by itself; the ROLLBACK that sqlx then sends for the
+/// dropped transaction fails ("no transaction is active"), sqlx's count of open transactions
+/// on the connection stays at one, and every later `BEGIN` on it fails ("attempted to call
+/// begin_with at non-zero transaction depth") until the process restarts. Closing such a
+/// connection (which also ends any transaction SQLite did keep) lets every write path recover
+/// as soon as the disk has room again.
+async fn release_only_if_idle(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    // The connection's worker runs commands in order: once the ping returns, the rollback a
+    // dropped transaction queued has been tried.
+    conn.ping().await?;
+    Ok(!conn.is_in_transaction())
 }
 
 pub(super) fn millis(t: OffsetDateTime) -> i64 {
@@ -711,10 +728,11 @@ impl Archive for SqliteArchive {
     async fn claim_job(
         &self,
         owner: &str,
+        instance: Option<&str>,
         lease_ms: u64,
         only: Option<i64>,
     ) -> Result<Option<ReplayJob>, ArchiveError> {
-        sqlite_jobs::claim_job(&self.pool, owner, lease_ms, only).await
+        sqlite_jobs::claim_job(&self.pool, owner, instance, lease_ms, only).await
     }
 
     async fn advance_job(
@@ -866,6 +884,43 @@ impl Archive for SqliteArchive {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        let options = self.pool.connect_options();
+        let archive = options.get_filename();
+        if archive.as_os_str().is_empty() || archive.as_os_str() == ":memory:" {
+            return Ok(Some(NameLock::Private));
+        }
+        let mut path = archive.as_os_str().to_owned();
+        path.push(".instance.lock");
+        let path = std::path::PathBuf::from(path);
+        lock_file(&path, name).map_err(|source| ArchiveError::InstanceLock {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// Takes the exclusive lock on `path` (created when missing) and writes who holds it; `None`
+/// when another process holds it.
+fn lock_file(path: &std::path::Path, name: &str) -> std::io::Result<Option<NameLock>> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    // For whoever looks: the name and the process that holds it.
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{name}\npid {}", std::process::id())?;
+    Ok(Some(NameLock::File(file)))
 }
 
 /// The edited headers of a replay, as stored beside its record.

@@ -658,34 +658,40 @@ pub async fn control_job(
 pub async fn claim_job(
     pool: &SqlitePool,
     owner: &str,
+    instance: Option<&str>,
     lease_ms: u64,
     only: Option<i64>,
 ) -> Result<Option<ReplayJob>, ArchiveError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let now = now();
     // A cancelled job whose runner died before settling what it had handed to the broker.
-    let orphans: Vec<i64> = sqlx::query_scalar(
+    let orphans: Vec<i64> = sqlx::query_scalar(&format!(
         "UPDATE replay_jobs SET lease_owner = NULL, lease_until = NULL \
-         WHERE state = 'cancelled' AND lease_owner IS NOT NULL AND coalesce(lease_until, 0) < ? RETURNING id",
-    )
+         WHERE state = 'cancelled' AND lease_owner IS NOT NULL AND {LEASE_GONE} RETURNING id",
+    ))
     .bind(now)
+    .bind(instance)
+    .bind(owner)
     .fetch_all(&mut *tx)
     .await?;
     for orphan in orphans {
         cancel_items(&mut tx, orphan, false).await?;
     }
-    let claimed: Option<i64> = sqlx::query_scalar(
-        "UPDATE replay_jobs SET state = 'running', lease_owner = ?, lease_until = ?, \
-         started_at = coalesce(started_at, ?), detail = NULL \
+    let claimed: Option<i64> = sqlx::query_scalar(&format!(
+        "UPDATE replay_jobs SET state = 'running', lease_owner = ?, lease_instance = ?, \
+         lease_until = ?, started_at = coalesce(started_at, ?), detail = NULL \
          WHERE id = (SELECT id FROM replay_jobs \
-                     WHERE (state = 'queued' OR (state = 'running' AND coalesce(lease_until, 0) < ?)) \
+                     WHERE (state = 'queued' OR (state = 'running' AND {LEASE_GONE})) \
                      AND (? IS NULL OR id = ?) ORDER BY id LIMIT 1) \
          RETURNING id",
-    )
+    ))
     .bind(owner)
+    .bind(instance)
     .bind(now + lease_ms as i64)
     .bind(now)
     .bind(now)
+    .bind(instance)
+    .bind(owner)
     .bind(only)
     .bind(only)
     .fetch_optional(&mut *tx)
@@ -707,6 +713,13 @@ pub async fn claim_job(
     tx.commit().await?;
     Ok(job)
 }
+
+/// Whether a job's lease is free to take, with three parameters: now, the claiming runner's
+/// instance name (NULL without one) and its owner name. Free when it ran out, or when
+/// another runner of the claimant's instance name holds it: a claimant with a name holds it
+/// alone, so that runner was an earlier life of this instance and is gone.
+const LEASE_GONE: &str = "(coalesce(lease_until, 0) < ? \
+     OR (lease_instance = ? AND lease_owner IS NOT ?))";
 
 /// Renews the lease if `owner` still runs the job; otherwise the job's state now (and the
 /// lease is let go).

@@ -23,6 +23,7 @@ use crate::archive::{
     Archive, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, OutgoingMessage,
     ReplayJob,
 };
+use crate::instance::Identity;
 use crate::metrics::Metrics;
 
 /// How a runner works.
@@ -31,6 +32,10 @@ pub struct RunnerSettings {
     pub amqp_url: String,
     /// This runner's name in the lease (unique per process).
     pub owner: String,
+    /// The instance name this runner claims jobs under while the process holds it: it then
+    /// takes back at once a job an earlier life of the instance held (`None` for
+    /// `lazarus replay`, whose process has no name to outlive it).
+    pub identity: Option<Arc<Identity>>,
     /// How long a claim lasts without renewal; another runner takes over after it.
     pub lease: Duration,
     /// Publishes awaiting a confirm at most, and messages handed out per step.
@@ -51,6 +56,7 @@ impl RunnerSettings {
         RunnerSettings {
             amqp_url: amqp_url.to_owned(),
             owner: runner_name(),
+            identity: None,
             lease: Duration::from_secs(15),
             window: 500,
             step_bytes: 8 * 1024 * 1024,
@@ -60,16 +66,33 @@ impl RunnerSettings {
         }
     }
 
+    /// Runs as `identity`: claims under its name while it holds it, owner `name:pid:nanos`.
+    pub fn as_instance(mut self, identity: Arc<Identity>) -> Self {
+        self.owner = runner_name_for(identity.name());
+        self.identity = Some(identity);
+        self
+    }
+
     fn lease_ms(&self) -> u64 {
         self.lease.as_millis() as u64
+    }
+
+    /// The instance name to claim with: this process's, while it holds it.
+    fn instance(&self) -> Option<&str> {
+        self.identity.as_deref().and_then(Identity::held)
     }
 }
 
 /// `host:pid:nanos`: unique per process, readable in the database.
 pub fn runner_name() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "lazarus".into());
+    runner_name_for(&host)
+}
+
+/// `name:pid:nanos`: unique per process, and says which instance it is.
+pub fn runner_name_for(name: &str) -> String {
     format!(
-        "{host}:{}:{}",
+        "{name}:{}:{}",
         std::process::id(),
         OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000
     )
@@ -85,7 +108,12 @@ pub async fn run(
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     while !shutdown.is_cancelled() {
         match archive
-            .claim_job(&settings.owner, settings.lease_ms(), None)
+            .claim_job(
+                &settings.owner,
+                settings.instance(),
+                settings.lease_ms(),
+                None,
+            )
             .await
         {
             Ok(Some(job)) => {
@@ -119,7 +147,12 @@ pub async fn run_one(
     shutdown: &CancellationToken,
 ) -> Result<bool, ArchiveError> {
     match archive
-        .claim_job(&settings.owner, settings.lease_ms(), Some(id))
+        .claim_job(
+            &settings.owner,
+            settings.instance(),
+            settings.lease_ms(),
+            Some(id),
+        )
         .await?
     {
         Some(job) => {

@@ -3,6 +3,7 @@
 //! shutdown with a batch in flight, redeliveries of what is already archived.
 
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lapin::types::{AMQPValue, FieldTable};
@@ -11,6 +12,8 @@ use lazarus::amqp::headers::MessageProperties;
 use lazarus::archive::{IncomingMessage, PreparedMessage};
 use serde_json::{json, Value};
 use sqlx::Connection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use crate::helpers::*;
 
@@ -91,38 +94,104 @@ async fn unreachable_broker_keeps_the_web_up_and_says_so() {
     assert_eq!(app.json("/api/messages", 200).await["messages"], json!([]));
 }
 
+/// PostgreSQL behind a forwarder of the test's own, which can go down: its port then
+/// refuses connections and every connection through it is cut, as when the server stops,
+/// restarts or fails over.
+struct DatabaseProxy {
+    port: u16,
+    listening: Option<JoinHandle<()>>,
+    forwarding: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl DatabaseProxy {
+    async fn start() -> DatabaseProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut proxy = DatabaseProxy {
+            port,
+            listening: None,
+            forwarding: Default::default(),
+        };
+        proxy.listen(listener);
+        proxy
+    }
+
+    /// `database_url` (on the test server) reached through this proxy.
+    fn url(&self, database_url: &str) -> String {
+        let (scheme, rest) = database_url.split_once("://").unwrap();
+        let (authority, path) = rest.split_once('/').unwrap();
+        let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
+        format!(
+            "{scheme}://{}127.0.0.1:{}/{path}",
+            user.unwrap_or_default(),
+            self.port
+        )
+    }
+
+    fn listen(&mut self, listener: TcpListener) {
+        let server = postgres_admin_url();
+        let server = server
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(authority, _)| authority.rsplit('@').next().unwrap().to_owned())
+            .unwrap();
+        let forwarding = self.forwarding.clone();
+        self.listening = Some(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let server = server.clone();
+                let forward = tokio::spawn(async move {
+                    if let Ok(mut upstream) = TcpStream::connect(&server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+                forwarding.lock().unwrap().push(forward);
+            }
+        }));
+    }
+
+    /// Stops listening (connections are refused) and cuts every forwarded connection.
+    async fn down(&mut self) {
+        if let Some(listening) = self.listening.take() {
+            listening.abort();
+            let _ = listening.await;
+        }
+        let forwarding = std::mem::take(&mut *self.forwarding.lock().unwrap());
+        for forward in forwarding {
+            forward.abort();
+            let _ = forward.await;
+        }
+    }
+
+    async fn up(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        self.listen(listener);
+    }
+}
+
 /// The archive stops answering: on SQLite another process holds the write lock for longer
-/// than Lazarus's busy timeout; on PostgreSQL the database refuses connections and Lazarus's
-/// are cut (as in a failover or a restart).
+/// than Lazarus's busy timeout; on PostgreSQL the server goes away (connections refused,
+/// Lazarus's cut), as in a restart or a failover.
 enum Outage {
     Locked(sqlx::SqliteConnection),
-    Refused(sqlx::PgConnection, String),
+    Down(DatabaseProxy),
 }
 
 impl Outage {
-    async fn begin(database_url: &str) -> Outage {
-        if database_url.starts_with("sqlite:") {
-            let mut locker = sqlx::SqliteConnection::connect(database_url).await.unwrap();
-            sqlx::query("BEGIN IMMEDIATE")
-                .execute(&mut locker)
-                .await
-                .unwrap();
-            return Outage::Locked(locker);
+    async fn begin(database_url: &str, proxy: Option<DatabaseProxy>) -> Outage {
+        match proxy {
+            Some(mut proxy) => {
+                proxy.down().await;
+                Outage::Down(proxy)
+            }
+            None => {
+                let mut locker = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut locker)
+                    .await
+                    .unwrap();
+                Outage::Locked(locker)
+            }
         }
-        let name = database_url.rsplit('/').next().unwrap().to_owned();
-        let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
-            .await
-            .unwrap();
-        sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&name)
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        Outage::Refused(admin, name)
     }
 
     async fn end(self) {
@@ -130,12 +199,7 @@ impl Outage {
             Outage::Locked(mut locker) => {
                 sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
             }
-            Outage::Refused(mut admin, name) => {
-                sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-            }
+            Outage::Down(mut proxy) => proxy.up().await,
         }
     }
 }
@@ -145,13 +209,22 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     let dlq = unique("locked");
     let mut t = Topology::new().await;
     t.queue(&dlq, FieldTable::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
+    let proxy = match Backend::current() {
+        Backend::Postgres => Some(DatabaseProxy::start().await),
+        Backend::Sqlite => None,
+    };
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        if let Some(proxy) = &proxy {
+            c.connection.database_url = proxy.url(&c.connection.database_url);
+        }
+    })
+    .await;
     wait_until("consuming", Duration::from_secs(10), || async {
         app.get("/readyz").await.status == 200
     })
     .await;
 
-    let outage = Outage::begin(&app.database_url).await;
+    let outage = Outage::begin(&app.database_url, proxy).await;
     for i in 0..20 {
         t.publish(
             "",
@@ -186,7 +259,27 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
             assert!(app.archive.counts().await.unwrap().is_empty());
             assert_eq!(app.get("/messages").await.status, 200);
         }
-        Outage::Refused(..) => {
+        Outage::Down(..) => {
+            // Promptly, as orchestrators' probes expect: not after the background work's
+            // patience for the database (its pool waits 5 s for a connection).
+            for path in ["/readyz", "/messages", "/api/messages", "/metrics"] {
+                let asked = Instant::now();
+                let response = app.get(path).await;
+                let took = asked.elapsed();
+                eprintln!(
+                    "while PostgreSQL is down, {path} answered {} in {took:?}",
+                    response.status
+                );
+                assert!(
+                    took < Duration::from_secs(2),
+                    "{path} answered {} after {took:?}",
+                    response.status
+                );
+                let expected = if path == "/metrics" { 200 } else { 503 };
+                assert_eq!(response.status, expected, "{path}: {}", response.text());
+            }
+            let ready = app.json("/readyz", 503).await;
+            assert_eq!(ready["database"]["state"], "unavailable", "{ready}");
             let page = app.get("/messages").await;
             assert_eq!(page.status, 503, "{}", page.text());
             assert!(
@@ -475,4 +568,328 @@ async fn deleting_the_queue_under_a_held_batch_keeps_the_messages() {
                 .is_ok_and(|v| v["queues"][&dlq]["state"] == "queue_missing")
     })
     .await;
+}
+
+/// A file system of the test's own, `size` big (tmpfs), unmounted when dropped: a disk that
+/// fills up. Mounting needs root; elsewhere the test says it did not run.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let uid = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+            });
+        if uid.as_deref() != Some("0") {
+            eprintln!("NOT RUN: mounting a small file system needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mount a tmpfs of {size}: {status}");
+        Some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Writes a filler file until the file system has no room left.
+    fn fill(&self) {
+        let mut filler = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0xa5u8; 16 * 1024];
+        loop {
+            match filler.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+                Err(e) => panic!("filling the disk: {e}"),
+            }
+        }
+        // The last partial chunk may have left a few bytes: take them too.
+        while filler.write_all(&[0]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path().join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Ready plus unacknowledged messages of a queue in the default vhost.
+fn held_by_broker(queue: &str) -> u64 {
+    rabbitmqctl(&[
+        "list_queues",
+        "-q",
+        "--no-table-headers",
+        "name",
+        "messages",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once('\t'))
+    .find(|(name, _)| *name == queue)
+    .map(|(_, n)| n.trim().parse().unwrap())
+    .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl"))
+}
+
+/// SQLite on a disk that fills up while Lazarus ingests: every batch that cannot be written
+/// stays unacked, and once there is room again ingest resumes by itself (no restart) and
+/// every message is archived exactly once; the other write paths recover as well.
+#[tokio::test]
+async fn sqlite_resumes_by_itself_once_a_full_disk_has_room_again() {
+    let Some(disk) = SmallDisk::mount("8m") else {
+        return;
+    };
+    let dlq = unique("diskfull");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let url = format!("sqlite://{}", disk.path().join("archive.db").display());
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.connection.database_url = url.clone();
+        c.batch_size = 20;
+    })
+    .await;
+    let body = |i: usize| format!(r#"{{"n": {i}, "padding": "{}"}}"#, "x".repeat(16 * 1024));
+    for i in 0..20 {
+        t.publish(
+            "",
+            &dlq,
+            body(i).as_bytes(),
+            json_props(&format!("full-{i}")),
+        )
+        .await;
+    }
+    app.wait_for_archived(20, Duration::from_secs(30)).await;
+
+    disk.fill();
+    // 3 MB more than the disk has room for.
+    let total = 220;
+    for i in 20..total {
+        t.publish(
+            "",
+            &dlq,
+            body(i).as_bytes(),
+            json_props(&format!("full-{i}")),
+        )
+        .await;
+    }
+    wait_until(
+        "a database ingest error",
+        Duration::from_secs(30),
+        || async {
+            app.get("/metrics").await.text().contains(&format!(
+                "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"database\"}}"
+            ))
+        },
+    )
+    .await;
+    let ready = app.json("/readyz", 503).await;
+    let state = &ready["queues"][&dlq];
+    assert_eq!(state["state"], "database_unavailable", "{ready}");
+    assert!(
+        state["detail"].as_str().unwrap().contains("full"),
+        "{ready}"
+    );
+    // Nothing acked that is not stored: the broker holds every message the archive lacks.
+    let archived = app.archived().await;
+    assert!(archived < total as i64, "the disk never filled up");
+    assert_eq!(
+        held_by_broker(&dlq) + archived as u64,
+        total as u64,
+        "archived {archived}"
+    );
+    // Another write path, while the disk is full: an answer (503, or 200 if the little it
+    // writes still fits), not a hang or an error page.
+    let first = app.all_messages(&dlq).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dismiss = format!("/api/messages/{first}/dismiss");
+    let full = http_request(app.addr, "POST", &dismiss, Some(r#"{"note": "full"}"#)).await;
+    assert!(matches!(full.status, 200 | 503), "{}", full.text());
+
+    // Room again: no restart, everything comes in, once.
+    disk.free();
+    app.wait_for_archived(total as i64, Duration::from_secs(60))
+        .await;
+    wait_until("an empty DLQ", Duration::from_secs(30), || async {
+        held_by_broker(&dlq) == 0
+    })
+    .await;
+    let messages = app.all_messages(&dlq).await;
+    let ids: std::collections::HashSet<&str> = messages
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!((messages.len(), ids.len()), (total, total));
+    wait_until("ready again", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    // Every write path writes again, on whichever pooled connection it gets.
+    for _ in 0..8 {
+        let dismissed = app
+            .post_json(&dismiss, json!({"note": "room again"}), 200)
+            .await;
+        assert!(dismissed["dismissed"].is_number(), "{dismissed}");
+    }
+    t.cleanup().await;
+}
+
+/// A sample of the text exposition format: its name, its labels and its value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Label values as the text exposition format writes them: `\\`, `\"` and `\n` escaped.
+/// `None` when a line is not a valid sample: `name{label="value",...} number`.
+fn parse_sample(line: &str) -> Option<Sample> {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+    let name = &line[..name_end];
+    if !is_name(name) {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(after) = rest.strip_prefix('{') {
+        rest = after;
+        loop {
+            if let Some(after) = rest.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let eq = rest.find('=')?;
+            let label = &rest[..eq];
+            if !is_name(label) {
+                return None;
+            }
+            let mut chars = rest[eq + 1..].strip_prefix('"')?.char_indices();
+            let mut value = String::new();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        _ => return None,
+                    },
+                    (_, '\n') => return None,
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((label.to_owned(), value));
+            rest = &rest[eq + 1..][1 + end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+    let value = rest.strip_prefix(' ')?;
+    let value: f64 = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((name.to_owned(), labels, value))
+}
+
+/// A death reason and a queue name that carry the exposition format's own syntax (a quote,
+/// a newline, a closing brace and a sample of their own) neither break the scrape nor forge
+/// a series: every line of `/metrics` is a comment or a valid sample, with the names intact.
+#[tokio::test]
+async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
+    let hostile = "evil\"\n} fake_series 1\n\\";
+    // RabbitMQ takes line breaks out of queue names; the rest it keeps.
+    let dlq = format!(
+        "{}evil\"}} fake_series{{queue=\"x\"}} 1 \\",
+        unique("metrics")
+    );
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    let mut death = FieldTable::default();
+    death.insert("queue".into(), s("work"));
+    death.insert("reason".into(), s(hostile));
+    death.insert("count".into(), AMQPValue::LongLongInt(1));
+    death.insert("exchange".into(), s(""));
+    death.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(vec![s("work")].into()),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()),
+    );
+    headers.insert("x-first-death-queue".into(), s("work"));
+    headers.insert("x-first-death-reason".into(), s(hostile));
+    headers.insert("x-first-death-exchange".into(), s(""));
+    t.publish("", &dlq, b"{}", json_props("hostile").with_headers(headers))
+        .await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+
+    let scrape = app.get("/metrics").await;
+    assert_eq!(scrape.status, 200);
+    let text = scrape.text();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            assert!(
+                line == "# EOF"
+                    || ["# HELP lazarus_", "# TYPE lazarus_", "# UNIT lazarus_"]
+                        .iter()
+                        .any(|p| line.starts_with(p)),
+                "not a comment of ours: {line:?}\n{text}"
+            );
+            continue;
+        }
+        let sample =
+            parse_sample(line).unwrap_or_else(|| panic!("not a valid sample: {line:?}\n{text}"));
+        assert!(
+            sample.0.starts_with("lazarus_"),
+            "a forged series: {line:?}\n{text}"
+        );
+        samples.push(sample);
+    }
+    let archived = samples
+        .iter()
+        .find(|(name, _, _)| name == "lazarus_archived_messages")
+        .unwrap_or_else(|| panic!("no archive total\n{text}"));
+    assert_eq!(
+        archived.1,
+        [
+            ("queue".to_owned(), dlq.clone()),
+            ("reason".to_owned(), hostile.to_owned())
+        ],
+        "{text}"
+    );
+    assert_eq!(archived.2, 1.0);
+    assert!(
+        samples.iter().any(
+            |(name, labels, value)| name == "lazarus_ingested_messages_total"
+                && labels == &[("queue".to_owned(), dlq.clone())]
+                && *value == 1.0
+        ),
+        "{text}"
+    );
+    t.cleanup().await;
 }

@@ -2,11 +2,15 @@
 //! 20,000-message DLQ as competing consumers and one is SIGKILLed mid-ingest; then a replay
 //! job of all 20,000 runs on one instance, which is SIGKILLed mid-publish, and the other
 //! takes the job over when its lease expires. Nothing is archived twice, nothing is lost,
-//! every message ends with exactly one replay outcome.
+//! every message ends with exactly one replay outcome. Also: a runner frozen inside a step's
+//! transaction is taken over when its lease ends; an instance restarted under its name takes
+//! its job back at once, and a second live process under the same name never does; work on
+//! a whole selection waits out the lock bound of other statements.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lazarus::archive::{Actor, JobSpec, MessageFilter, Selection};
@@ -29,6 +33,8 @@ struct Instance {
     child: Child,
     pid: u32,
     addr: SocketAddr,
+    /// Every line it logged so far.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Instance {
@@ -36,7 +42,7 @@ impl Instance {
         let mut child = lazarus_command(amqp_url, "dlq", db, flags)
             .env(
                 "RUST_LOG",
-                "warn,lazarus::startup=info,lazarus::replay::job=info",
+                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::instance=info",
             )
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
@@ -45,6 +51,8 @@ impl Instance {
         let pid = child.id().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Its log goes on to the test's stderr, named; the serving line tells the address.
         tokio::spawn(async move {
             let mut tx = Some(tx);
@@ -63,6 +71,7 @@ impl Instance {
                     }
                 }
                 eprintln!("[{name} {pid}] {line}");
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = tokio::time::timeout(Duration::from_secs(60), rx)
@@ -74,7 +83,13 @@ impl Instance {
             child,
             pid,
             addr,
+            log,
         }
+    }
+
+    /// Whether it logged a line with `text` in it.
+    fn logged(&self, text: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
     /// A counter from this process's own `/metrics` (0 before it is first counted).
@@ -499,5 +514,694 @@ async fn two_instances() {
 
     sigterm(&mut survivor.child).await;
     pg.close().await;
+    t.cleanup().await;
+}
+
+/// Sends a signal (`STOP`, `CONT`, ...) to a process.
+fn signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{name} {pid}");
+}
+
+/// Sessions of this database, other than the asking one, inside a transaction that has
+/// touched `replay_jobs` (the job rows a runner locks), which have been `idle in transaction`
+/// for at least `idle_ms` (0: or are running a statement now).
+async fn job_lock_holders(pg: &PgPool, idle_ms: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity a \
+         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() \
+         AND (a.state = 'idle in transaction' AND a.state_change < now() - make_interval(secs => $1 / 1000.0) \
+              OR ($1 = 0 AND a.state = 'active')) \
+         AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'replay_jobs'::regclass)",
+    )
+    .bind(idle_ms)
+    .fetch_one(pg)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_frozen_job_runner_is_taken_over_when_its_lease_ends() {
+    Backend::Postgres.scope(frozen_runner()).await
+}
+
+/// The instance running a replay job is frozen (SIGSTOP: as hung, or cut off by a
+/// partition) inside a step's transaction, holding the job's row. The database ends that
+/// transaction, so the other instance takes the job over once the lease runs out (rather
+/// than skipping the locked row forever), and completes it; then the frozen one wakes up,
+/// finds the job is no longer its own, and lets go. Every message ends with one outcome.
+async fn frozen_runner() {
+    const MESSAGES: usize = 10_000;
+    const LEASE_SECS: u64 = 8;
+    let vhost = Vhost::create("frozen");
+    let url = vhost.url();
+    let (dlq, work) = ("dlq", "work");
+    let mut t = Topology::on(&url).await;
+    t.queue(dlq, Default::default()).await;
+    t.queue(work, Default::default()).await;
+    publish_many(&t.channel, "", dlq, "in", MESSAGES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let lease = LEASE_SECS.to_string();
+    let flags = ["--job-lease-secs", lease.as_str()];
+    let (a, b) = tokio::join!(
+        Instance::start("A", &url, &db, &flags),
+        Instance::start("B", &url, &db, &flags),
+    );
+    let pg = PgPool::connect(&db).await.unwrap();
+    let started = Instant::now();
+    while count(&pg, "SELECT count(*) FROM messages").await < MESSAGES as i64
+        || queue_messages(&vhost.name, dlq) > 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ingest stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "frozen-test",
+            actor: &Actor::system("test"),
+            selection: &Selection::Filter(Box::new(MessageFilter {
+                queue: Some(dlq.into()),
+                ..Default::default()
+            })),
+            selection_text: "{}",
+            target: Some(&ReplayTarget {
+                exchange: String::new(),
+                routing_key: work.into(),
+            }),
+            rate_per_sec: Some(2_000),
+            include_replayed: false,
+            canary: None,
+            start: true,
+        })
+        .await
+        .unwrap();
+    let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
+    let runner = loop {
+        if let Some(owner) = lease_owner(&pg, job.id).await {
+            if published().await >= 1_000 {
+                break owner;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut instances = vec![a, b];
+    let victim = instances
+        .iter()
+        .position(|i| i.pid == owner_pid(&runner))
+        .expect("one of the instances runs the job");
+    let victim = instances.remove(victim);
+    let mut survivor = instances.pop().unwrap();
+
+    // Freeze the runner while it is inside a step's transaction: stop it the moment one is
+    // seen, and keep it stopped only if it sits there holding the job's row.
+    let mut attempts = 0;
+    let frozen_at = loop {
+        attempts += 1;
+        assert!(
+            published().await < MESSAGES as i64 && attempts <= 200,
+            "the runner was never caught inside a transaction ({attempts} attempts)"
+        );
+        while job_lock_holders(&pg, 0).await == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        signal(victim.pid, "STOP");
+        let stopped = Instant::now();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if job_lock_holders(&pg, 500).await > 0 {
+            break stopped;
+        }
+        signal(victim.pid, "CONT");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let published_at_freeze = published().await;
+
+    let takeover = loop {
+        let owner = lease_owner(&pg, job.id).await;
+        if owner
+            .as_deref()
+            .is_some_and(|o| owner_pid(o) == survivor.pid)
+        {
+            break frozen_at.elapsed();
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(4 * LEASE_SECS),
+            "the job stayed with the frozen instance: owner {owner:?}, {:?}, {} sessions \
+             holding the job's row",
+            archive.job(job.id).await.unwrap(),
+            job_lock_holders(&pg, 500).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The partition heals: the frozen instance runs again.
+    signal(victim.pid, "CONT");
+
+    let job = loop {
+        let j = archive.job(job.id).await.unwrap().unwrap();
+        if j.state.is_final() {
+            break j;
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(120),
+            "the job was not finished after the takeover: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(job.state.as_str(), "completed", "{job:?}");
+    assert_eq!(job.counts.published, MESSAGES as i64, "{:?}", job.counts);
+    assert_eq!(
+        job.counts.pending + job.counts.problems() + job.counts.skipped,
+        0
+    );
+    assert_eq!(items(&pg, job.id, "TRUE").await, MESSAGES as i64);
+    assert_eq!(
+        items(&pg, job.id, "outcome = 'published'").await,
+        MESSAGES as i64,
+        "every message has exactly one final outcome"
+    );
+    assert_eq!(
+        lease_owner(&pg, job.id).await,
+        None,
+        "nobody holds a finished job"
+    );
+    let copies = drain_copies(&url, work).await;
+    let distinct: HashSet<&str> = copies.iter().map(|c| c.replay_of.as_str()).collect();
+    assert_eq!(distinct.len(), MESSAGES, "every message arrived");
+    let duplicates = copies.len() - distinct.len();
+    assert!(
+        duplicates <= 2 * REPLAY_WINDOW,
+        "{duplicates} copies published twice: more than two windows for one interruption"
+    );
+    eprintln!(
+        "frozen runner: {} was stopped inside a step's transaction (attempt {attempts}) at \
+         {published_at_freeze} published; {} took the job over {:.1} s later (lease {LEASE_SECS} s); \
+         {duplicates} copies arrived twice",
+        victim.name,
+        survivor.name,
+        takeover.as_secs_f64()
+    );
+
+    let mut victim = victim;
+    sigterm(&mut victim.child).await;
+    sigterm(&mut survivor.child).await;
+    pg.close().await;
+    t.cleanup().await;
+}
+
+/// A dead letter of `queue` with a death history (so it has a replay target), as ingest
+/// would store it.
+fn dead_letter(queue: &str, n: usize) -> lazarus::archive::PreparedMessage {
+    use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+    let text = |s: &str| AmqpValue::LongString(Bytes(s.as_bytes().to_vec()));
+    let mut death = Table::new();
+    death.insert("queue".into(), text("work"));
+    death.insert("reason".into(), text("rejected"));
+    death.insert("count".into(), AmqpValue::LongLongInt(1));
+    death.insert("exchange".into(), text(""));
+    death.insert("routing-keys".into(), AmqpValue::Array(vec![text("work")]));
+    let mut headers = Table::new();
+    headers.insert(
+        "x-death".into(),
+        AmqpValue::Array(vec![AmqpValue::Table(death)]),
+    );
+    headers.insert("x-first-death-queue".into(), text("work"));
+    headers.insert("x-first-death-reason".into(), text("rejected"));
+    headers.insert("x-first-death-exchange".into(), text(""));
+    lazarus::archive::PreparedMessage::new(lazarus::archive::IncomingMessage {
+        queue: queue.into(),
+        exchange: String::new(),
+        routing_key: queue.into(),
+        redelivered: false,
+        properties: MessageProperties {
+            message_id: Some(format!("bulk-{n}")),
+            ..Default::default()
+        },
+        headers: Some(headers),
+        body: format!(r#"{{"n": {n}}}"#).into_bytes(),
+        received_at: time::OffsetDateTime::now_utc(),
+    })
+}
+
+#[tokio::test]
+async fn work_on_a_whole_selection_outwaits_the_lock_bound_of_other_statements() {
+    Backend::Postgres
+        .scope(bulk_work_outwaits_the_lock_bound())
+        .await
+}
+
+/// Every pooled connection gives up waiting for a lock after 10 s, so that nothing queues
+/// for long behind a stuck holder; work on a whole selection (here a job's plan) may rightly
+/// wait longer for another change to the same messages, and does.
+async fn bulk_work_outwaits_the_lock_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let batch: Vec<_> = (0..10).map(|n| dead_letter("bulk.dlq", n)).collect();
+    let stored = archive.store_batch(&batch).await.unwrap();
+    archive.confirm_acked(&stored.unconfirmed).await.unwrap();
+    let first = *stored.unconfirmed.iter().min().unwrap();
+
+    // Another session holds the first message as a purge or a dismissal would, for longer
+    // than the lock bound.
+    let pg = PgPool::connect(&db).await.unwrap();
+    let mut holder = pg.begin().await.unwrap();
+    sqlx::query("SELECT id FROM messages WHERE id = $1 FOR UPDATE")
+        .bind(first)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let held = Instant::now();
+    let plan = {
+        let archive = archive.clone();
+        tokio::spawn(async move {
+            archive
+                .create_job(&JobSpec {
+                    request_key: "bulk-plan",
+                    actor: &Actor::system("test"),
+                    selection: &Selection::Filter(Box::new(MessageFilter {
+                        queue: Some("bulk.dlq".into()),
+                        ..Default::default()
+                    })),
+                    selection_text: "{}",
+                    target: None,
+                    rate_per_sec: None,
+                    include_replayed: false,
+                    canary: None,
+                    start: false,
+                })
+                .await
+                .map(|job| (job, held.elapsed()))
+        })
+    };
+    // A single replay records itself against the message (its foreign key waits for the
+    // row): an ordinary statement, which gives up.
+    let single = {
+        let archive = archive.clone();
+        tokio::spawn(async move {
+            let target = ReplayTarget {
+                exchange: String::new(),
+                routing_key: "work".into(),
+            };
+            let started = archive
+                .begin_replay(first, "bulk-single", &Actor::system("test"), &target, None)
+                .await;
+            (started.map(|_| ()), held.elapsed())
+        })
+    };
+    let (refused, waited) = single.await.unwrap();
+    let refused = refused.expect_err("a replay waited on past the lock bound");
+    assert!(refused.to_string().contains("lock timeout"), "{refused}");
+    assert!(waited >= Duration::from_secs(10), "{waited:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !plan.is_finished(),
+        "the plan stopped waiting: {:?}",
+        plan.await
+    );
+    holder.commit().await.unwrap();
+    let (job, planned_in) = plan.await.unwrap().expect("the plan waited and was made");
+    assert_eq!(job.plan.messages, 10, "{job:?}");
+    eprintln!(
+        "a single replay gave up after {:.1} s; the plan waited {:.1} s and was made",
+        waited.as_secs_f64(),
+        planned_in.as_secs_f64()
+    );
+    pg.close().await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: minutes on a million messages (LAZARUS_BULK_MESSAGES)"]
+async fn bulk_work_on_a_large_archive_within_its_bounds() {
+    Backend::Postgres.scope(bulk_work_at_scale()).await
+}
+
+/// How long work on a whole selection takes on a large PostgreSQL archive, through the
+/// archive's own pool (the session bounds of every connection, lifted for such work):
+/// a plan of every message, starting and cancelling it, dismissing and purging them all.
+/// `LAZARUS_BULK_MESSAGES` messages (1,000,000 by default), copied in SQL from 1,000 stored
+/// by ingest's `store_batch`.
+async fn bulk_work_at_scale() {
+    use sqlx::Connection;
+    let messages: i64 = std::env::var("LAZARUS_BULK_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&db).await.unwrap();
+    let batch: Vec<_> = (0..1_000).map(|n| dead_letter("bulk.dlq", n)).collect();
+    let stored = archive.store_batch(&batch).await.unwrap();
+    archive.confirm_acked(&stored.unconfirmed).await.unwrap();
+
+    let filling = Instant::now();
+    let mut fill = sqlx::PgConnection::connect(&db).await.unwrap();
+    let columns = "fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
+         message_id, correlation_id, content_type, content_encoding, body_size, properties, \
+         headers, deaths, death_problems, first_death_queue, first_death_reason, \
+         first_death_exchange, replay_exchange, replay_routing_key, error, search";
+    loop {
+        let have: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
+            .fetch_one(&mut fill)
+            .await
+            .unwrap();
+        if have >= messages {
+            break;
+        }
+        sqlx::query(&format!(
+            "INSERT INTO messages ({columns}) SELECT {columns} FROM messages LIMIT $1"
+        ))
+        .bind(messages - have)
+        .execute(&mut fill)
+        .await
+        .unwrap();
+    }
+    for sql in [
+        "INSERT INTO message_status (id) SELECT id FROM messages m \
+         WHERE NOT EXISTS (SELECT 1 FROM message_status s WHERE s.id = m.id)",
+        "INSERT INTO message_bodies (message_id, body) SELECT id, '\\x7b7d' FROM messages m \
+         WHERE NOT EXISTS (SELECT 1 FROM message_bodies b WHERE b.message_id = m.id)",
+        "UPDATE queue_reason_counts SET messages = (SELECT count(*) FROM messages)",
+        "VACUUM (ANALYZE)",
+    ] {
+        sqlx::query(sql).execute(&mut fill).await.unwrap();
+    }
+    fill.close().await.unwrap();
+    eprintln!(
+        "bulk: {messages} messages in {:.0} s",
+        filling.elapsed().as_secs_f64()
+    );
+
+    let actor = Actor::system("test");
+    let selection = Selection::Filter(Box::new(MessageFilter {
+        queue: Some("bulk.dlq".into()),
+        ..Default::default()
+    }));
+    let timed = Instant::now();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "bulk-scale",
+            actor: &actor,
+            selection: &selection,
+            selection_text: "{}",
+            target: None,
+            rate_per_sec: None,
+            include_replayed: false,
+            canary: None,
+            start: false,
+        })
+        .await
+        .unwrap();
+    let planned = timed.elapsed();
+    assert_eq!(job.plan.messages, messages);
+    let timed = Instant::now();
+    let job = archive
+        .control_job(job.id, lazarus::archive::JobAction::Start, &actor)
+        .await
+        .unwrap();
+    let started = timed.elapsed();
+    let timed = Instant::now();
+    archive
+        .control_job(job.id, lazarus::archive::JobAction::Cancel, &actor)
+        .await
+        .unwrap();
+    let cancelled = timed.elapsed();
+    let timed = Instant::now();
+    let dismissed = archive
+        .dismiss(&selection, "{}", "bulk", &actor)
+        .await
+        .unwrap();
+    let dismissed_in = timed.elapsed();
+    let timed = Instant::now();
+    let purged = archive
+        .purge(&selection, "{}", "bulk", &actor)
+        .await
+        .unwrap();
+    let purged_in = timed.elapsed();
+    assert_eq!((dismissed, purged), (messages as u64, messages as u64));
+    eprintln!(
+        "bulk, {messages} messages: plan {:.1} s, start {:.1} s, cancel {:.1} s, \
+         dismiss {:.1} s, purge {:.1} s",
+        planned.as_secs_f64(),
+        started.as_secs_f64(),
+        cancelled.as_secs_f64(),
+        dismissed_in.as_secs_f64(),
+        purged_in.as_secs_f64()
+    );
+}
+
+/// The lease owner of a job, read from outside (either backend).
+async fn owner_of(database_url: &str, job: i64) -> Option<String> {
+    use sqlx::{ConnectOptions, Connection};
+    let sql = "SELECT lease_owner FROM replay_jobs WHERE id = $1";
+    if let Some(path) = database_url.strip_prefix("sqlite://") {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .connect()
+            .await
+            .unwrap();
+        let owner = sqlx::query_scalar(&sql.replace("$1", "?"))
+            .bind(job)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        owner
+    } else {
+        let mut conn = sqlx::PgConnection::connect(database_url).await.unwrap();
+        let owner = sqlx::query_scalar(sql)
+            .bind(job)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        owner
+    }
+}
+
+/// A DLQ of `messages` archived by `instance`, and a started job replaying all of them
+/// to `work` at `rate` per second, made in the archive as `lazarus replay` would.
+async fn archived_and_replaying(
+    instance: &Instance,
+    t: &Topology,
+    db: &str,
+    messages: usize,
+    rate: u32,
+) -> (std::sync::Arc<dyn lazarus::archive::Archive>, i64) {
+    publish_many(&t.channel, "", "dlq", "in", messages).await;
+    let started = Instant::now();
+    while instance.counter(INGESTED).await < messages as u64 || t.depth("dlq").await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ingest stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let archive = lazarus::archive::open(db).await.unwrap();
+    let job = archive
+        .create_job(&JobSpec {
+            request_key: "identity-test",
+            actor: &Actor::system("test"),
+            selection: &Selection::Filter(Box::new(MessageFilter {
+                queue: Some("dlq".into()),
+                ..Default::default()
+            })),
+            selection_text: "{}",
+            target: Some(&ReplayTarget {
+                exchange: String::new(),
+                routing_key: "work".into(),
+            }),
+            rate_per_sec: Some(rate),
+            include_replayed: false,
+            canary: None,
+            start: true,
+        })
+        .await
+        .unwrap();
+    (archive, job.id)
+}
+
+/// Waits until `instance` runs job `id` and has published at least `published` of it.
+async fn running_on(
+    instance: &Instance,
+    archive: &dyn lazarus::archive::Archive,
+    db: &str,
+    id: i64,
+    published: i64,
+) {
+    let started = Instant::now();
+    loop {
+        let owner = owner_of(db, id).await;
+        let job = archive.job(id).await.unwrap().unwrap();
+        if owner.as_deref().map(owner_pid) == Some(instance.pid)
+            && job.counts.published >= published
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60) && !job.state.is_final(),
+            "{} did not run the job: owner {owner:?}, {job:?}",
+            instance.name
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for the job to complete, and checks every message was published once (and
+/// arrived), with at most two windows published twice.
+async fn completed_once(
+    archive: &dyn lazarus::archive::Archive,
+    url: &str,
+    id: i64,
+    messages: usize,
+) -> usize {
+    let started = Instant::now();
+    let job = loop {
+        let j = archive.job(id).await.unwrap().unwrap();
+        if j.state.is_final() {
+            break j;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job did not finish: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(job.state.as_str(), "completed", "{job:?}");
+    assert_eq!(job.counts.published, messages as i64, "{:?}", job.counts);
+    assert_eq!(
+        job.counts.pending + job.counts.problems() + job.counts.skipped,
+        0
+    );
+    let items = archive
+        .job_items(id, Some("published"), None, 500)
+        .await
+        .unwrap();
+    assert!(!items.is_empty());
+    let copies = drain_copies(url, "work").await;
+    let distinct: HashSet<&str> = copies.iter().map(|c| c.replay_of.as_str()).collect();
+    assert_eq!(distinct.len(), messages, "every message arrived");
+    let duplicates = copies.len() - distinct.len();
+    assert!(
+        duplicates <= 2 * REPLAY_WINDOW,
+        "{duplicates} copies published twice: more than two windows for one interruption"
+    );
+    duplicates
+}
+
+on_both_backends!(a_restarted_instance_takes_its_job_back_at_once);
+/// An instance SIGKILLed mid-job and started again under the same name (`--instance-name`)
+/// resumes its job at once: its name is free, so the lease still held in it is its earlier
+/// life's, not another live process's. The lease (60 s) is not waited for.
+async fn a_restarted_instance_takes_its_job_back_at_once() {
+    const MESSAGES: usize = 4_000;
+    let vhost = Vhost::create("restart");
+    let url = vhost.url();
+    let mut t = Topology::on(&url).await;
+    t.queue("dlq", Default::default()).await;
+    t.queue("work", Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let flags = ["--job-lease-secs", "60", "--instance-name", "lazarus-0"];
+    let mut first = Instance::start("A", &url, &db, &flags).await;
+    let (archive, job) = archived_and_replaying(&first, &t, &db, MESSAGES, 1_000).await;
+    running_on(&first, &*archive, &db, job, 1_000).await;
+    first.sigkill().await;
+    let published_at_kill = archive.job(job).await.unwrap().unwrap().counts.published;
+
+    let restarted = Instant::now();
+    let again = Instance::start("A again", &url, &db, &flags).await;
+    let serving = Instant::now();
+    running_on(&again, &*archive, &db, job, published_at_kill + 1).await;
+    let resumed = serving.elapsed();
+    assert!(
+        resumed < Duration::from_secs(10),
+        "the restart took its job back {resumed:?} after serving (lease 60 s)"
+    );
+    assert!(again.logged("holding the instance name"));
+    let duplicates = completed_once(&*archive, &url, job, MESSAGES).await;
+    eprintln!(
+        "restart ({:?}): SIGKILLed at {published_at_kill} published; started again in {:.1} s \
+         and took its job back {:.2} s after serving (lease 60 s); {duplicates} copies twice",
+        Backend::current(),
+        (serving - restarted).as_secs_f64(),
+        resumed.as_secs_f64()
+    );
+    let mut again = again;
+    sigterm(&mut again.child).await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_second_live_process_under_the_same_name_never_takes_the_job() {
+    Backend::Postgres.scope(same_name_twice()).await
+}
+
+/// Two live processes given the same `--instance-name` (a copied configuration): the
+/// second finds the name taken, says so, and leaves the first's job alone however often it
+/// looks; once the first is gone (SIGKILL) it takes the name, and with it the job, without
+/// waiting for the lease.
+async fn same_name_twice() {
+    const MESSAGES: usize = 4_000;
+    let vhost = Vhost::create("samename");
+    let url = vhost.url();
+    let mut t = Topology::on(&url).await;
+    t.queue("dlq", Default::default()).await;
+    t.queue("work", Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let flags = ["--job-lease-secs", "60", "--instance-name", "copied"];
+    let mut first = Instance::start("A", &url, &db, &flags).await;
+    let (archive, job) = archived_and_replaying(&first, &t, &db, MESSAGES, 500).await;
+    running_on(&first, &*archive, &db, job, 200).await;
+
+    let second = Instance::start("B", &url, &db, &flags).await;
+    let started = Instant::now();
+    while !second.logged("another live process goes by this instance name") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "B never said its name was taken"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // B has looked for jobs every second meanwhile (and once more now): A keeps its job.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let owner = owner_of(&db, job).await;
+    assert_eq!(
+        owner.as_deref().map(owner_pid),
+        Some(first.pid),
+        "{owner:?}"
+    );
+    assert!(!second.logged("holding the instance name"));
+
+    first.sigkill().await;
+    let killed = Instant::now();
+    running_on(&second, &*archive, &db, job, 0).await;
+    let takeover = killed.elapsed();
+    assert!(
+        takeover < Duration::from_secs(30),
+        "B took the job over {takeover:?} after A died (lease 60 s)"
+    );
+    assert!(second.logged("holding the instance name"));
+    let duplicates = completed_once(&*archive, &url, job, MESSAGES).await;
+    eprintln!(
+        "same name twice: B left A's job alone while A lived, took it {:.1} s after A's \
+         SIGKILL (lease 60 s); {duplicates} copies twice",
+        takeover.as_secs_f64()
+    );
+    let mut second = second;
+    sigterm(&mut second.child).await;
     t.cleanup().await;
 }
