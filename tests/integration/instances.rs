@@ -726,31 +726,30 @@ fn dead_letter(queue: &str, n: usize) -> lazarus::archive::PreparedMessage {
     use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
     let text = |s: &str| AmqpValue::LongString(Bytes(s.as_bytes().to_vec()));
     let mut death = Table::new();
-    death.insert("queue".into(), text("work"));
-    death.insert("reason".into(), text("rejected"));
-    death.insert("count".into(), AmqpValue::LongLongInt(1));
-    death.insert("exchange".into(), text(""));
-    death.insert("routing-keys".into(), AmqpValue::Array(vec![text("work")]));
+    death.insert("queue", text("work"));
+    death.insert("reason", text("rejected"));
+    death.insert("count", AmqpValue::LongLongInt(1));
+    death.insert("exchange", text(""));
+    death.insert("routing-keys", AmqpValue::Array(vec![text("work")]));
     let mut headers = Table::new();
-    headers.insert(
-        "x-death".into(),
-        AmqpValue::Array(vec![AmqpValue::Table(death)]),
-    );
-    headers.insert("x-first-death-queue".into(), text("work"));
-    headers.insert("x-first-death-reason".into(), text("rejected"));
-    headers.insert("x-first-death-exchange".into(), text(""));
+    headers.insert("x-death", AmqpValue::Array(vec![AmqpValue::Table(death)]));
+    headers.insert("x-first-death-queue", text("work"));
+    headers.insert("x-first-death-reason", text("rejected"));
+    headers.insert("x-first-death-exchange", text(""));
     lazarus::archive::PreparedMessage::new(lazarus::archive::IncomingMessage {
         queue: queue.into(),
         exchange: String::new(),
         routing_key: queue.into(),
         redelivered: false,
         properties: MessageProperties {
-            message_id: Some(format!("bulk-{n}")),
+            message_id: Some(format!("bulk-{n}").into()),
             ..Default::default()
         },
         headers: Some(headers),
         body: format!(r#"{{"n": {n}}}"#).into_bytes(),
         received_at: time::OffsetDateTime::now_utc(),
+        decode_problems: Vec::new(),
+        stream_offset: None,
     })
 }
 
