@@ -278,18 +278,8 @@ async fn hostile_messages_are_archived_viewable_and_block_nothing() {
     assert_eq!(ordinary, hostile.len() * 2, "every ordinary message");
 
     for m in &hostile {
-        let lossy = m
-            .properties
-            .message_id
-            .as_ref()
-            .unwrap()
-            .to_text()
-            .replace('\0', "\u{fffd}");
-        let summary = archived
-            .iter()
-            .find(|s| s["message_id"] == lossy.as_str())
-            .unwrap_or_else(|| panic!("{} is archived (as {lossy:?})", m.name));
-        let id = summary["id"].as_str().unwrap();
+        let id = archived_id(&archived, m);
+        let id = id.as_str();
         let detail = app.json(&format!("/api/messages/{id}"), 200).await;
         let page = app.get(&format!("/messages/{id}")).await;
         assert_eq!(page.status, 200, "{}: {}", m.name, page.text());
@@ -310,6 +300,23 @@ async fn hostile_messages_are_archived_viewable_and_block_nothing() {
     let ready = app.json("/readyz", 200).await;
     assert_eq!(ready["queues"][&dlq]["state"], "consuming", "{ready}");
     t.cleanup().await;
+}
+
+/// The archive id of `m` among the summaries, found by its message-id as the list shows it
+/// (bytes that are not UTF-8 and NUL replaced).
+fn archived_id(archived: &[Value], m: &Raw) -> String {
+    let shown = m
+        .properties
+        .message_id
+        .as_ref()
+        .unwrap()
+        .to_text()
+        .replace('\0', "\u{fffd}");
+    let summary = archived
+        .iter()
+        .find(|s| s["message_id"] == shown.as_str())
+        .unwrap_or_else(|| panic!("{} is archived (as {shown:?})", m.name));
+    summary["id"].as_str().unwrap().to_owned()
 }
 
 /// What each hostile message must show beyond being there.
@@ -369,20 +376,7 @@ async fn the_deepest_table_replays_byte_for_byte() {
 
     let archived = app.all_messages(&dlq).await;
     for m in &deep {
-        let lossy = m
-            .properties
-            .message_id
-            .as_ref()
-            .unwrap()
-            .to_text()
-            .into_owned();
-        let id = archived
-            .iter()
-            .find(|s| s["message_id"] == lossy.as_str())
-            .unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let id = archived_id(&archived, m);
         let target = json!({"exchange": fanout, "routing_key": "replayed"});
         let record = app
             .post_json(
