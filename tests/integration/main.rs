@@ -6,6 +6,7 @@ mod helpers;
 
 mod api;
 mod auth;
+mod broker_crash;
 mod browser;
 mod crash;
 mod demo;
