@@ -1,9 +1,12 @@
 //! Ingest benchmark: drain a DLQ backlog into the archive with the real `lazarus` binary,
 //! against a raw lapin consumer that only acks (same prefetch) in the same run, for each
 //! archive backend (SQLite, PostgreSQL) against the same baseline; then again with a few
-//! 16 MiB messages in the backlog to check the memory bound.
+//! 16 MiB messages in the backlog to check the memory bound; then a backlog that comes back
+//! redelivered (as after a broker crash), first into an empty archive, then once more into
+//! the archive that holds it already.
 //!
 //! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3, BENCH_PREFETCH=1000,
+//! BENCH_REDELIVERED=1 (0: no redelivered backlog),
 //! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
 //! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
@@ -103,6 +106,39 @@ async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: 
     elapsed
 }
 
+/// Has every message of `queue` delivered to a consumer that acks none and closes its
+/// channel: the broker puts them back flagged redelivered, as after a lost connection or a
+/// broker crash.
+async fn redeliver_all(connection: &Connection, queue: &str, n: usize) {
+    let channel = connection.create_channel().await.unwrap();
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for _ in 0..n {
+        consumer.next().await.unwrap().unwrap();
+    }
+    channel.close(200, "requeue".into()).await.unwrap();
+}
+
+/// Ready messages of a queue.
+async fn ready(channel: &Channel, queue: &str) -> u32 {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
+        .unwrap()
+        .message_count()
+}
+
 /// The bench's own connection to the archive Lazarus writes.
 enum Watch {
     Sqlite(sqlx::SqliteConnection),
@@ -196,9 +232,16 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Runs the release binary into `target` until it has archived `n` messages: (time, peak
-/// RSS in MiB).
-async fn lazarus(target: &Target, queue: &str, n: usize, prefetch: u16) -> (Duration, f64) {
+/// When a run of the binary is over.
+enum Until<'a> {
+    /// Its archive counts this many messages.
+    Archived(i64),
+    /// The queue has no ready message left (up to a prefetch of them may still be in flight).
+    Drained(&'a Channel),
+}
+
+/// Runs the release binary into `target` until it is done: (time, peak RSS in MiB).
+async fn lazarus(target: &Target, queue: &str, until: Until<'_>, prefetch: u16) -> (Duration, f64) {
     let mut conn = None;
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_lazarus"))
@@ -220,7 +263,14 @@ async fn lazarus(target: &Target, queue: &str, n: usize, prefetch: u16) -> (Dura
         .unwrap();
     let pid = child.id().unwrap();
     let mut peak: f64 = 0.0;
-    while target.archived(&mut conn).await < n as i64 {
+    loop {
+        let done = match until {
+            Until::Archived(n) => target.archived(&mut conn).await >= n,
+            Until::Drained(channel) => ready(channel, queue).await == 0,
+        };
+        if done {
+            break;
+        }
         peak = peak.max(peak_rss_mib(pid).unwrap_or(0.0));
         assert!(
             start.elapsed() < Duration::from_secs(600),
@@ -245,6 +295,8 @@ struct Run {
     /// `None` for the raw consumer.
     backend: Option<&'static str>,
     big: usize,
+    /// What was special about the backlog, for the table.
+    note: &'static str,
     elapsed: Duration,
     rss: Option<f64>,
 }
@@ -267,18 +319,21 @@ async fn drain(
             round,
             backend: None,
             big,
+            note: "",
             elapsed: raw_consumer(connection, &queue, n, prefetch).await,
             rss: None,
         },
         Some(name) => {
             let target = Target::new(name, round * 2 + usize::from(big > 0));
-            let (elapsed, rss) = lazarus(&target, &queue, n, prefetch).await;
+            let (elapsed, rss) =
+                lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
             let backend = Some(target.backend);
             target.remove().await;
             Run {
                 round,
                 backend,
                 big,
+                note: "",
                 elapsed,
                 rss: Some(rss),
             }
@@ -291,12 +346,56 @@ async fn drain(
     run
 }
 
+/// A backlog of `n` that comes back redelivered, drained by Lazarus into an empty archive
+/// (every message looked up, none found), then the same backlog again, redelivered, into the
+/// archive that now holds it (every message looked up and found: nothing is stored).
+async fn redelivered(
+    connection: &Connection,
+    channel: &Channel,
+    queue: String,
+    backend: &str,
+    (n, prefetch): (usize, u16),
+) -> [Run; 2] {
+    let target = Target::new(backend, 1000);
+    let timed = |note, (elapsed, rss): (Duration, f64)| Run {
+        round: 0,
+        backend: Some(target.backend),
+        big: 0,
+        note,
+        elapsed,
+        rss: Some(rss),
+    };
+    println!("filling {queue} with {n} 1 KB messages, all redelivered...");
+    fill(channel, &queue, n, 0).await;
+    redeliver_all(connection, &queue, n).await;
+    let first = lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
+    let first = timed("every message redelivered, none archived", first);
+    println!("filling {queue} with the same {n} messages, all redelivered...");
+    fill(channel, &queue, n, 0).await;
+    redeliver_all(connection, &queue, n).await;
+    let again = lazarus(&target, &queue, Until::Drained(channel), prefetch).await;
+    let again = timed("every message redelivered, all archived", again);
+    let mut conn = None;
+    println!(
+        "{} messages archived after the second drain",
+        target.archived(&mut conn).await
+    );
+    drop(conn);
+    target.remove().await;
+    channel
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    [first, again]
+}
+
 #[tokio::main]
 async fn main() {
     let n = env_or("BENCH_MESSAGES", 100_000);
     let big = env_or("BENCH_BIG", 3);
     let prefetch = env_or("BENCH_PREFETCH", 1000) as u16;
     let rounds = env_or("BENCH_ROUNDS", 3).max(1);
+    let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
     let backends = backend_names();
     let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
@@ -328,6 +427,12 @@ async fn main() {
             runs.push(drain(&connection, &channel, queue, b, sizes, big, 0).await);
         }
     }
+    if redeliveries {
+        for backend in &backends {
+            let queue = format!("bench.{tag}.{backend}.redelivered");
+            runs.extend(redelivered(&connection, &channel, queue, backend, sizes).await);
+        }
+    }
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     println!();
@@ -337,6 +442,7 @@ async fn main() {
         let name = match r.backend {
             None => "raw lapin consumer, ack only".to_owned(),
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
+            Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
             Some(b) => format!("lazarus → {b}"),
         };
         println!(

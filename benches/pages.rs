@@ -189,22 +189,15 @@ impl Backend {
         }
     }
 
-    /// After the fill: no acks are pending (nothing was consumed), and the planner gets its
-    /// statistics. On PostgreSQL also VACUUM, as autovacuum would after a million inserts
-    /// (the visibility map lets index-only scans skip the heap).
+    /// After the fill the planner gets its statistics. On PostgreSQL also VACUUM, as
+    /// autovacuum would after a million inserts (the visibility map lets index-only scans
+    /// skip the heap).
     async fn settle(&self) {
         match self {
             Backend::Sqlite(a) => {
-                sqlx::raw_sql("DELETE FROM pending_acks; ANALYZE")
-                    .execute(a.pool())
-                    .await
-                    .unwrap();
+                sqlx::raw_sql("ANALYZE").execute(a.pool()).await.unwrap();
             }
             Backend::Postgres(a) => {
-                sqlx::raw_sql("DELETE FROM pending_acks")
-                    .execute(a.pool())
-                    .await
-                    .unwrap();
                 sqlx::raw_sql("VACUUM (ANALYZE)")
                     .execute(a.pool())
                     .await

@@ -3,7 +3,7 @@
 //!
 //! Any broker error drops the connection and starts over after a backoff: unacked
 //! deliveries come back flagged redelivered, and the archive recognises those it committed
-//! before the ack was lost (see `pending_acks`).
+//! before the ack was lost (see `Archive::store_batch`).
 //! A database error holds the batch (unacked, consuming nothing more) and retries it.
 
 use std::sync::Arc;
@@ -286,7 +286,7 @@ async fn consume_on(
                 }
                 // The channel or consumer is gone. Store what we hold anyway: if the broker
                 // dropped it (a deleted queue) this is the only copy; if it redelivers it, the
-                // archive recognises the unconfirmed rows. The ack then fails, and we reconnect.
+                // archive recognises what it committed. The ack then fails, and we reconnect.
                 Event::Closed(e) => {
                     let _ = flush(&mut channel, queue, &mut batch, ctx).await;
                     return Err(e.into());
@@ -412,7 +412,7 @@ async fn flush(
         return Ok(());
     };
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    let outcome = loop {
+    loop {
         let started = Instant::now();
         match ctx.archive.store_batch(&batch.messages).await {
             Ok(outcome) => {
@@ -430,7 +430,7 @@ async fn flush(
                     .duplicates
                     .get_or_create(&labels)
                     .inc_by(outcome.duplicates);
-                break outcome;
+                break;
             }
             Err(e) => {
                 tracing::error!(queue, error = %e, messages = batch.messages.len(), "storing batch failed; holding it unacked and retrying");
@@ -439,7 +439,7 @@ async fn flush(
                     .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
                 ctx.metrics.set_connected(queue, false);
                 // A connection lost during COMMIT leaves its outcome unknown (PostgreSQL):
-                // the retry stores only what it finds no unconfirmed copy of.
+                // the retry stores only what it finds no archived copy of.
                 for m in &mut batch.messages {
                     m.maybe_stored = true;
                 }
@@ -453,16 +453,9 @@ async fn flush(
                 }
             }
         }
-    };
+    }
     // Durable now: acknowledge everything up to the last delivery in one frame.
     channel.ack(last_tag, true).await?;
-    // basic.ack has no reply, but a channel handles its frames in order: once this qos
-    // round trip returns, the broker has processed the ack and will not redeliver the batch.
-    channel.qos(ctx.settings.prefetch).await?;
-    if let Err(e) = ctx.archive.confirm_acked(&outcome.unconfirmed).await {
-        // Harmless: the entries only make a later identical redelivery count as a copy.
-        tracing::warn!(queue, error = %e, "could not record the confirmed ack");
-    }
     ctx.status.set(queue, ConsumerState::Consuming);
     ctx.metrics.set_connected(queue, true);
     *batch = Batch::default();

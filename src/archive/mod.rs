@@ -17,7 +17,7 @@ mod sqlite_actions;
 mod sqlite_audit;
 mod sqlite_jobs;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -73,10 +73,40 @@ pub enum ArchiveError {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StoreOutcome {
     pub inserted: u64,
-    /// Redeliveries of messages already archived (a crash or reconnect before the ack).
+    /// Redeliveries of messages already archived (a crash or reconnect before the ack, a
+    /// broker crash after it).
     pub duplicates: u64,
-    /// Archive ids to pass to [`Archive::confirm_acked`] once the broker has processed the ack.
-    pub unconfirmed: Vec<i64>,
+}
+
+/// Rows archived from a queue with a fingerprint: `(queue, fingerprint) → rows`, for the
+/// messages of a batch that may be copies of archived ones.
+pub(crate) type ArchivedCopies = HashMap<(String, [u8; 32]), i64>;
+
+/// The messages of a batch to store: all but the redeliveries (and retries, see
+/// [`PreparedMessage::may_be_archived`]) that are copies of archived rows, each archived row
+/// standing for one such copy in the batch; and how many were left out (pure).
+pub(crate) fn without_copies(
+    batch: &[PreparedMessage],
+    mut archived: ArchivedCopies,
+) -> (Vec<&PreparedMessage>, u64) {
+    let mut duplicates = 0;
+    let fresh = batch
+        .iter()
+        .filter(|m| {
+            if !m.may_be_archived() {
+                return true;
+            }
+            match archived.get_mut(&(m.message.queue.clone(), m.fingerprint)) {
+                Some(rows) if *rows > 0 => {
+                    *rows -= 1;
+                    duplicates += 1;
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    (fresh, duplicates)
 }
 
 /// What has happened to an archived message since it arrived.
@@ -322,15 +352,13 @@ pub enum ReplayStart {
 pub trait Archive: Send + Sync + 'static {
     /// Stores a batch in one durable transaction and returns only once the commit is on disk.
     /// A redelivered message (or one a failed attempt may have stored: see
-    /// [`PreparedMessage::maybe_stored`]) that was archived but whose ack was never confirmed
-    /// is skipped;
+    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
+    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
     /// Where to resume reading a stream DLQ: the offset after the last one archived from it
     /// (`None`: nothing archived from it as a stream yet).
     async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError>;
-    /// The broker has processed the ack of these rows: their redeliveries can no longer come.
-    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError>;
     async fn list_messages(
         &self,
         filter: &MessageFilter,
@@ -583,5 +611,67 @@ pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> 
         Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(
             database_url,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(body: &[u8], redelivered: bool) -> PreparedMessage {
+        PreparedMessage::new(IncomingMessage {
+            queue: "dlq".into(),
+            exchange: String::new(),
+            routing_key: "dlq".into(),
+            redelivered,
+            properties: MessageProperties::default(),
+            headers: None,
+            body: body.to_vec(),
+            received_at: OffsetDateTime::UNIX_EPOCH,
+            decode_problems: Vec::new(),
+            stream_offset: None,
+        })
+    }
+
+    fn archived(rows: &[(&PreparedMessage, i64)]) -> ArchivedCopies {
+        rows.iter()
+            .map(|(m, n)| ((m.message.queue.clone(), m.fingerprint), *n))
+            .collect()
+    }
+
+    #[test]
+    fn each_archived_row_stands_for_one_redelivered_copy() {
+        let (a, b) = (delivery(b"a", true), delivery(b"b", true));
+        let batch = [a.clone(), a.clone(), a.clone(), b.clone()];
+        let (fresh, duplicates) = without_copies(&batch, archived(&[(&a, 2)]));
+        assert_eq!(duplicates, 2);
+        assert_eq!(fresh.len(), 2);
+        assert_eq!(fresh[0].message.body, b"a");
+        assert_eq!(fresh[1].message.body, b"b");
+    }
+
+    #[test]
+    fn first_deliveries_are_stored_whatever_is_archived() {
+        let first = delivery(b"a", false);
+        let batch = [first.clone()];
+        let (fresh, duplicates) = without_copies(&batch, archived(&[(&first, 5)]));
+        assert_eq!((fresh.len(), duplicates), (1, 0));
+        // Unless an earlier attempt at this very batch may have stored it.
+        let mut retried = first.clone();
+        retried.maybe_stored = true;
+        let batch = [retried];
+        let (fresh, duplicates) = without_copies(&batch, archived(&[(&first, 1)]));
+        assert_eq!((fresh.len(), duplicates), (0, 1));
+    }
+
+    #[test]
+    fn a_copy_is_looked_for_in_its_own_queue() {
+        let mut elsewhere = delivery(b"a", true);
+        elsewhere.message.queue = "other.dlq".into();
+        let here = delivery(b"a", true);
+        let batch = [here];
+        let key = ("other.dlq".to_owned(), elsewhere.fingerprint);
+        let (fresh, duplicates) = without_copies(&batch, HashMap::from([(key, 1)]));
+        assert_eq!((fresh.len(), duplicates), (1, 0));
     }
 }

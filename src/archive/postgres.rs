@@ -2,7 +2,7 @@
 //! sharing one database. A commit is durable before anything is acked (`synchronous_commit`
 //! is on by default); a batch goes in as one statement, an `UNNEST` insert per table.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use super::sqlite::{
     replay_from_row, summary_from_row, totals, StatusIn, REPLAY_COLUMNS, SUMMARY_COLUMNS,
 };
 use super::{postgres_accounts, postgres_actions, postgres_jobs};
+use super::{without_copies, ArchivedCopies};
 use super::{
     Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
     ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
@@ -192,26 +193,36 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Postgres>, selection: 
     }
 }
 
-/// The archived row a redelivered message is a copy of, if one with its content was
-/// committed (by any instance) and its ack never confirmed, and no other copy in this batch
-/// took it.
-async fn unconfirmed_copy(
-    tx: &mut Transaction<'_, Postgres>,
-    m: &PreparedMessage,
-    matched: &mut HashSet<i64>,
-) -> Result<Option<i64>, sqlx::Error> {
-    let candidates: Vec<i64> = sqlx::query_scalar(
-        "SELECT archive_id FROM pending_acks WHERE queue = $1 AND fingerprint = $2 ORDER BY archive_id",
+/// How many rows are archived (by any instance) with each fingerprint that a possible copy in
+/// the batch has, by queue: one query, through the `messages_fingerprint` hash index.
+async fn archived_copies(
+    conn: &mut PgConnection,
+    batch: &[PreparedMessage],
+) -> Result<ArchivedCopies, sqlx::Error> {
+    let fingerprints: Vec<&[u8]> = batch
+        .iter()
+        .filter(|m| m.may_be_archived())
+        .map(|m| &m.fingerprint[..])
+        .collect();
+    let rows = sqlx::query(
+        "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint = ANY($1) \
+         GROUP BY queue, fingerprint",
     )
-    .bind(&m.message.queue)
-    .bind(&m.fingerprint[..])
-    .fetch_all(&mut **tx)
+    .bind(&fingerprints)
+    .fetch_all(conn)
     .await?;
-    Ok(candidates.into_iter().find(|id| matched.insert(*id)))
+    let mut archived = ArchivedCopies::new();
+    for row in rows {
+        let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+        if let Ok(fingerprint) = fingerprint.try_into() {
+            archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
+        }
+    }
+    Ok(archived)
 }
 
-/// Writes a batch whose ids are taken: the messages, their bodies, their pending acks and
-/// business fields, and the totals, the sparkline's hourly counts and the failure groups they
+/// Writes a batch whose ids are taken: the messages, their bodies, statuses and business
+/// fields, and the totals, the sparkline's hourly counts and the failure groups they
 /// add to — all in one statement (data-modifying `WITH` parts, each one `UNNEST` insert), so
 /// a batch costs the server one round trip and one plan. Totals keys go in sorted, so
 /// instances updating the same rows at once take their locks in one order.
@@ -272,9 +283,6 @@ async fn insert_batch(
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
          new_status AS (INSERT INTO message_status (id) SELECT * FROM UNNEST($1::bigint[])), \
-         new_pending AS (\
-         INSERT INTO pending_acks (queue, fingerprint, archive_id) \
-         SELECT * FROM UNNEST($3::text[], $2::bytea[], $1::bigint[])), \
          new_fields AS (\
          INSERT INTO message_fields (message_id, name, value) \
          SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
@@ -343,8 +351,7 @@ async fn insert_batch(
     Ok(())
 }
 
-/// Stores messages known not to be archived yet, and counts them in `outcome` as inserted and
-/// unconfirmed. Their ids come from the sequence first, so every table of the batch can go in
+/// Stores messages known not to be archived yet, and counts them in `outcome` as inserted. Their ids come from the sequence first, so every table of the batch can go in
 /// as one statement ([`insert_batch`]).
 async fn write_fresh(
     conn: &mut PgConnection,
@@ -359,7 +366,6 @@ async fn write_fresh(
     let rows: Vec<(i64, &PreparedMessage)> = ids.into_iter().zip(fresh).collect();
     insert_batch(conn, &rows).await?;
     outcome.inserted += rows.len() as u64;
-    outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
     Ok(())
 }
 
@@ -404,18 +410,8 @@ impl Archive for PostgresArchive {
         // Some may be copies of rows already archived: look them up, then write the rest, in
         // one transaction.
         let mut tx = self.pool.begin().await?;
-        let mut matched = HashSet::new();
-        let mut fresh = Vec::with_capacity(batch.len());
-        for m in batch {
-            if m.may_be_archived() {
-                if let Some(id) = unconfirmed_copy(&mut tx, m, &mut matched).await? {
-                    outcome.duplicates += 1;
-                    outcome.unconfirmed.push(id);
-                    continue;
-                }
-            }
-            fresh.push(m);
-        }
+        let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
+        outcome.duplicates = duplicates;
         if !fresh.is_empty() {
             write_fresh(&mut tx, fresh, &mut outcome).await?;
         }
@@ -441,14 +437,6 @@ impl Archive for PostgresArchive {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(next.map(|n| n as u64))
-    }
-
-    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {
-        sqlx::query("DELETE FROM pending_acks WHERE archive_id = ANY($1)")
-            .bind(archive_ids)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     async fn list_messages(

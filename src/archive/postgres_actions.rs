@@ -160,7 +160,6 @@ pub async fn purge(
         for statement in [
             "DELETE FROM message_fields WHERE message_id = ANY($1)",
             "DELETE FROM message_bodies WHERE message_id = ANY($1)",
-            "DELETE FROM pending_acks WHERE archive_id = ANY($1)",
             "DELETE FROM replays WHERE message_id = ANY($1)",
             "DELETE FROM replay_job_items WHERE message_id = ANY($1)",
             "DELETE FROM message_status WHERE id = ANY($1)",

@@ -263,7 +263,7 @@ pub struct PreparedMessage {
     /// The archive record this message is a replayed copy of (its `x-lazarus-replay-of`).
     pub replay_of: Option<i64>,
     /// An earlier attempt to store it failed in a way that may have committed all the same
-    /// (a connection lost during COMMIT): stored only if no unconfirmed copy is found, as for
+    /// (a connection lost during COMMIT): stored only if no archived copy is found, as for
     /// a redelivery.
     pub maybe_stored: bool,
 }
@@ -274,8 +274,8 @@ impl PreparedMessage {
         Self::with_rules(message, &IngestRules::default())
     }
 
-    /// Whether an archived, unconfirmed copy of it may exist: a redelivery, or a retry
-    /// after a failed store.
+    /// Whether an archived copy of it may exist: a redelivery, or a retry after a failed
+    /// store.
     pub fn may_be_archived(&self) -> bool {
         self.message.redelivered || self.maybe_stored
     }

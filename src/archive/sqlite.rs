@@ -1,6 +1,6 @@
 //! The SQLite archive: WAL with `synchronous=FULL`, so a committed batch survives power loss.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use super::sqlite_accounts;
 use super::sqlite_actions;
 use super::sqlite_audit::{self, audit};
 use super::sqlite_jobs;
+use super::{without_copies, ArchivedCopies};
 use super::{
     Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
     ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
@@ -82,21 +83,31 @@ pub(super) fn from_millis(ms: i64) -> OffsetDateTime {
 
 pub(super) const SUMMARY_COLUMNS: &str = "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, status";
 
-/// The archived row a redelivered message is a copy of, if one with its content was
-/// committed and its ack never confirmed (and no other copy in this batch took it).
-async fn unconfirmed_copy(
+/// How many rows are archived with each fingerprint that a possible copy in the batch has, by
+/// queue (through the `messages_fingerprint` index).
+async fn archived_copies(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
-    m: &PreparedMessage,
-    matched: &mut HashSet<i64>,
-) -> Result<Option<i64>, sqlx::Error> {
-    let candidates: Vec<i64> = sqlx::query_scalar(
-        "SELECT archive_id FROM pending_acks WHERE queue = ? AND fingerprint = ? ORDER BY id",
-    )
-    .bind(&m.message.queue)
-    .bind(&m.fingerprint[..])
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(candidates.into_iter().find(|id| matched.insert(*id)))
+    batch: &[PreparedMessage],
+) -> Result<ArchivedCopies, sqlx::Error> {
+    let candidates: Vec<&PreparedMessage> = batch.iter().filter(|m| m.may_be_archived()).collect();
+    let mut archived = ArchivedCopies::new();
+    for chunk in candidates.chunks(ROWS_PER_STATEMENT) {
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint IN (",
+        );
+        let mut list = q.separated(", ");
+        for m in chunk {
+            list.push_bind(&m.fingerprint[..]);
+        }
+        q.push(") GROUP BY queue, fingerprint");
+        for row in q.build().fetch_all(&mut **tx).await? {
+            let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+            if let Ok(fingerprint) = fingerprint.try_into() {
+                archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
+            }
+        }
+    }
+    Ok(archived)
 }
 
 /// ` FROM messages ... WHERE ...`: the messages a list filter selects. A text search joins
@@ -366,20 +377,10 @@ impl Archive for SqliteArchive {
         // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
         // fails half-way on a lock upgrade when several consumers write at once.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut matched = HashSet::new();
-        let mut fresh = Vec::with_capacity(batch.len());
-        for m in batch {
-            if m.may_be_archived() {
-                if let Some(id) = unconfirmed_copy(&mut tx, m, &mut matched).await? {
-                    outcome.duplicates += 1;
-                    outcome.unconfirmed.push(id);
-                    continue;
-                }
-            }
-            fresh.push(m);
-        }
+        let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
+        outcome.duplicates = duplicates;
         // Holding the write lock, the next ids are ours: number the rows up front so that
-        // messages, bodies and pending acks go in as a few multi-row statements.
+        // messages, bodies and search entries go in as a few multi-row statements.
         // AUTOINCREMENT's counter, so an id is never reused even after the newest rows are
         // deleted (an explicit id above it moves it on).
         let first_id: i64 = sqlx::query_scalar(
@@ -396,15 +397,6 @@ impl Archive for SqliteArchive {
                 b.push_bind(*id).push_bind(&m.message.body[..]);
             });
             bodies.build().execute(&mut *tx).await?;
-            let mut pending = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO pending_acks (queue, fingerprint, archive_id) ",
-            );
-            pending.push_values(chunk, |mut b, (id, m)| {
-                b.push_bind(&m.message.queue)
-                    .push_bind(&m.fingerprint[..])
-                    .push_bind(*id);
-            });
-            pending.build().execute(&mut *tx).await?;
             let mut fts = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages_fts (rowid, body, ids, headers) ",
             );
@@ -458,7 +450,6 @@ impl Archive for SqliteArchive {
         }
         tx.commit().await?;
         outcome.inserted = rows.len() as u64;
-        outcome.unconfirmed.extend(rows.iter().map(|(id, _)| *id));
         Ok(outcome)
     }
 
@@ -469,20 +460,6 @@ impl Archive for SqliteArchive {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(next.map(|n| n as u64))
-    }
-
-    async fn confirm_acked(&self, archive_ids: &[i64]) -> Result<(), ArchiveError> {
-        for chunk in archive_ids.chunks(1000) {
-            let mut q =
-                QueryBuilder::<Sqlite>::new("DELETE FROM pending_acks WHERE archive_id IN (");
-            let mut ids = q.separated(", ");
-            for id in chunk {
-                ids.push_bind(id);
-            }
-            q.push(")");
-            q.build().execute(&self.pool).await?;
-        }
-        Ok(())
     }
 
     async fn list_messages(

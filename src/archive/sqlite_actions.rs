@@ -125,7 +125,6 @@ pub async fn purge(
         "DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_fields WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_bodies WHERE message_id IN (SELECT id FROM purge_ids)",
-        "DELETE FROM pending_acks WHERE archive_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM replays WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM replay_job_items WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM messages WHERE id IN (SELECT id FROM purge_ids)",

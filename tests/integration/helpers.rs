@@ -20,6 +20,8 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use crate::brokers::{Broker, Vhost};
+
 /// The archive backend a test runs on. A test declared with [`on_both_backends!`] runs
 /// once on each, as `<name>::sqlite` and `<name>::postgres`; others run on SQLite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,10 +143,10 @@ pub async fn archive_url(dir: &std::path::Path) -> String {
     }
 }
 
-/// The broker every test talks to (override with `LAZARUS_TEST_AMQP_URL`).
+/// The default vhost of the test's broker ([`Broker::current`]: RabbitMQ 3.10 unless the
+/// test is declared with `on_both_brokers!`).
 pub fn amqp_url() -> String {
-    std::env::var("LAZARUS_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    Broker::current().url()
 }
 
 /// A name no other test (or earlier run) uses: `prefix.<pid>.<n>.<nanos>`.
@@ -680,47 +682,10 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Runs `rabbitmqctl` and returns its output, failing the test when it fails.
+/// Runs `rabbitmqctl` against the test's broker and returns its output, failing the test
+/// when it fails.
 pub fn rabbitmqctl(args: &[&str]) -> String {
-    let out = std::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl is on PATH where RabbitMQ runs");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A vhost of the test's own (for tests that close every connection in it).
-pub struct Vhost {
-    pub name: String,
-}
-
-impl Vhost {
-    pub fn create(prefix: &str) -> Self {
-        let name = unique(prefix);
-        rabbitmqctl(&["add_vhost", &name]);
-        rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
-        Vhost { name }
-    }
-
-    pub fn url(&self) -> String {
-        format!(
-            "amqp://guest:guest@127.0.0.1:5672/{}",
-            self.name.replace('/', "%2f")
-        )
-    }
-}
-
-impl Drop for Vhost {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["delete_vhost", &self.name])
-            .output();
-    }
+    Broker::current().ctl(args)
 }
 
 /// JSON body properties the seeds publish with.

@@ -1,9 +1,12 @@
-//! Integration tests against the real RabbitMQ and SQLite files: one binary, one module per area.
+//! Integration tests against the real RabbitMQ (3.10 and 4.x), PostgreSQL and SQLite files:
+//! one binary, one module per area.
 
+mod brokers;
 mod helpers;
 
 mod api;
 mod auth;
+mod broker_crash;
 mod browser;
 mod crash;
 mod demo;

@@ -1,6 +1,6 @@
-//! One test per seed topology (`shared/seeds/`): real dead-lettering through RabbitMQ, then
-//! the archive checked through the HTTP API — deaths in broker order, counts, first death,
-//! replay target, body bytes.
+//! One test per seed topology (`shared/seeds/`): real dead-lettering through RabbitMQ 3.10
+//! and 4.x, each on both backends, then the archive checked through the HTTP API — deaths in
+//! broker order, counts, first death, replay target, body bytes, and the headers only 4.x adds.
 
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use lazarus::amqp::headers::MessageProperties;
 use lazarus::death::is_death_header;
 
+use crate::brokers::{on_both_brokers, Broker};
 use crate::helpers::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -101,7 +102,28 @@ fn deaths_without_time(detail: &Value) -> Value {
     deaths
 }
 
-on_both_backends!(seed_000_ttl_retry_loop_with_parking_queue);
+/// RabbitMQ 4.x also names the newest death (`x-death[0]`) in `x-last-death-*` headers, and
+/// Lazarus keeps them as delivered; 3.10 has none.
+fn assert_last_death(detail: &Value, queue: &str, reason: &str, exchange: &str) {
+    let headers = &detail["headers"];
+    let expected = [
+        ("x-last-death-queue", queue),
+        ("x-last-death-reason", reason),
+        ("x-last-death-exchange", exchange),
+    ];
+    for (name, value) in expected {
+        match Broker::current() {
+            Broker::Rabbitmq3 => assert_eq!(headers.get(name), None, "{name} on 3.10"),
+            Broker::Rabbitmq4 => assert_eq!(
+                headers[name],
+                json!({"type": "long-string", "value": value}),
+                "{name}"
+            ),
+        }
+    }
+}
+
+on_both_brokers!(seed_000_ttl_retry_loop_with_parking_queue, on_both_backends);
 /// Seed 000 (aio-pika): work queue → direct DLX → retry queue with a TTL → back through the
 /// default exchange; after the third failure the worker parks a copy in a parking queue.
 async fn seed_000_ttl_retry_loop_with_parking_queue() {
@@ -186,6 +208,8 @@ async fn seed_000_ttl_retry_loop_with_parking_queue() {
         detail["first_death"],
         json!({"queue": work, "reason": "rejected", "exchange": ""})
     );
+    // The worker parked a copy with the headers it was delivered with (4.x's last death too).
+    assert_last_death(&detail, &retry, "expired", &dlx);
     // The default exchange with the work queue's name: not the retry queue of x-death[0].
     assert_eq!(
         detail["replay_target"],
@@ -207,7 +231,10 @@ async fn seed_000_ttl_retry_loop_with_parking_queue() {
     t.cleanup().await;
 }
 
-on_both_backends!(seed_002_billing_quorum_queues_override_and_overflow);
+on_both_brokers!(
+    seed_002_billing_quorum_queues_override_and_overflow,
+    on_both_backends
+);
 /// Seed 002 (Go, billing): topic exchange → quorum work queue whose DLX routing key is
 /// overridden (`dead.processing`) and whose length is capped → quorum DLQ. Consumed with a
 /// second DLQ (`invoices.dlq`) by one Lazarus, as `--queue invoices.dlq --queue processing_dlq`.
@@ -315,6 +342,7 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
             detail["first_death"],
             json!({"queue": work, "reason": reason, "exchange": events})
         );
+        assert_last_death(&detail, &work, reason, &events);
         assert_eq!(
             detail["replay_target"],
             json!({"exchange": events, "routing_key": "event.created"})
@@ -338,6 +366,7 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
         detail["replay_target"],
         json!({"exchange": billing, "routing_key": "invoice.created"})
     );
+    assert_last_death(&detail, &invoices, "rejected", &billing);
     assert_eq!(app.body(detail["id"].as_str().unwrap()).await, invoice);
     // Replayed to the topic exchange with its original key: back in the invoices queue.
     let job = replay_job(&app, detail["id"].as_str().unwrap(), None).await;
@@ -360,7 +389,10 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
     t.cleanup().await;
 }
 
-on_both_backends!(seed_003_queue_ttl_and_message_expiration_into_topic_dlx);
+on_both_brokers!(
+    seed_003_queue_ttl_and_message_expiration_into_topic_dlx,
+    on_both_backends
+);
 /// Seed 003 (Java): fanout exchange → queue with a TTL and a DLX routing key → topic DLX →
 /// DLQ bound `dlx.*`; plus a message with its own, shorter, expiration.
 async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
@@ -420,6 +452,7 @@ async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
             ]),
             "{id}"
         );
+        assert_last_death(&detail, &normal_q, "expired", &normal_ex);
         // A fanout route with an empty key is a valid target.
         assert_eq!(
             detail["replay_target"],
@@ -476,7 +509,10 @@ async fn seed_003_queue_ttl_and_message_expiration_into_topic_dlx() {
     t.cleanup().await;
 }
 
-on_both_backends!(seed_004_spring_retry_with_bare_dead_copies);
+on_both_brokers!(
+    seed_004_spring_retry_with_bare_dead_copies,
+    on_both_backends
+);
 /// Seed 004 (Spring): NORMAL → READY (TTL, DLX back to the exchange as `retry`) → RETRY,
 /// counted in a `retry-times` header; when retries run out the worker publishes a bare
 /// copy (no headers) to DEAD. Lazarus archives DEAD: no death history, so no target.

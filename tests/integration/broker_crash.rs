@@ -1,0 +1,118 @@
+//! RabbitMQ itself SIGKILLed mid-ingest, twice, and restarted on its data. A classic queue
+//! forgets the acks it had not written down yet: messages Lazarus archived and saw acked come
+//! back, flagged redelivered, long after their ack. Every message is still archived once.
+
+use std::time::{Duration, Instant};
+
+use lapin::types::AMQPValue;
+
+use crate::brokers::{on_both_brokers, Broker, PrivateBroker};
+use crate::helpers::*;
+
+const BACKLOG: usize = 20_000;
+const KILLS: usize = 2;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+
+/// A counter of the app's `/metrics` (0 before it is first counted).
+pub async fn counter(app: &TestApp, name: &str) -> u64 {
+    let metrics = app.get("/metrics").await.text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+on_both_brokers!(
+    broker_sigkilled_mid_ingest_every_message_archived_once,
+    on_both_backends
+);
+async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
+    let mut broker = PrivateBroker::new(Broker::current()).await;
+    let (work, dlq) = ("work", "dlq");
+    let mut t = Topology::on(&broker.url()).await;
+    t.queue(dlq, Default::default()).await;
+    // Every persistent message dies on arrival (TTL 0) into the durable classic DLQ.
+    t.queue(
+        work,
+        args(&[
+            ("x-message-ttl", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(dlq)),
+        ]),
+    )
+    .await;
+    publish_many(&t.channel, "", work, "bk", BACKLOG).await;
+    t.wait_for_depth(dlq, BACKLOG as u32, Duration::from_secs(60))
+        .await;
+    let _ = t.connection.close(200, "filled".into()).await;
+    // Dead-lettering has no publisher confirm: a clean restart first puts the whole backlog on
+    // disk, so that the kills below can only lose acks.
+    broker.stop().await;
+    broker.start().await;
+    let messages_in = broker.queue_messages(dlq).await;
+    assert_eq!(
+        messages_in, BACKLOG as u64,
+        "the backlog survived a clean restart"
+    );
+
+    let url = broker.url();
+    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = url).await;
+    let mut archived_at_kills = Vec::new();
+    for kill in 1..=KILLS {
+        // Early, so that the rest takes longer than the kill on a busy machine.
+        let target = (kill * BACKLOG / 8) as i64;
+        let start = Instant::now();
+        while app.archived().await < target {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "archived {} of {target} before kill {kill}",
+                app.archived().await
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        broker.kill9().await;
+        let archived = app.archived().await;
+        assert!(
+            archived < BACKLOG as i64,
+            "kill {kill} came too late to test anything ({archived} archived)"
+        );
+        archived_at_kills.push(archived);
+        broker.start().await;
+    }
+    // Lazarus reconnects by itself; the DLQ ends empty, nothing unacked either.
+    let start = Instant::now();
+    while broker.queue_messages(dlq).await > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the DLQ still holds messages ({} archived)",
+            app.archived().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let db = &app.database_url;
+    let rows = count_rows(db, "SELECT count(*) FROM messages").await;
+    let distinct = count_rows(db, "SELECT count(DISTINCT message_id) FROM messages").await;
+    let duplicated = count_rows(
+        db,
+        "SELECT count(*) FROM (SELECT message_id FROM messages GROUP BY message_id HAVING count(*) > 1) AS d",
+    )
+    .await;
+    let skipped = counter(&app, DUPLICATES).await;
+    eprintln!(
+        "{:?} {:?}: {messages_in} messages in; SIGKILLed the broker at {archived_at_kills:?} archived; \
+         {rows} rows, {distinct} distinct, {duplicated} messages with more than one row; \
+         {skipped} redeliveries recognised as archived",
+        Broker::current(),
+        Backend::current()
+    );
+    assert_eq!(rows, messages_in as i64, "rows archived");
+    assert_eq!(distinct, rows, "distinct messages");
+    assert_eq!(duplicated, 0, "messages archived more than once");
+    assert_eq!(
+        count_rows(db, "SELECT count(*) FROM message_bodies").await,
+        rows
+    );
+    assert_eq!(app.archived().await, rows, "the totals");
+}
