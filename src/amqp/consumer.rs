@@ -148,11 +148,11 @@ async fn consume(
     result
 }
 
-/// Waits until the archive answers; `Err` only when shutting down meanwhile.
+/// Waits until the archive would take a write; `Err` only when shutting down meanwhile.
 async fn wait_for_database(queue: &str, ctx: &ConsumerContext) -> Result<(), ConsumeError> {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
-        match ctx.archive.ping().await {
+        match ctx.archive.writable().await {
             Ok(()) => return Ok(()),
             Err(e) => {
                 ctx.status

@@ -532,6 +532,9 @@ pub trait Archive: Send + Sync + 'static {
     async fn record(&self, actor: &Actor, action: &str, summary: &str) -> Result<(), ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
+    /// Checks the database would take a write now (not locked by another writer, not a
+    /// read-only replica): consumers take no deliveries before it would.
+    async fn writable(&self) -> Result<(), ArchiveError>;
     /// Takes the instance name `name` for this process, if no other live process holds it
     /// (`Ok(None)` when one does), for as long as the returned lock lasts.
     async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError>;

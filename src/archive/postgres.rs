@@ -829,6 +829,19 @@ impl Archive for PostgresArchive {
         Ok(())
     }
 
+    async fn writable(&self) -> Result<(), ArchiveError> {
+        // A replica after a failover answers, but refuses every write.
+        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+            .fetch_one(&self.pool)
+            .await?;
+        if read_only == "on" {
+            return Err(ArchiveError::Conflict(
+                "the database is read-only (a replica?): it takes no writes".into(),
+            ));
+        }
+        Ok(())
+    }
+
     async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
         // A session lock, on a connection of its own: pooled connections come and go. Two
         // 32-bit keys ("lazi" and the name's hash) keep it apart from the one-key locks of

@@ -862,6 +862,13 @@ impl Archive for SqliteArchive {
         Ok(())
     }
 
+    async fn writable(&self) -> Result<(), ArchiveError> {
+        // The write lock, taken and let go (within busy_timeout): what a batch needs first.
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        tx.rollback().await?;
+        Ok(())
+    }
+
     async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
         let options = self.pool.connect_options();
         let archive = options.get_filename();

@@ -15,6 +15,7 @@ use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use crate::brokers::on_both_brokers;
 use crate::helpers::*;
 
 async fn wait_until<F: std::future::Future<Output = bool>>(
@@ -890,3 +891,129 @@ async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
     );
     t.cleanup().await;
 }
+
+/// A quorum DLQ, on RabbitMQ 4.x, drops a message once it was delivered 20 times (its
+/// default delivery limit; a DLQ has nowhere to dead-letter it). During a database outage
+/// Lazarus holds what it has and, once its connection is lost, takes nothing more until the
+/// database answers: closing its connections 22 times costs one delivery, not every message.
+async fn a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections() {
+    let vhost = crate::brokers::Vhost::create("quorum");
+    let dlq = "dlq";
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    let mut proxy = Some(DatabaseProxy::start().await);
+    let app = TestApp::spawn_with(&[dlq], |c| {
+        c.connection.amqp_url = vhost.url();
+        if let Some(proxy) = &proxy {
+            c.connection.database_url = proxy.url(&c.connection.database_url);
+        }
+    })
+    .await;
+    wait_until("consuming", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let outage = Outage::begin(&app.database_url, proxy.take()).await;
+    for i in 0..20 {
+        let id = format!("q-{i}");
+        t.publish("", dlq, id.as_bytes(), json_props(&id)).await;
+    }
+    wait_until(
+        "a database ingest error",
+        Duration::from_secs(30),
+        || async {
+            app.get("/metrics")
+                .await
+                .text()
+                .contains("lazarus_ingest_errors_total{queue=\"dlq\",kind=\"database\"}")
+        },
+    )
+    .await;
+    let broker = vhost.broker();
+    // One more than the 20 deliveries 4.x allows.
+    for _ in 0..22 {
+        broker.close_connections(&vhost.name).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        broker.queue_messages(&vhost.name, dlq).await,
+        20,
+        "the broker still holds every message"
+    );
+    outage.end().await;
+    app.wait_for_archived(20, Duration::from_secs(60)).await;
+    let archived = app.all_messages(dlq).await;
+    assert_eq!(archived.len(), 20);
+    for m in archived {
+        let detail = app
+            .json(&format!("/api/messages/{}", m["id"].as_str().unwrap()), 200)
+            .await;
+        let count = detail["headers"]["x-delivery-count"]["value"]
+            .as_i64()
+            .unwrap_or(0);
+        assert!(count <= 2, "delivered {count} times: {detail}");
+    }
+}
+
+#[tokio::test]
+async fn a_quorum_dlq_keeps_its_messages_through_an_outage_rabbitmq3() {
+    crate::brokers::Broker::Rabbitmq3
+        .scope(
+            Backend::Postgres
+                .scope(a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections()),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_quorum_dlq_keeps_its_messages_through_an_outage_rabbitmq4() {
+    crate::brokers::Broker::Rabbitmq4
+        .scope(
+            Backend::Postgres
+                .scope(a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections()),
+        )
+        .await
+}
+
+/// Messages that come back again and again are one step from being dropped by a quorum
+/// DLQ's delivery limit: Lazarus says so on /readyz, the overview and in the log.
+async fn a_rising_delivery_count_is_reported_before_messages_are_lost() {
+    let vhost = crate::brokers::Vhost::create("limit");
+    let dlq = "dlq";
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    t.publish("", dlq, b"{}", json_props("returned")).await;
+    // Another consumer takes it and gives it back, three times (a closed channel counts on
+    // every version).
+    for _ in 0..3 {
+        let channel = t.connection.create_channel().await.unwrap();
+        channel
+            .basic_qos(1, lapin::options::BasicQosOptions::default())
+            .await
+            .unwrap();
+        let mut consumer = channel
+            .basic_consume(
+                dlq.into(),
+                "".into(),
+                Default::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        use futures_util::StreamExt;
+        let _ = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+            .await
+            .expect("delivered");
+        channel.close(200, "giving it back".into()).await.unwrap();
+    }
+    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    let ready = app.json("/readyz", 200).await;
+    let warning = ready["warnings"][dlq].as_str().unwrap_or_default();
+    assert!(warning.contains("delivered 3 times"), "{ready}");
+    assert!(warning.contains("delivery-limit: -1"), "{warning}");
+    let page = app.get("/").await.text();
+    assert!(page.contains("delivered 3 times"), "the overview shows it");
+}
+
+on_both_brokers!(a_rising_delivery_count_is_reported_before_messages_are_lost);

@@ -13,13 +13,15 @@ use lazarus::amqp::wire::codec::{encode_value, Writer};
 use lazarus::amqp::wire::{Connection, ContentHeader, Event};
 use serde_json::{json, Value};
 
+use crate::brokers::on_both_brokers;
 use crate::helpers::*;
 
 /// One message as a producer sends it, bytes and all.
 struct Raw {
     name: &'static str,
-    /// Published straight into the DLQ: the broker cannot dead-letter it (RabbitMQ 3.10
-    /// nacks a message whose `x-death` entries are not tables when it expires).
+    /// Published straight into the DLQ, headers as forged: a broker that dead-letters it
+    /// replaces a client's `x-death` (4.x) or refuses one whose entries are not tables
+    /// (3.10 nacks it when it expires).
     direct: bool,
     routing_key: Vec<u8>,
     properties: MessageProperties,
@@ -123,7 +125,10 @@ fn corpus(body_limit: usize) -> Vec<Raw> {
     nul.body = br#"{"invoice": "INV\u0000-1", "text": "a\u0000b"}"#.to_vec();
     out.push(nul);
 
+    // Forged, so published straight into the DLQ: 4.x drops a client's x-death when it
+    // dead-letters (3.10 adds to it).
     let mut deaths = Raw::new("thousand-deaths");
+    deaths.direct = true;
     deaths.headers = Some(Table::from([(
         "x-death",
         AmqpValue::Array((0..1_000).map(death_entry).collect()),
@@ -144,7 +149,9 @@ fn corpus(body_limit: usize) -> Vec<Raw> {
         .collect();
     out.push(big);
 
+    // Straight into the DLQ too, as a worker republishing a message with its headers would.
     let mut wrong = Raw::new("x-death-of-wrong-types");
+    wrong.direct = true;
     wrong.headers = Some(Table::from([
         ("x-death", AmqpValue::text("not a list")),
         ("x-first-death-queue", AmqpValue::Boolean(true)),
@@ -246,7 +253,10 @@ async fn dead_lettering_topology(t: &mut Topology, p: &str) -> (String, String, 
     (fanout, work, dlq)
 }
 
-on_both_backends!(hostile_messages_are_archived_viewable_and_block_nothing);
+on_both_brokers!(
+    hostile_messages_are_archived_viewable_and_block_nothing,
+    on_both_backends
+);
 async fn hostile_messages_are_archived_viewable_and_block_nothing() {
     let url = amqp_url();
     let mut t = Topology::on(&url).await;
@@ -256,6 +266,7 @@ async fn hostile_messages_are_archived_viewable_and_block_nothing() {
         c.fields = vec!["invoice=/invoice".parse().unwrap()];
     })
     .await;
+    // 4.x refuses messages over 16 MiB (its max_message_size); 3.10 takes 128 MiB.
     let hostile = corpus(16 * 1024 * 1024);
     publish_raw(&url, &fanout, &dlq, &hostile, 2).await;
     let total = hostile.len() * 3;
@@ -355,7 +366,7 @@ fn check_specifics(name: &str, detail: &Value, page: &str) {
     }
 }
 
-on_both_backends!(the_deepest_table_replays_byte_for_byte);
+on_both_brokers!(the_deepest_table_replays_byte_for_byte, on_both_backends);
 async fn the_deepest_table_replays_byte_for_byte() {
     let url = amqp_url();
     let mut t = Topology::on(&url).await;

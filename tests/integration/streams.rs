@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::brokers::on_both_brokers;
 use crate::helpers::*;
 
 async fn stream_dlq(t: &mut Topology, p: &str) -> (String, String) {
@@ -36,7 +37,10 @@ async fn fill(t: &Topology, work: &str, dlq: &str, from: usize, n: usize) {
     }
 }
 
-on_both_backends!(a_stream_dlq_is_read_from_where_the_archive_left_off);
+on_both_brokers!(
+    a_stream_dlq_is_read_from_where_the_archive_left_off,
+    on_both_backends
+);
 async fn a_stream_dlq_is_read_from_where_the_archive_left_off() {
     let mut t = Topology::new().await;
     let p = unique("stream");
