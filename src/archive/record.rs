@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
-use crate::death::{self, DeathHistory};
+use crate::death::{self, DeathHistory, DELIVERY_COUNTERS};
 
 /// A message exactly as the broker delivered it from a DLQ.
 #[derive(Debug, Clone, PartialEq)]
@@ -381,13 +381,37 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 
 /// sha-256 over exactly what was delivered: source queue, exchange, routing key, properties,
 /// headers (with their types) and body. Each field is length-prefixed so that no two
-/// different deliveries can produce the same byte stream. The redelivered flag is left out:
-/// it is the one thing a redelivery changes.
+/// different deliveries can produce the same byte stream. Left out are what a redelivery
+/// changes: the redelivered flag and the broker's [`DELIVERY_COUNTERS`] (a header table that
+/// held nothing else counts as none: 4.x gives a redelivered message without headers one).
+/// Every other header, the message's own, is in.
 pub fn fingerprint(
     message: &IncomingMessage,
     properties_json: &str,
     headers_json: &str,
 ) -> [u8; 32] {
+    let without_counters;
+    let headers_json = match &message.headers {
+        Some(headers) if DELIVERY_COUNTERS.iter().any(|c| headers.get(c).is_some()) => {
+            let own: Table = headers
+                .iter()
+                .filter(|(name, _)| {
+                    !name
+                        .as_str()
+                        .is_some_and(|n| DELIVERY_COUNTERS.contains(&n))
+                })
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect();
+            without_counters = if own.is_empty() {
+                String::new()
+            } else {
+                to_json(&own)
+            };
+            &without_counters
+        }
+        // Unchanged since fingerprints began: rows archived before keep matching.
+        _ => headers_json,
+    };
     let mut hasher = Sha256::new();
     for part in [
         message.queue.as_bytes(),
@@ -406,6 +430,10 @@ pub fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `message()`'s fingerprint as every version of Lazarus has computed it.
+    const GOLDEN_FINGERPRINT: &str =
+        "f2c07a03c586a53cc46338e2463c9f1b61e615fe4deeeb8c59dc760957f5e5d0";
 
     fn message() -> IncomingMessage {
         IncomingMessage {
@@ -434,6 +462,69 @@ mod tests {
             ..message()
         });
         assert_eq!(first.fingerprint, again.fingerprint);
+    }
+
+    /// The fingerprint archived rows were keyed on stays what it was.
+    #[test]
+    fn fingerprints_are_stable() {
+        let hex: String = PreparedMessage::new(message())
+            .fingerprint
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, GOLDEN_FINGERPRINT);
+    }
+
+    #[test]
+    fn broker_delivery_counters_are_not_part_of_the_fingerprint() {
+        let with = |extra: &[(&str, AmqpValue)]| {
+            let mut m = message();
+            let headers = m.headers.as_mut().unwrap();
+            for (name, value) in extra {
+                headers.insert(*name, value.clone());
+            }
+            PreparedMessage::new(m).fingerprint
+        };
+        let first = with(&[]);
+        // 3.10's quorum queue counts from 0, 4.x's from the first redelivery; 4.3 adds its own.
+        assert_eq!(
+            with(&[("x-delivery-count", AmqpValue::LongLongInt(0))]),
+            first
+        );
+        assert_eq!(with(&[("x-delivery-count", AmqpValue::LongInt(3))]), first);
+        assert_eq!(
+            with(&[
+                ("x-delivery-count", AmqpValue::LongLongInt(2)),
+                ("x-acquired-count", AmqpValue::LongLongInt(3)),
+            ]),
+            first
+        );
+        // A message without headers, redelivered by 4.x with a counter only.
+        let bare = PreparedMessage::new(IncomingMessage {
+            headers: None,
+            ..message()
+        });
+        let counted = PreparedMessage::new(IncomingMessage {
+            headers: Some(Table::from([(
+                "x-delivery-count",
+                AmqpValue::LongLongInt(1),
+            )])),
+            ..message()
+        });
+        assert_eq!(bare.fingerprint, counted.fingerprint);
+        // The counter is kept in what is archived all the same.
+        assert!(counted.headers_json.unwrap().contains("x-delivery-count"));
+        // The message's own headers still tell messages apart, counters or not.
+        let other = {
+            let mut m = message();
+            m.headers = Some(Table::from([
+                ("k", AmqpValue::LongInt(2)),
+                ("x-delivery-count", AmqpValue::LongLongInt(1)),
+            ]));
+            PreparedMessage::new(m).fingerprint
+        };
+        assert_ne!(other, first);
+        assert_ne!(with(&[("x-delivery", AmqpValue::LongInt(1))]), first);
     }
 
     #[test]

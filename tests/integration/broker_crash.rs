@@ -13,16 +13,6 @@ const BACKLOG: usize = 20_000;
 const KILLS: usize = 2;
 const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
 
-/// A counter of the app's `/metrics` (0 before it is first counted).
-pub async fn counter(app: &TestApp, name: &str) -> u64 {
-    let metrics = app.get("/metrics").await.text();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 on_both_brokers!(
     broker_sigkilled_mid_ingest_every_message_archived_once,
     on_both_backends
@@ -99,7 +89,7 @@ async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
         "SELECT count(*) FROM (SELECT message_id FROM messages GROUP BY message_id HAVING count(*) > 1) AS d",
     )
     .await;
-    let skipped = counter(&app, DUPLICATES).await;
+    let skipped = app.counter(DUPLICATES).await;
     eprintln!(
         "{:?} {:?}: {messages_in} messages in; SIGKILLed the broker at {archived_at_kills:?} archived; \
          {rows} rows, {distinct} distinct, {duplicated} messages with more than one row; \

@@ -110,13 +110,33 @@ impl Broker {
         .await
         .unwrap();
     }
+
+    /// Ready plus unacknowledged messages of `queue` in `vhost` (`"/"`: the default one),
+    /// once the broker lists the queue (a node that just started may not have recovered it).
+    pub async fn queue_messages(self, vhost: &str, queue: &str) -> u64 {
+        queue_messages(|| self.ctl_command(&list_queues(vhost)), queue).await
+    }
 }
 
-impl Broker {
-    /// Ready plus unacknowledged messages of `queue` in `vhost` (`"/"`: the default one).
-    pub async fn queue_messages(self, vhost: &str, queue: &str) -> u64 {
-        let command = self.ctl_command(&list_queues(vhost));
-        queue_messages_in(&run_async(command).await, queue)
+/// The `messages` of `queue` in what `list` (a `rabbitmqctl list_queues`) prints, waiting
+/// until it lists the queue with a count.
+async fn queue_messages(list: impl Fn() -> Command, queue: &str) -> u64 {
+    let start = Instant::now();
+    loop {
+        let listing = run_async(list()).await;
+        let messages = listing
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(name, _)| *name == queue)
+            .and_then(|(_, n)| n.trim().parse().ok());
+        if let Some(messages) = messages {
+            return messages;
+        }
+        assert!(
+            start.elapsed() < BOOT_TIMEOUT,
+            "{queue} not listed by rabbitmqctl: {listing}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -130,16 +150,6 @@ fn list_queues(vhost: &str) -> [&str; 7] {
         "name",
         "messages",
     ]
-}
-
-/// The `messages` column of `queue` in `rabbitmqctl list_queues name messages`.
-fn queue_messages_in(listing: &str, queue: &str) -> u64 {
-    listing
-        .lines()
-        .filter_map(|l| l.split_once('\t'))
-        .find(|(name, _)| *name == queue)
-        .map(|(_, n)| n.trim().parse().unwrap())
-        .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl: {listing}"))
 }
 
 /// Where `.ci/rabbitmq4.sh` installed (and runs) the shared RabbitMQ 4.x.
@@ -413,9 +423,10 @@ impl PrivateBroker {
         run_async(self.ctl_command(args)).await
     }
 
-    /// Ready plus unacknowledged messages of `queue` (in the default vhost).
+    /// Ready plus unacknowledged messages of `queue` (in the default vhost), once the node
+    /// lists it.
     pub async fn queue_messages(&self, queue: &str) -> u64 {
-        queue_messages_in(&self.ctl(&list_queues("/")).await, queue)
+        queue_messages(|| self.ctl_command(&list_queues("/")), queue).await
     }
 
     async fn try_ctl(&self, args: &[&str]) -> bool {

@@ -1017,3 +1017,71 @@ async fn a_rising_delivery_count_is_reported_before_messages_are_lost() {
 }
 
 on_both_brokers!(a_rising_delivery_count_is_reported_before_messages_are_lost);
+
+/// Restarts while the archive refuses writes (here a locked SQLite file) take no deliveries:
+/// each would go back on stop, raising a quorum DLQ's delivery count toward its limit.
+async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
+    let vhost = crate::brokers::Vhost::create("restarts");
+    let dlq = "dlq";
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    let mut first = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    wait_until("consuming", Duration::from_secs(10), || async {
+        first.get("/readyz").await.status == 200
+    })
+    .await;
+    let outage = Outage::begin(&first.database_url, None).await;
+    for i in 0..20 {
+        let id = format!("r-{i}");
+        t.publish("", dlq, id.as_bytes(), json_props(&id)).await;
+    }
+    wait_until(
+        "a database ingest error",
+        Duration::from_secs(30),
+        || async {
+            first
+                .get("/metrics")
+                .await
+                .text()
+                .contains("lazarus_ingest_errors_total{queue=\"dlq\",kind=\"database\"}")
+        },
+    )
+    .await;
+    // Stopping with a batch the archive did not take gives it back: once.
+    first.stop().await;
+    let url = first.database_url.clone();
+    for _ in 0..5 {
+        let mut again = TestApp::spawn_with(&[dlq], |c| {
+            c.connection.amqp_url = vhost.url();
+            c.connection.database_url = url.clone();
+        })
+        .await;
+        wait_until(
+            "the archive refusing writes",
+            Duration::from_secs(15),
+            || async {
+                again.json("/readyz", 503).await["queues"][dlq]["state"] == "database_unavailable"
+            },
+        )
+        .await;
+        again.stop().await;
+    }
+    outage.end().await;
+    let last = TestApp::spawn_with(&[dlq], |c| {
+        c.connection.amqp_url = vhost.url();
+        c.connection.database_url = url.clone();
+    })
+    .await;
+    last.wait_for_archived(20, Duration::from_secs(30)).await;
+    for m in last.all_messages(dlq).await {
+        let detail = last
+            .json(&format!("/api/messages/{}", m["id"].as_str().unwrap()), 200)
+            .await;
+        let count = detail["headers"]["x-delivery-count"]["value"]
+            .as_i64()
+            .unwrap_or(0);
+        assert!(count <= 2, "delivered {count} times, not once per restart");
+    }
+}
+
+on_both_brokers!(restarts_while_the_archive_refuses_writes_take_no_deliveries);

@@ -454,6 +454,17 @@ impl TestApp {
             .sum()
     }
 
+    /// A counter of its `/metrics`, by its name and labels (0 before it is first counted).
+    pub async fn counter(&self, name_and_labels: &str) -> u64 {
+        self.get("/metrics")
+            .await
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix(name_and_labels))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     pub async fn wait_for_archived(&self, n: i64, timeout: Duration) {
         let start = Instant::now();
         loop {

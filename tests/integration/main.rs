@@ -15,6 +15,7 @@ mod headers;
 mod hostile;
 mod instances;
 mod jobs;
+mod lost_acks;
 mod pages;
 mod reconnect;
 mod replay;

@@ -1,0 +1,97 @@
+//! Lazarus's connections closed again and again mid-ingest from a quorum DLQ: what was
+//! committed but whose ack was lost comes back with the broker's delivery counters raised
+//! (`x-delivery-count`; `x-acquired-count` on 4.3), and is still recognised as archived.
+
+use std::time::{Duration, Instant};
+
+use lapin::types::AMQPValue;
+
+use crate::brokers::{on_both_brokers, Broker};
+use crate::helpers::*;
+
+const BACKLOG: usize = 20_000;
+const CLOSES: usize = 3;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+
+on_both_brokers!(
+    closed_connections_on_a_quorum_dlq_archive_every_message_once,
+    on_both_backends
+);
+async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
+    let vhost = Vhost::create("lostacks");
+    let (work, dlq) = ("work", "dlq");
+    let mut t = Topology::on(&vhost.url()).await;
+    t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    t.queue(
+        work,
+        args(&[
+            ("x-message-ttl", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(dlq)),
+        ]),
+    )
+    .await;
+    publish_many(&t.channel, "", work, "qa", BACKLOG).await;
+    t.wait_for_depth(dlq, BACKLOG as u32, Duration::from_secs(60))
+        .await;
+
+    // Small batches and prefetch: a close often finds a batch committed and not yet acked,
+    // and ingest is slow enough for three closes to land in it.
+    let url = vhost.url();
+    let app = TestApp::spawn_with(&[dlq], |c| {
+        c.connection.amqp_url = url;
+        c.batch_size = 10;
+        c.prefetch = 20;
+    })
+    .await;
+    // Each close as soon as Lazarus is consuming (and storing) again after the last one.
+    let mut archived_at_closes: Vec<i64> = Vec::new();
+    while archived_at_closes.len() < CLOSES {
+        let after = archived_at_closes.last().copied().unwrap_or(500);
+        let start = Instant::now();
+        while app.archived().await <= after {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no ingest after close {}",
+                archived_at_closes.len()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        vhost.broker().close_connections(&vhost.name).await;
+        let archived = app.archived().await;
+        assert!(
+            archived < BACKLOG as i64,
+            "close {} came too late to test anything ({archived} archived)",
+            archived_at_closes.len() + 1
+        );
+        archived_at_closes.push(archived);
+    }
+    let start = Instant::now();
+    loop {
+        let left = vhost.broker().queue_messages(&vhost.name, dlq).await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the DLQ still holds {left} messages ({} archived)",
+            app.archived().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let db = &app.database_url;
+    let rows = count_rows(db, "SELECT count(*) FROM messages").await;
+    let distinct = count_rows(db, "SELECT count(DISTINCT message_id) FROM messages").await;
+    let skipped = app.counter(DUPLICATES).await;
+    eprintln!(
+        "{:?} {:?}: {BACKLOG} messages in; connections closed at {archived_at_closes:?} archived; \
+         {rows} rows, {distinct} distinct; {skipped} redeliveries recognised as archived",
+        Broker::current(),
+        Backend::current()
+    );
+    assert_eq!(rows, BACKLOG as i64, "rows archived");
+    assert_eq!(distinct, rows, "distinct messages");
+    assert_eq!(app.archived().await, rows, "the totals");
+    assert!(skipped > 0, "no ack was lost: nothing was tested");
+}
