@@ -4,6 +4,7 @@
 mod brokers;
 mod helpers;
 
+mod alarms;
 mod api;
 mod auth;
 mod broker_crash;
