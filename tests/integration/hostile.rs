@@ -307,6 +307,24 @@ async fn hostile_messages_are_archived_viewable_and_block_nothing() {
         );
         check_specifics(m.name, &detail, &page.text());
     }
+    // A job over all of them finishes, every message with an outcome: here all published,
+    // to a target chosen for them (some have no history of their own).
+    let job = app
+        .post_json(
+            "/api/replays",
+            json!({"filter": {"queue": dlq}, "target": {"exchange": fanout, "routing_key": "again"},
+                   "include_replayed": true, "request_key": "all-of-them"}),
+            200,
+        )
+        .await;
+    let job_id = job["id"].as_str().unwrap().to_owned();
+    let done = app
+        .wait_for_job(&job_id, Duration::from_secs(120), |j| {
+            j["state"] == "completed"
+        })
+        .await;
+    assert_eq!(done["counts"]["published"], total, "{done}");
+    assert_eq!(done["counts"]["pending"], 0, "{done}");
     assert_eq!(app.get("/healthz").await.status, 200);
     let ready = app.json("/readyz", 200).await;
     assert_eq!(ready["queues"][&dlq]["state"], "consuming", "{ready}");
