@@ -317,6 +317,7 @@ async fn two_instances() {
             include_replayed: false,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -349,6 +350,7 @@ async fn two_instances() {
             include_replayed: true,
             canary: None,
             start: false,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap()
@@ -601,6 +603,7 @@ async fn frozen_runner() {
             include_replayed: false,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -799,6 +802,7 @@ async fn bulk_work_outwaits_the_lock_bound() {
                     include_replayed: false,
                     canary: None,
                     start: false,
+                    policy: &lazarus::replay::policy::ExchangePolicy::default(),
                 })
                 .await
                 .map(|job| (job, held.elapsed()))
@@ -919,6 +923,7 @@ async fn bulk_work_at_scale() {
             include_replayed: false,
             canary: None,
             start: false,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -1026,6 +1031,7 @@ async fn archived_and_replaying(
             include_replayed: false,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();

@@ -549,6 +549,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
             include_replayed: false,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
