@@ -435,7 +435,10 @@ mod tests {
     #[test]
     fn nul_in_any_filter_is_refused_by_name() {
         let err = params(&[("routing_key", "a%00b")]).parse(&[]).unwrap_err();
-        assert!(err.to_string().starts_with("routing_key contains a NUL"), "{err}");
+        assert!(
+            err.to_string().starts_with("routing_key contains a NUL"),
+            "{err}"
+        );
     }
 
     #[test]
