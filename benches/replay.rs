@@ -169,6 +169,7 @@ async fn create_job(archive: &dyn Archive, dlq: &str, key: &str, n: usize) -> Re
             include_replayed: true,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();

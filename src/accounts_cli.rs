@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use crate::archive::TokenSpec;
 use crate::archive::{self, Archive};
-use crate::auth::{hash_password, new_secret, secret_hash, TOKEN_PREFIX};
+use crate::auth::{
+    check_name, check_password, hash_password, new_secret, secret_hash, MAX_TOKEN_DAYS,
+    TOKEN_PREFIX,
+};
 use crate::config::{redact_url, ConnectionArgs, TokenCommand, UserCommand};
 use crate::replay::cli::cli_actor;
 
@@ -32,7 +36,9 @@ fn read_password() -> anyhow::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-fn hash(password: &str) -> anyhow::Result<String> {
+/// The password's hash, once it passes the rules for `user`.
+fn hash(password: &str, user: &str) -> anyhow::Result<String> {
+    check_password(password, user).map_err(anyhow::Error::msg)?;
     hash_password(password).map_err(anyhow::Error::msg)
 }
 
@@ -44,14 +50,11 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
             no_password,
             connection,
         } => {
-            anyhow::ensure!(
-                !name.trim().is_empty() && name.len() <= 100,
-                "a user name has 1 to 100 characters"
-            );
+            check_name(name.trim()).map_err(anyhow::Error::msg)?;
             let password_hash = if no_password {
                 None
             } else {
-                Some(hash(&read_password()?)?)
+                Some(hash(&read_password()?, name.trim())?)
             };
             open(&connection)
                 .await?
@@ -60,7 +63,7 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
             println!("user {} is {}", name.trim(), role.as_str());
         }
         UserCommand::Passwd { name, connection } => {
-            let password_hash = hash(&read_password()?)?;
+            let password_hash = hash(&read_password()?, &name)?;
             let changed = open(&connection)
                 .await?
                 .set_password(&name, &password_hash, &cli_actor())
@@ -74,7 +77,7 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                 .remove_user(&name, &cli_actor())
                 .await?;
             anyhow::ensure!(removed, "no user {name:?}");
-            println!("user {name} removed");
+            println!("user {name} removed; their sessions ended and their API tokens revoked");
         }
         UserCommand::List { connection } => {
             for u in open(&connection).await?.users().await? {
@@ -95,16 +98,32 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Create {
             name,
             role,
+            expires_in_days,
             connection,
         } => {
+            anyhow::ensure!(
+                (1..=MAX_TOKEN_DAYS).contains(&expires_in_days),
+                "--expires-in-days is 1 to {MAX_TOKEN_DAYS}"
+            );
             let token = format!("{TOKEN_PREFIX}{}", new_secret());
+            let expires_at =
+                time::OffsetDateTime::now_utc() + time::Duration::days(expires_in_days.into());
+            let hash = secret_hash(&token);
+            let spec = TokenSpec {
+                name: &name,
+                token_hash: &hash,
+                role,
+                owner: None,
+                expires_at,
+            };
             let id = open(&connection)
                 .await?
-                .create_token(&name, &secret_hash(&token), role, &cli_actor())
+                .create_token(&spec, &cli_actor())
                 .await?;
             eprintln!(
-                "token {id} ({name}, {}); it is not shown again:",
-                role.as_str()
+                "token {id} ({name}, {}, expires {}); it is not shown again:",
+                role.as_str(),
+                crate::web::utc(expires_at)
             );
             println!("{token}");
         }
@@ -117,9 +136,20 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
             println!("token {id} revoked");
         }
         TokenCommand::List { connection } => {
+            let now = time::OffsetDateTime::now_utc();
             for t in open(&connection).await?.tokens().await? {
-                let state = if t.revoked { "revoked" } else { "active" };
-                println!("{}\t{}\t{}\t{state}", t.id, t.name, t.role.as_str());
+                let state = match (t.revoked, t.expired(now)) {
+                    (true, _) => "revoked",
+                    (false, true) => "expired",
+                    (false, false) => "active",
+                };
+                let expires = t.expires_at.map(crate::web::utc).unwrap_or_default();
+                println!(
+                    "{}\t{}\t{}\t{state}\texpires {expires}",
+                    t.id,
+                    t.name,
+                    t.role.as_str()
+                );
             }
         }
     }

@@ -1,20 +1,26 @@
 //! Who may look and who may replay: authentication modes, the role each route needs,
-//! password hashing (argon2id), session and API token secrets, and login throttling.
-//! Pure rules here; the HTTP side is `web::auth`.
+//! password hashing (argon2id) and the passwords accepted, session and API token secrets,
+//! and sign-in throttling. Pure rules here; the HTTP side is `web::auth`.
 
-use std::collections::HashMap;
+mod hashing;
+mod passwords;
+mod throttle;
+
 use std::net::IpAddr;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::Argon2;
 use axum::http::Method;
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use sha2::{Digest, Sha256};
 
 pub use crate::archive::Role;
+pub use hashing::{hash_password, verify_password};
+pub use passwords::{check_password, MIN_PASSWORD_CHARS};
+pub use throttle::{
+    Attempt, Failure, Refusal, Throttle, LOGIN_WINDOW, MAX_FAILED_LOGINS,
+    MAX_FAILED_LOGINS_PER_ADDRESS,
+};
 
 /// How callers prove who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,6 +44,8 @@ pub struct AuthSettings {
     pub proxy_default_role: Role,
     /// A session unused this long is ended.
     pub session_idle: Duration,
+    /// A session this old is ended, however much it is used.
+    pub session_max: Duration,
     /// Mark the session cookie `Secure` (serve over TLS, or behind a TLS proxy).
     pub secure_cookies: bool,
 }
@@ -50,17 +58,48 @@ impl AuthSettings {
             trusted_proxies: Vec::new(),
             proxy_default_role: Role::Viewer,
             session_idle: Duration::from_secs(3600),
+            session_max: Duration::from_secs(12 * 3600),
             secure_cookies: false,
         }
     }
 }
 
-/// The name of the session cookie.
+impl AuthSettings {
+    /// The session cookie's name: `__Host-` prefixed when it is `Secure`, so browsers keep
+    /// it to this host and path, unset by any subdomain or plain-HTTP page.
+    pub fn session_cookie(&self) -> &'static str {
+        if self.secure_cookies {
+            SECURE_SESSION_COOKIE
+        } else {
+            SESSION_COOKIE
+        }
+    }
+}
+
+/// The name of the session cookie over plain HTTP…
 pub const SESSION_COOKIE: &str = "lazarus_session";
+/// …and with `--secure-cookies`.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-lazarus_session";
 /// The prefix of API tokens (so they are recognisable in a secret scanner).
 pub const TOKEN_PREFIX: &str = "lzr_";
-/// The shortest password accepted.
-pub const MIN_PASSWORD_CHARS: usize = 10;
+/// The longest user name accepted (sign-in, the proxy's header, `lazarus user add`).
+pub const MAX_NAME_CHARS: usize = 64;
+/// The longest password accepted (argon2 takes any; a form needs a bound).
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// How long an API token lasts unless told otherwise, and at most.
+pub const TOKEN_DAYS: u32 = 90;
+pub const MAX_TOKEN_DAYS: u32 = 366;
+
+/// Why a user name cannot be one: empty, too long, or with control characters.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!("a user name has 1 to {MAX_NAME_CHARS} characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("a user name has no control characters".into());
+    }
+    Ok(())
+}
 
 /// The role a request needs: `None` for public routes (sign-in, health, assets).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
@@ -83,31 +122,6 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     }
 }
 
-/// An argon2id PHC string for the password (salted; slow on purpose).
-pub fn hash_password(password: &str) -> Result<String, String> {
-    if password.chars().count() < MIN_PASSWORD_CHARS {
-        return Err(format!(
-            "a password has at least {MIN_PASSWORD_CHARS} characters"
-        ));
-    }
-    let salt = SaltString::generate(&mut OsRng);
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .map_err(|e| format!("cannot hash the password: {e}"))
-}
-
-/// Whether the password matches the stored hash (false for a malformed hash).
-pub fn verify_password(password: &str, hash: &str) -> bool {
-    PasswordHash::new(hash)
-        .map(|parsed| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &parsed)
-                .is_ok()
-        })
-        .unwrap_or(false)
-}
-
 /// A new random secret: 32 bytes from the OS, URL-safe base64.
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
@@ -121,52 +135,6 @@ pub fn secret_hash(secret: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Failed sign-ins allowed per user name within the window…
-pub const MAX_FAILED_LOGINS: u32 = 5;
-/// …and per address (higher: an office shares one address).
-pub const MAX_FAILED_LOGINS_PER_ADDRESS: u32 = 20;
-pub const LOGIN_WINDOW: Duration = Duration::from_secs(15 * 60);
-
-/// Counts failed sign-ins per user name and per address, to slow down guessing.
-#[derive(Debug, Default)]
-pub struct Throttle {
-    failures: Mutex<HashMap<String, (u32, Instant)>>,
-}
-
-impl Throttle {
-    /// `Some(wait)` while `user` or `address` has too many recent failures.
-    pub fn blocked(&self, user: &str, address: &str) -> Option<Duration> {
-        let failures = self.failures.lock().expect("throttle lock");
-        [
-            (format!("user:{user}"), MAX_FAILED_LOGINS),
-            (format!("addr:{address}"), MAX_FAILED_LOGINS_PER_ADDRESS),
-        ]
-        .iter()
-        .filter_map(|(key, limit)| failures.get(key).map(|f| (f, *limit)))
-        .filter(|((n, since), limit)| *n >= *limit && since.elapsed() < LOGIN_WINDOW)
-        .map(|((_, since), _)| LOGIN_WINDOW - since.elapsed())
-        .max()
-    }
-
-    pub fn failed(&self, user: &str, address: &str) {
-        let mut failures = self.failures.lock().expect("throttle lock");
-        for key in [format!("user:{user}"), format!("addr:{address}")] {
-            let entry = failures.entry(key).or_insert((0, Instant::now()));
-            if entry.1.elapsed() >= LOGIN_WINDOW {
-                *entry = (0, Instant::now());
-            }
-            entry.0 += 1;
-        }
-    }
-
-    pub fn succeeded(&self, user: &str) {
-        self.failures
-            .lock()
-            .expect("throttle lock")
-            .remove(&format!("user:{user}"));
-    }
 }
 
 #[cfg(test)]
@@ -204,12 +172,27 @@ mod tests {
 
     #[test]
     fn passwords_hash_and_verify() {
-        assert!(hash_password("short").is_err());
         let hash = hash_password("correct horse battery").unwrap();
         assert!(hash.starts_with("$argon2id$"));
         assert!(verify_password("correct horse battery", &hash));
         assert!(!verify_password("correct horse battery!", &hash));
         assert!(!verify_password("anything", "not a hash"));
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert!(check_name("alice").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name(&"a".repeat(MAX_NAME_CHARS + 1)).is_err());
+        assert!(check_name("a\0b").is_err() && check_name("a\nb").is_err());
+    }
+
+    #[test]
+    fn secure_cookies_are_host_only() {
+        let mut s = AuthSettings::none();
+        assert_eq!(s.session_cookie(), "lazarus_session");
+        s.secure_cookies = true;
+        assert_eq!(s.session_cookie(), "__Host-lazarus_session");
     }
 
     #[test]
@@ -219,27 +202,5 @@ mod tests {
         assert_eq!(a.len(), 43);
         assert_eq!(secret_hash(&a).len(), 64);
         assert_ne!(secret_hash(&a), a);
-    }
-
-    #[test]
-    fn the_throttle_blocks_after_repeated_failures() {
-        let t = Throttle::default();
-        for _ in 0..MAX_FAILED_LOGINS - 1 {
-            t.failed("alice", "10.0.0.1");
-        }
-        assert!(t.blocked("alice", "10.0.0.9").is_none());
-        t.failed("alice", "10.0.0.1");
-        assert!(t.blocked("alice", "10.0.0.9").is_some(), "by user name");
-        assert!(
-            t.blocked("bob", "10.0.0.1").is_none(),
-            "an address allows more"
-        );
-        for i in 0..MAX_FAILED_LOGINS_PER_ADDRESS {
-            t.failed(&format!("guess-{i}"), "10.0.0.1");
-        }
-        assert!(t.blocked("bob", "10.0.0.1").is_some(), "by address");
-        assert!(t.blocked("bob", "10.0.0.2").is_none());
-        t.succeeded("alice");
-        assert!(t.blocked("alice", "10.0.0.9").is_none());
     }
 }

@@ -39,20 +39,6 @@ pub fn decompress(
     }))
 }
 
-/// What a masked value reads as (`--mask`).
-pub const MASK: &str = "***";
-
-/// The JSON with the values at `pointers` replaced by [`MASK`]; `None` when it is not JSON.
-pub fn mask_json(bytes: &[u8], pointers: &[String]) -> Option<Vec<u8>> {
-    let mut value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    for pointer in pointers {
-        if let Some(v) = value.pointer_mut(pointer) {
-            *v = serde_json::Value::String(MASK.into());
-        }
-    }
-    Some(serde_json::to_vec_pretty(&value).expect("JSON values serialize"))
-}
-
 /// The `charset` parameter of a content type, lower-cased.
 pub fn charset(content_type: &str) -> Option<String> {
     content_type.split(';').skip(1).find_map(|param| {
@@ -81,6 +67,37 @@ pub fn decode(bytes: &[u8], charset: &str, cut: bool) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Why a body cannot be had whole as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotText {
+    /// It decodes to more than the limit (a compression bomb, or simply big).
+    TooLarge,
+    /// Its content-encoding does not decode, or its charset is unknown or not valid.
+    Undecodable,
+}
+
+/// The whole body as text, decoded as its content-encoding and charset say, when it
+/// decodes to at most `limit` bytes: never more than that is decompressed.
+pub fn whole_text(
+    body: &[u8],
+    content_type: Option<&str>,
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<String, NotText> {
+    let decompressed =
+        decompress(body, content_encoding, limit).map_err(|_| NotText::Undecodable)?;
+    let bytes = match &decompressed {
+        Some(d) if !d.complete => return Err(NotText::TooLarge),
+        Some(d) => &d.bytes[..],
+        None if body.len() > limit => return Err(NotText::TooLarge),
+        None => body,
+    };
+    let charset = content_type
+        .and_then(charset)
+        .unwrap_or_else(|| "utf-8".into());
+    decode(bytes, &charset, false).ok_or(NotText::Undecodable)
 }
 
 /// The body as text, at most `limit` bytes of it, when it is text at all.
@@ -136,6 +153,30 @@ mod tests {
         assert_eq!(decode(b"Caf\xe9", "latin1", false).as_deref(), Some("Café"));
         assert_eq!(decode(b"Caf\xe9", "utf-8", false), None);
         assert_eq!(decode(b"x", "koi8-r", false), None);
+    }
+
+    #[test]
+    fn whole_text_is_all_or_nothing() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&[b'a'; 1000]).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(
+            whole_text(&gz, None, Some("gzip"), 1000).unwrap().len(),
+            1000
+        );
+        assert_eq!(
+            whole_text(&gz, None, Some("gzip"), 999),
+            Err(NotText::TooLarge)
+        );
+        assert_eq!(whole_text(b"abc", None, None, 2), Err(NotText::TooLarge));
+        assert_eq!(
+            whole_text(b"\xff", None, None, 9),
+            Err(NotText::Undecodable)
+        );
+        assert_eq!(
+            whole_text(b"caf\xe9", Some("text/plain; charset=latin1"), None, 9).unwrap(),
+            "café"
+        );
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub enum TokenCommand {
         name: String,
         #[arg(long, default_value = "viewer")]
         role: Role,
+        /// It stops working this many days from now (1 to 366).
+        #[arg(long, default_value_t = crate::auth::TOKEN_DAYS)]
+        expires_in_days: u32,
         #[command(flatten)]
         connection: ConnectionArgs,
     },
@@ -166,6 +169,13 @@ pub struct ReplayConfig {
     /// Also replay messages that were replayed or dismissed before.
     #[arg(long)]
     pub include_replayed: bool,
+    /// Exchanges replays may publish to, as with `serve`.
+    #[arg(
+        long = "replay-exchange",
+        env = "LAZARUS_REPLAY_EXCHANGE",
+        value_delimiter = ','
+    )]
+    pub replay_exchanges: Vec<String>,
 }
 
 /// Where the broker and the archive are (the same flags and variables as `serve`).
@@ -272,7 +282,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_AUTH", value_enum, default_value = "none")]
     pub auth: AuthMode,
 
-    /// An address whose X-Forwarded-User and X-Forwarded-Email are believed (repeatable).
+    /// A reverse proxy or load balancer in front of Lazarus (repeatable): its
+    /// X-Forwarded-For names the client (for the sign-in throttle and the audit log), and
+    /// with --auth proxy its X-Forwarded-User and X-Forwarded-Email are believed.
     #[arg(
         long = "trusted-proxy",
         env = "LAZARUS_TRUSTED_PROXY",
@@ -288,14 +300,39 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_SESSION_IDLE_SECS", default_value_t = 3600)]
     pub session_idle_secs: u64,
 
+    /// A session ends this many seconds after sign-in, however much it is used (the
+    /// cookie's lifetime too).
+    #[arg(long, env = "LAZARUS_SESSION_MAX_SECS", default_value_t = 12 * 3600)]
+    pub session_max_secs: u64,
+
     /// Mark the session cookie Secure: set it when people reach Lazarus over HTTPS.
     #[arg(long, env = "LAZARUS_SECURE_COOKIES")]
     pub secure_cookies: bool,
 
     /// A JSON pointer (e.g. /card/number) whose value viewers see as *** in bodies and
     /// business fields (repeatable).
-    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',')]
+    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
     pub masks: Vec<String>,
+
+    /// An exchange replays may publish to (repeatable; `*` matches any characters,
+    /// `(AMQP default)` is the default exchange). Without any, replays publish wherever a
+    /// message's x-death says, which its producer wrote.
+    #[arg(
+        long = "replay-exchange",
+        env = "LAZARUS_REPLAY_EXCHANGE",
+        value_delimiter = ','
+    )]
+    pub replay_exchanges: Vec<String>,
+
+    /// A connection that has not sent a whole request head within this many seconds is
+    /// closed (also an idle keep-alive connection).
+    #[arg(long, env = "LAZARUS_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_timeout_secs: u64,
+
+    /// HTTP connections served at once; more wait to be accepted. Default: half the
+    /// process's open-file limit, at most 1024.
+    #[arg(long, env = "LAZARUS_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
 }
 
 impl ServeConfig {
@@ -331,11 +368,21 @@ impl ServeConfig {
         }
         Ok(AuthSettings {
             mode: self.auth,
-            trusted_proxies: self.trusted_proxies.clone(),
+            trusted_proxies: self
+                .trusted_proxies
+                .iter()
+                .map(|ip| ip.to_canonical())
+                .collect(),
             proxy_default_role: self.proxy_default_role,
             session_idle: Duration::from_secs(self.session_idle_secs.max(1)),
+            session_max: Duration::from_secs(self.session_max_secs.max(1)),
             secure_cookies: self.secure_cookies,
         })
+    }
+
+    /// Where replays may publish (`--replay-exchange`).
+    pub fn replay_policy(&self) -> crate::replay::policy::ExchangePolicy {
+        crate::replay::policy::ExchangePolicy::new(&self.replay_exchanges)
     }
 
     pub fn runner_settings(
@@ -346,6 +393,7 @@ impl ServeConfig {
             metrics,
             window: self.replay_window.max(1),
             lease: Duration::from_secs(self.job_lease_secs.max(1)),
+            policy: std::sync::Arc::new(self.replay_policy()),
             ..RunnerSettings::new(&self.connection.amqp_url)
         }
     }
@@ -378,6 +426,9 @@ impl fmt::Debug for ServeConfig {
             .field("auth", &self.auth)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("masks", &self.masks)
+            .field("replay_exchanges", &self.replay_exchanges)
+            .field("header_timeout_secs", &self.header_timeout_secs)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }

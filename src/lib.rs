@@ -11,6 +11,7 @@ pub mod config;
 pub mod death;
 pub mod demo;
 pub mod instance;
+pub mod masking;
 pub mod metrics;
 #[cfg(test)]
 mod proptests;

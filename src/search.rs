@@ -7,6 +7,12 @@ use std::fmt;
 
 /// Longest query accepted: longer input is refused, not cut.
 pub const MAX_QUERY_LEN: usize = 500;
+/// Words, phrases, prefixes and fields one query may hold: each is a lookup of its own.
+pub const MAX_TERMS: usize = 16;
+/// `prefix*` words one query may hold: each expands to every indexed word it starts.
+pub const MAX_PREFIXES: usize = 4;
+/// Letters and digits a prefix needs: `a*` would expand to a good part of the index.
+pub const MIN_PREFIX_CHARS: usize = 3;
 
 /// Fields every archive knows; configured business fields (`--field`) come on top.
 pub const BUILT_IN_FIELDS: [&str; 10] = [
@@ -42,8 +48,17 @@ pub struct Search {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SearchError {
     TooLong(usize),
-    UnclosedQuote { at: usize },
-    EmptyValue { field: String },
+    UnclosedQuote {
+        at: usize,
+    },
+    EmptyValue {
+        field: String,
+    },
+    /// NUL (`%00`): no message text holds it, and PostgreSQL's text cannot.
+    Nul,
+    TooManyTerms(usize),
+    TooManyPrefixes(usize),
+    ShortPrefix(String),
 }
 
 impl fmt::Display for SearchError {
@@ -61,6 +76,24 @@ impl fmt::Display for SearchError {
             SearchError::EmptyValue { field } => write!(
                 f,
                 "{field}: needs a value, as in {field}:something or {field}:\"two words\""
+            ),
+            SearchError::Nul => write!(
+                f,
+                "the search contains a NUL character (%00), which no message text holds"
+            ),
+            SearchError::TooManyTerms(n) => write!(
+                f,
+                "the search has {n} words, phrases and fields; at most {MAX_TERMS} are accepted: \
+                 search for the few that tell the messages apart"
+            ),
+            SearchError::TooManyPrefixes(n) => write!(
+                f,
+                "the search has {n} prefix* words; at most {MAX_PREFIXES} are accepted"
+            ),
+            SearchError::ShortPrefix(p) => write!(
+                f,
+                "{p}* is too short a prefix: give at least {MIN_PREFIX_CHARS} letters or digits \
+                 before the *"
             ),
         }
     }
@@ -97,6 +130,9 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
     let chars = input.chars().count();
     if chars > MAX_QUERY_LEN {
         return Err(SearchError::TooLong(chars));
+    }
+    if input.contains('\0') {
+        return Err(SearchError::Nul);
     }
     let mut search = Search::default();
     let chars: Vec<char> = input.chars().collect();
@@ -141,23 +177,55 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
             }
             // Not a field: pasted text such as `NullPointerException:` or `09:30`.
         }
-        push_text(&mut search, &token);
+        push_text(&mut search, &token)?;
+    }
+    let terms =
+        search.words.len() + search.prefixes.len() + search.phrases.len() + search.fields.len();
+    if terms > MAX_TERMS {
+        return Err(SearchError::TooManyTerms(terms));
+    }
+    if search.prefixes.len() > MAX_PREFIXES {
+        return Err(SearchError::TooManyPrefixes(search.prefixes.len()));
     }
     Ok(search)
 }
 
 /// A word as typed, outer punctuation trimmed. Inner punctuation stays: FTS5 reads the
 /// quoted `INV-2026-00042` as the phrase of its three tokens, in order. A trailing `*` asks
-/// for a prefix.
-fn push_text(search: &mut Search, token: &str) {
+/// for a prefix, of at least [`MIN_PREFIX_CHARS`] letters or digits.
+fn push_text(search: &mut Search, token: &str) -> Result<(), SearchError> {
     let core = token.trim_matches(|c: char| !c.is_alphanumeric());
     if core.is_empty() {
-        return;
+        return Ok(());
     }
     if token.ends_with('*') {
+        if core.chars().filter(|c| c.is_alphanumeric()).count() < MIN_PREFIX_CHARS {
+            return Err(SearchError::ShortPrefix(core.to_owned()));
+        }
         search.prefixes.push(core.to_owned());
     } else {
         search.words.push(core.to_owned());
+    }
+    Ok(())
+}
+
+/// The query again, as the language reads it (words, `prefix*`, phrases, then fields): what
+/// a page shows of a search once its values have been masked.
+impl fmt::Display for Search {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\\\""));
+        let mut parts: Vec<String> = self.words.clone();
+        parts.extend(self.prefixes.iter().map(|p| format!("{p}*")));
+        parts.extend(self.phrases.iter().map(|p| quote(p)));
+        parts.extend(self.fields.iter().map(|t| {
+            let plain =
+                !t.value.is_empty() && !t.value.contains(|c: char| c.is_whitespace() || c == '"');
+            match plain {
+                true => format!("{}:{}", t.field, t.value),
+                false => format!("{}:{}", t.field, quote(&t.value)),
+            }
+        }));
+        f.write_str(&parts.join(" "))
     }
 }
 
@@ -280,6 +348,31 @@ mod tests {
             "invoice: needs a value, as in invoice:something or invoice:\"two words\""
         );
         assert!(err(&"x".repeat(501)).contains("at most 500"));
+    }
+
+    #[test]
+    fn costly_searches_are_refused_with_what_to_do() {
+        let err = |q: &str| parse(q, &fields()).unwrap_err();
+        assert_eq!(err("a*"), SearchError::ShortPrefix("a".into()));
+        assert_eq!(err("timeout in*"), SearchError::ShortPrefix("in".into()));
+        let letters: Vec<String> = (b'a'..=b'z').map(|c| format!("{}*", c as char)).collect();
+        assert!(err(&letters.join(" ")).to_string().contains("at least 3"));
+        let words: Vec<String> = (0..17).map(|i| format!("w{i}")).collect();
+        assert_eq!(err(&words.join(" ")), SearchError::TooManyTerms(17));
+        assert_eq!(
+            err("inv* tax* pay* ord* cus*"),
+            SearchError::TooManyPrefixes(5)
+        );
+        assert_eq!(err("a\0b"), SearchError::Nul);
+        assert!(parse("INV-20* tax* \"tax service\" queue:x", &fields()).is_ok());
+    }
+
+    #[test]
+    fn a_search_reads_back_as_the_same_search() {
+        let q = r#"timeout inv* "tax \"service\"" queue:billing.dlq error:"Null pointer""#;
+        let s = parse(q, &fields()).unwrap();
+        let again = s.to_string();
+        assert_eq!(parse(&again, &fields()).unwrap(), s, "{again}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -16,6 +17,7 @@ use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
 use crate::instance;
 use crate::replay::job;
+use crate::web::serve::{self, ServeSettings};
 use crate::web::{self, AppState};
 
 /// Business fields per archive: each is a list column and an index entry per message.
@@ -63,6 +65,12 @@ impl Application {
         );
         state.auth = Arc::new(auth);
         state.masking = Arc::new(web::masking::Masking::new(&config.masks, &config.fields));
+        state.replay_policy = Arc::new(config.replay_policy());
+        if state.replay_policy.is_open() && !config.queues.is_empty() {
+            tracing::info!(
+                "no --replay-exchange: replays publish to whatever exchange a message's x-death names"
+            );
+        }
         Ok(Application {
             config,
             listener,
@@ -137,14 +145,25 @@ impl Application {
             trigger.cancel();
         });
         tracing::info!(address = %self.local_addr(), queues = ?self.config.queues, "lazarus is serving");
-        let app = web::router(self.state).into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(token.clone().cancelled_owned())
-            .await;
+        let settings = ServeSettings {
+            header_timeout: Duration::from_secs(self.config.header_timeout_secs.max(1)),
+            max_connections: self
+                .config
+                .max_connections
+                .unwrap_or_else(serve::default_max_connections),
+        };
+        tracing::debug!(?settings, "web server limits");
+        serve::serve(
+            self.listener,
+            web::router(self.state),
+            settings,
+            token.clone(),
+        )
+        .await;
         // Whatever stopped the server also stops the consumers.
         token.cancel();
         tracker.wait().await;
-        served.context("web server failed")
+        Ok(())
     }
 }
 

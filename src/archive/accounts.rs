@@ -78,5 +78,27 @@ pub struct TokenRecord {
     pub created_by: String,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// When it stops working (`None` only for tokens of a database older than expiry).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
+    /// The user whose token it is: removing them revokes it.
+    pub owner: Option<String>,
     pub revoked: bool,
+}
+
+impl TokenRecord {
+    pub fn expired(&self, now: OffsetDateTime) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+}
+
+/// A new API token, as it is stored (its secret only as a hash).
+#[derive(Debug, Clone, Copy)]
+pub struct TokenSpec<'a> {
+    pub name: &'a str,
+    pub token_hash: &'a str,
+    pub role: Role,
+    /// The user it belongs to (revoked with them); `None` for one made on the command line.
+    pub owner: Option<&'a str>,
+    pub expires_at: OffsetDateTime,
 }

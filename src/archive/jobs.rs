@@ -44,6 +44,8 @@ pub struct JobSpec<'a> {
     pub canary: Option<Canary>,
     /// `false`: only a plan (a dry run) that can be started later; `true`: queue it now.
     pub start: bool,
+    /// Where replays may publish: messages bound elsewhere are skipped in the plan.
+    pub policy: &'a crate::replay::policy::ExchangePolicy,
 }
 
 /// How many messages go where, decided when the selection is frozen.
@@ -62,6 +64,12 @@ pub struct Plan {
     pub dismissed: i64,
     /// Skipped: waiting in another unfinished job.
     pub in_other_jobs: i64,
+    /// Skipped: their target exchange is not one `--replay-exchange` allows.
+    #[serde(default)]
+    pub not_allowed: i64,
+    /// The targets of those, so the plan shows where they would have gone.
+    #[serde(default)]
+    pub refused_targets: Vec<TargetCount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -268,6 +276,9 @@ pub struct AuditEntry {
     pub summary: String,
     /// The client's address, when it came over the network.
     pub source: Option<String>,
+    /// The actor or summary was cut for the page; the export has them whole.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// A replay with a changed body and/or headers; the original stays archived as it was.

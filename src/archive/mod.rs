@@ -15,6 +15,7 @@ mod sqlite;
 mod sqlite_accounts;
 mod sqlite_actions;
 mod sqlite_audit;
+mod sqlite_file;
 mod sqlite_jobs;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +28,7 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
 
-pub use accounts::{Actor, Role, TokenRecord, UserRecord};
+pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
     JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
@@ -483,10 +484,17 @@ pub trait Archive: Send + Sync + 'static {
         note: &str,
         actor: &Actor,
     ) -> Result<u64, ArchiveError>;
-    /// The audit log, newest first, before entry id `before`.
+    /// The audit log, newest first, before entry id `before`; actors and summaries too
+    /// long for a page are cut (and the entry marked `truncated`).
     async fn audit_log(
         &self,
         before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError>;
+    /// Whole entries, oldest first, after entry id `after`: for the export.
+    async fn audit_export(
+        &self,
+        after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, ArchiveError>;
     /// Adds a user, or changes the role (and password, when given) of an existing one.
@@ -504,26 +512,23 @@ pub trait Archive: Send + Sync + 'static {
         password_hash: &str,
         by: &Actor,
     ) -> Result<bool, ArchiveError>;
-    /// Removes a user and ends their sessions; `false` when there was none.
+    /// Removes a user, ends their sessions and revokes the API tokens they own; `false`
+    /// when there was none.
     async fn remove_user(&self, name: &str, by: &Actor) -> Result<bool, ArchiveError>;
     async fn user(&self, name: &str) -> Result<Option<UserRecord>, ArchiveError>;
     async fn users(&self) -> Result<Vec<UserRecord>, ArchiveError>;
     async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError>;
-    /// The user of a session used within the last `idle_ms` (an idle one is ended).
+    /// The user of a session used within the last `idle_ms` and made within the last
+    /// `max_ms` (any other is ended).
     async fn session_user(
         &self,
         token_hash: &str,
         idle_ms: u64,
+        max_ms: u64,
     ) -> Result<Option<UserRecord>, ArchiveError>;
     async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError>;
-    async fn create_token(
-        &self,
-        name: &str,
-        token_hash: &str,
-        role: Role,
-        by: &Actor,
-    ) -> Result<i64, ArchiveError>;
-    /// The token with this hash, unless revoked.
+    async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError>;
+    /// The token with this hash, unless revoked (an expired one too: the caller says so).
     async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError>;
     /// `false` when there is no such token or it was revoked already.
     async fn revoke_token(&self, id: i64, by: &Actor) -> Result<bool, ArchiveError>;

@@ -24,7 +24,7 @@ use super::{postgres_accounts, postgres_actions, postgres_jobs};
 use super::{without_copies, ArchivedCopies};
 use super::{
     Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
-    ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
+    ReplayEdit, ReplayJob, Role, Selection, TokenRecord, TokenSpec, UserRecord,
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
@@ -748,6 +748,14 @@ impl Archive for PostgresArchive {
         postgres_audit::audit_log(&self.pool, before, limit).await
     }
 
+    async fn audit_export(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError> {
+        postgres_audit::audit_export(&self.pool, after, limit).await
+    }
+
     async fn put_user(
         &self,
         name: &str,
@@ -787,22 +795,17 @@ impl Archive for PostgresArchive {
         &self,
         token_hash: &str,
         idle_ms: u64,
+        max_ms: u64,
     ) -> Result<Option<UserRecord>, ArchiveError> {
-        postgres_accounts::session_user(&self.pool, token_hash, idle_ms).await
+        postgres_accounts::session_user(&self.pool, token_hash, idle_ms, max_ms).await
     }
 
     async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError> {
         postgres_accounts::end_session(&self.pool, token_hash).await
     }
 
-    async fn create_token(
-        &self,
-        name: &str,
-        token_hash: &str,
-        role: Role,
-        by: &Actor,
-    ) -> Result<i64, ArchiveError> {
-        postgres_accounts::create_token(&self.pool, name, token_hash, role, by).await
+    async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError> {
+        postgres_accounts::create_token(&self.pool, token, by).await
     }
 
     async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError> {

@@ -1,14 +1,14 @@
 //! Users, sessions and API tokens on PostgreSQL; every change is audited in its transaction.
 //! Rows are read, and audit lines written, as on SQLite ([`super::sqlite_accounts`]).
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use super::postgres_audit::audit;
 use super::sqlite_accounts::{
-    now, session_use, token_from_row, user_from_row, AccountChange, SessionUse, TOKEN_COLUMNS,
-    USER_COLUMNS,
+    now, session_times, session_use, token_from_row, user_from_row, AccountChange, SessionUse,
+    SESSION_QUERY, TOKEN_COLUMNS, USER_COLUMNS,
 };
-use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
+use super::{Actor, ArchiveError, Role, TokenRecord, TokenSpec, UserRecord};
 
 pub async fn put_user(
     pool: &PgPool,
@@ -73,7 +73,15 @@ pub async fn remove_user(pool: &PgPool, name: &str, by: &Actor) -> Result<bool, 
         .await?
         .rows_affected();
     if removed == 1 {
-        let (action, summary) = AccountChange::UserRemove { name }.entry();
+        let tokens = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $1 WHERE owner = $2 AND revoked_at IS NULL",
+        )
+        .bind(now())
+        .bind(name)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let (action, summary) = AccountChange::UserRemove { name, tokens }.entry();
         audit(&mut tx, by, action, None, None, &summary).await?;
     }
     tx.commit().await?;
@@ -118,18 +126,16 @@ pub async fn session_user(
     pool: &PgPool,
     token_hash: &str,
     idle_ms: u64,
+    max_ms: u64,
 ) -> Result<Option<UserRecord>, ArchiveError> {
-    let row = sqlx::query(
-        "SELECT u.name, u.password_hash, u.role, u.created_at, s.last_seen FROM sessions s \
-         JOIN users u ON u.name = s.user_name WHERE s.token_hash = $1",
-    )
-    .bind(token_hash)
-    .fetch_optional(pool)
-    .await?;
+    let row = sqlx::query(&format!("{SESSION_QUERY}$1"))
+        .bind(token_hash)
+        .fetch_optional(pool)
+        .await?;
     let Some(row) = row else { return Ok(None) };
     let now = now();
-    match session_use(row.try_get("last_seen")?, idle_ms, now) {
-        SessionUse::Idle => {
+    match session_use(session_times(&row)?, idle_ms, max_ms, now) {
+        SessionUse::Ended => {
             end_session(pool, token_hash).await?;
             return Ok(None);
         }
@@ -158,23 +164,30 @@ pub async fn end_session(pool: &PgPool, token_hash: &str) -> Result<(), ArchiveE
 
 pub async fn create_token(
     pool: &PgPool,
-    name: &str,
-    token_hash: &str,
-    role: Role,
+    token: &TokenSpec<'_>,
     by: &Actor,
 ) -> Result<i64, ArchiveError> {
     let mut tx = pool.begin().await?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at, owner, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
-    .bind(name)
-    .bind(token_hash)
-    .bind(role.as_str())
+    .bind(token.name)
+    .bind(token.token_hash)
+    .bind(token.role.as_str())
     .bind(&by.name)
     .bind(now())
+    .bind(token.owner)
+    .bind(super::sqlite::millis(token.expires_at))
     .fetch_one(&mut *tx)
     .await?;
-    let (action, summary) = AccountChange::TokenCreate { id, name, role }.entry();
+    let (action, summary) = AccountChange::TokenCreate {
+        id,
+        name: token.name,
+        role: token.role,
+        expires_at: token.expires_at,
+    }
+    .entry();
     audit(&mut tx, by, action, None, None, &summary).await?;
     tx.commit().await?;
     Ok(id)

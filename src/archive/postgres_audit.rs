@@ -1,10 +1,15 @@
 //! The audit log on PostgreSQL: appended inside the transaction of what it records, read
-//! newest first. (The database refuses updates and deletes, by trigger.)
+//! newest first in pages of bounded size, or oldest first and whole for the export. (The
+//! database refuses updates and deletes, by trigger.)
 
 use sqlx::{PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 
 use super::sqlite::millis;
+use super::sqlite_audit::{
+    capped, entry_from_row, page_columns, page_entry_from_row, MAX_ACTOR_CHARS, MAX_SUMMARY_CHARS,
+    WHOLE_COLUMNS,
+};
 use super::{Actor, ArchiveError, AuditEntry};
 
 /// Appends one line to the audit log, inside the transaction of what it records.
@@ -20,11 +25,11 @@ pub async fn audit(
         "INSERT INTO audit_log (at, actor, action, job_id, message_id, summary, source) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(millis(OffsetDateTime::now_utc()))
-    .bind(&actor.name)
+    .bind(capped(&actor.name, MAX_ACTOR_CHARS))
     .bind(action)
     .bind(job_id)
     .bind(message_id)
-    .bind(summary)
+    .bind(capped(summary, MAX_SUMMARY_CHARS))
     .bind(&actor.source)
     .execute(&mut **tx)
     .await?;
@@ -36,15 +41,28 @@ pub async fn audit_log(
     before: Option<i64>,
     limit: u32,
 ) -> Result<Vec<AuditEntry>, ArchiveError> {
-    let rows = sqlx::query(
-        "SELECT id, at, actor, action, job_id, message_id, summary, source FROM audit_log \
-         WHERE id < $1 ORDER BY id DESC LIMIT $2",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT {} FROM audit_log WHERE id < $1 ORDER BY id DESC LIMIT $2",
+        page_columns()
+    ))
     .bind(before.unwrap_or(i64::MAX))
     .bind(i64::from(limit))
     .fetch_all(pool)
     .await?;
-    rows.iter()
-        .map(super::sqlite_audit::entry_from_row)
-        .collect()
+    rows.iter().map(page_entry_from_row).collect()
+}
+
+pub async fn audit_export(
+    pool: &PgPool,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>, ArchiveError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {WHOLE_COLUMNS} FROM audit_log WHERE id > $1 ORDER BY id LIMIT $2"
+    ))
+    .bind(after.unwrap_or(i64::MIN))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(entry_from_row).collect()
 }

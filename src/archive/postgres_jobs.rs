@@ -13,7 +13,8 @@ use super::sqlite::millis;
 use super::sqlite_jobs::{
     complete_summary, control_summary, create_summary, item_from_row, job_from_row, next_state,
     now, outcome_effects, outgoing_from_row, pause_summary, plan_from_rows, sort_outcomes,
-    step_from_rows, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, JOB_COLUMNS, NO_TARGET, TODO,
+    step_from_rows, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, JOB_COLUMNS, NOT_ALLOWED, NO_TARGET,
+    TODO,
 };
 use super::{
     Actor, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState,
@@ -220,6 +221,30 @@ pub async fn create_job(pool: &PgPool, spec: &JobSpec<'_>) -> Result<ReplayJob, 
         let dismissed = format!("{STATUS_OF_ITEM} = 'dismissed'");
         skip_where(&mut tx, id, &dismissed, DISMISSED).await?;
     }
+    if !spec.policy.is_open() {
+        let exchanges: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT target_exchange FROM replay_job_items WHERE job_id = $1 AND outcome IS NULL",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let refused: Vec<&String> = exchanges
+            .iter()
+            .filter(|e| !spec.policy.allows(e))
+            .collect();
+        if !refused.is_empty() {
+            sqlx::query(
+                "UPDATE replay_job_items SET outcome = 'skipped', detail = $1, finished_at = $2 \
+                 WHERE job_id = $3 AND outcome IS NULL AND target_exchange = ANY($4)",
+            )
+            .bind(NOT_ALLOWED)
+            .bind(now())
+            .bind(id)
+            .bind(refused)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
     let plan = skip_elsewhere_and_plan(&mut tx, id).await?;
     let (action, summary) = create_summary(spec, id, &plan);
     audit(&mut tx, spec.actor, action, Some(id), None, &summary).await?;
@@ -263,7 +288,16 @@ async fn plan_of(tx: &mut Transaction<'_, Postgres>, id: i64) -> Result<Plan, sq
     .bind(id)
     .fetch_all(&mut **tx)
     .await?;
-    plan_from_rows(&targets, &skipped)
+    let refused = sqlx::query(
+        "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
+         WHERE job_id = $1 AND outcome = 'skipped' AND detail = $2 GROUP BY 1, 2 \
+         ORDER BY n DESC, target_exchange COLLATE \"C\", target_routing_key COLLATE \"C\"",
+    )
+    .bind(id)
+    .bind(NOT_ALLOWED)
+    .fetch_all(&mut **tx)
+    .await?;
+    plan_from_rows(&targets, &skipped, &refused)
 }
 
 pub async fn job_items(

@@ -300,25 +300,28 @@ impl PreparedMessage {
         let search_text = if rules.masks.is_empty() {
             search_text(&message, text.as_deref(), &fields)
         } else {
-            // Masked values are not indexed: no word search can reveal them.
-            let masked = text.as_deref().and_then(|t| {
-                crate::body::mask_json(t.as_bytes(), &rules.masks)
-                    .map(|m| String::from_utf8_lossy(&m).into_owned())
-            });
+            // Masked values are not indexed, so no word search can reveal them: the body is
+            // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
+            let masks = crate::masking::Pointers::new(&rules.masks);
+            let masked = crate::body::whole_text(
+                &message.body,
+                content_type.as_deref(),
+                content_encoding.as_deref(),
+                crate::masking::MAX_MASKED_BODY,
+            )
+            .ok()
+            .and_then(|t| crate::masking::mask_json(&t, &masks));
             let indexed: Vec<(String, String)> = fields
                 .iter()
                 .filter(|(name, _)| {
-                    !rules.fields.iter().any(|f| {
-                        &f.name == name
-                            && rules
-                                .masks
-                                .iter()
-                                .any(|p| f.pointer == *p || f.pointer.starts_with(&format!("{p}/")))
-                    })
+                    !rules
+                        .fields
+                        .iter()
+                        .any(|f| &f.name == name && masks.cover(&f.pointer))
                 })
                 .cloned()
                 .collect();
-            search_text(&message, masked.as_deref().or(text.as_deref()), &indexed)
+            search_text(&message, masked.as_deref(), &indexed)
         };
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
@@ -675,6 +678,37 @@ mod tests {
             .fields
             .iter()
             .any(|(n, v)| n == "card" && v == "4111222233334444"));
+    }
+
+    #[test]
+    fn bodies_that_cannot_be_masked_stay_out_of_the_search_index() {
+        let rules = IngestRules {
+            fields: vec!["order=/order".parse().unwrap()],
+            masks: vec!["/card/number".into()],
+            ..Default::default()
+        };
+        let card = r#"{"number": "4111222233334444"}"#;
+        let huge = format!(r#"{{"card": {card}, "pad": "{}"}}"#, "x ".repeat(1 << 20));
+        let deep = format!(
+            r#"{{"card": {card}, "d": {}{}}}"#,
+            "[".repeat(500),
+            "]".repeat(500)
+        );
+        for body in [
+            "card 4111222233334444".to_owned(),
+            format!("\u{feff}{{\"card\": {card}}}"),
+            huge,
+            deep,
+        ] {
+            let mut m = message();
+            m.body = body.into_bytes();
+            let p = PreparedMessage::with_rules(m, &rules);
+            assert!(
+                !p.search_text.body.contains("4111"),
+                "{:.80}",
+                p.search_text.body
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::sqlite_jobs;
 use super::{without_copies, ArchivedCopies};
 use super::{
     Actor, AuditEntry, ChunkLimit, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
-    ReplayEdit, ReplayJob, Role, Selection, TokenRecord, UserRecord,
+    ReplayEdit, ReplayJob, Role, Selection, TokenRecord, TokenSpec, UserRecord,
 };
 use super::{
     Archive, ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
@@ -41,12 +41,21 @@ impl SqliteArchive {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
+        // Every body is in these files: the owner's alone, before SQLite first writes them.
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let file = (!in_memory).then(|| options.get_filename().to_path_buf());
+        if let Some(file) = &file {
+            super::sqlite_file::make_private(file).map_err(sqlx::Error::Io)?;
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .after_release(|conn, _| Box::pin(release_only_if_idle(conn)))
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        if let Some(file) = &file {
+            super::sqlite_file::make_private(file).map_err(sqlx::Error::Io)?;
+        }
         Ok(SqliteArchive { pool })
     }
 
@@ -781,6 +790,14 @@ impl Archive for SqliteArchive {
         sqlite_audit::audit_log(&self.pool, before, limit).await
     }
 
+    async fn audit_export(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError> {
+        sqlite_audit::audit_export(&self.pool, after, limit).await
+    }
+
     async fn put_user(
         &self,
         name: &str,
@@ -820,22 +837,17 @@ impl Archive for SqliteArchive {
         &self,
         token_hash: &str,
         idle_ms: u64,
+        max_ms: u64,
     ) -> Result<Option<UserRecord>, ArchiveError> {
-        sqlite_accounts::session_user(&self.pool, token_hash, idle_ms).await
+        sqlite_accounts::session_user(&self.pool, token_hash, idle_ms, max_ms).await
     }
 
     async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError> {
         sqlite_accounts::end_session(&self.pool, token_hash).await
     }
 
-    async fn create_token(
-        &self,
-        name: &str,
-        token_hash: &str,
-        role: Role,
-        by: &Actor,
-    ) -> Result<i64, ArchiveError> {
-        sqlite_accounts::create_token(&self.pool, name, token_hash, role, by).await
+    async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError> {
+        sqlite_accounts::create_token(&self.pool, token, by).await
     }
 
     async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError> {

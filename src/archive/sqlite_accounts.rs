@@ -1,48 +1,88 @@
 //! Users, sessions and API tokens on SQLite; every change is audited in its transaction.
 //! The row readers, audit lines and session rule here serve the PostgreSQL port too.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::SqlitePool;
 use time::OffsetDateTime;
 
 use super::rows::ArchiveRow;
 use super::sqlite::{from_millis, millis};
 use super::sqlite_audit::audit;
-use super::{Actor, ArchiveError, Role, TokenRecord, UserRecord};
+use super::{Actor, ArchiveError, Role, TokenRecord, TokenSpec, UserRecord};
 
 pub(super) fn now() -> i64 {
     millis(OffsetDateTime::now_utc())
 }
 
-/// A session's `last_seen` is written at most this often (not on every request).
+/// A session's `last_seen` is written at most this often (not on every request)…
 const TOUCH_EVERY_MS: i64 = 60_000;
 
-/// What a session last used at `last_seen` needs when it is used at `now`.
+/// …and at least four times per idle limit, so that a session in use never looks idle.
+fn touch_every(idle_ms: u64) -> i64 {
+    TOUCH_EVERY_MS.min(idle_ms as i64 / 4)
+}
+
+/// A session's times, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SessionTimes {
+    pub created_at: i64,
+    pub last_seen: i64,
+}
+
+/// What a session needs when it is used at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum SessionUse {
-    /// Unused for longer than the idle limit: it is ended.
-    Idle,
+    /// Unused for longer than the idle limit, or older than the absolute one: it is ended.
+    Ended,
     /// Its `last_seen` is old enough to be written again.
     Touch,
     Fresh,
 }
 
-pub(super) fn session_use(last_seen: i64, idle_ms: u64, now: i64) -> SessionUse {
-    if now - last_seen > idle_ms as i64 {
-        SessionUse::Idle
-    } else if now - last_seen > TOUCH_EVERY_MS {
+pub(super) fn session_use(times: SessionTimes, idle_ms: u64, max_ms: u64, now: i64) -> SessionUse {
+    if now - times.last_seen > idle_ms as i64 || now - times.created_at > max_ms as i64 {
+        SessionUse::Ended
+    } else if now - times.last_seen > touch_every(idle_ms) {
         SessionUse::Touch
     } else {
         SessionUse::Fresh
     }
 }
 
+/// The times of a session row (`session_created_at`, `last_seen`), from either backend.
+pub(super) fn session_times<R: ArchiveRow>(row: &R) -> Result<SessionTimes, ArchiveError> {
+    Ok(SessionTimes {
+        created_at: row.column("session_created_at")?,
+        last_seen: row.column("last_seen")?,
+    })
+}
+
+/// What a session lookup selects, both backends.
+pub(super) const SESSION_QUERY: &str = "SELECT u.name, u.password_hash, u.role, u.created_at, \
+    s.created_at AS session_created_at, s.last_seen FROM sessions s \
+    JOIN users u ON u.name = s.user_name WHERE s.token_hash = ";
+
 /// An account change, as the audit log records it.
 pub(super) enum AccountChange<'a> {
-    UserPut { name: &'a str, role: Role },
-    Password { name: &'a str },
-    UserRemove { name: &'a str },
-    TokenCreate { id: i64, name: &'a str, role: Role },
-    TokenRevoke { id: i64 },
+    UserPut {
+        name: &'a str,
+        role: Role,
+    },
+    Password {
+        name: &'a str,
+    },
+    UserRemove {
+        name: &'a str,
+        tokens: u64,
+    },
+    TokenCreate {
+        id: i64,
+        name: &'a str,
+        role: Role,
+        expires_at: OffsetDateTime,
+    },
+    TokenRevoke {
+        id: i64,
+    },
 }
 
 impl AccountChange<'_> {
@@ -56,13 +96,24 @@ impl AccountChange<'_> {
                 "user_password",
                 format!("password of {name} changed; their sessions ended"),
             ),
-            AccountChange::UserRemove { name } => (
+            AccountChange::UserRemove { name, tokens } => (
                 "user_remove",
-                format!("user {name} removed; their sessions ended"),
+                format!("user {name} removed; their sessions ended, {tokens} API tokens of theirs revoked"),
             ),
-            AccountChange::TokenCreate { id, name, role } => (
+            AccountChange::TokenCreate {
+                id,
+                name,
+                role,
+                expires_at,
+            } => (
                 "token_create",
-                format!("API token {id} ({name}) created as {}", role.as_str()),
+                format!(
+                    "API token {id} ({name}) created as {}, expires {}",
+                    role.as_str(),
+                    expires_at
+                        .format(&time::format_description::well_known::Rfc3339)
+                        .unwrap_or_default()
+                ),
             ),
             AccountChange::TokenRevoke { id } => {
                 ("token_revoke", format!("API token {id} revoked"))
@@ -155,7 +206,16 @@ pub async fn remove_user(pool: &SqlitePool, name: &str, by: &Actor) -> Result<bo
         .await?
         .rows_affected();
     if removed == 1 {
-        let (action, summary) = AccountChange::UserRemove { name }.entry();
+        // Their tokens go with them: automation they set up must not outlive their access.
+        let tokens = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = ? WHERE owner = ? AND revoked_at IS NULL",
+        )
+        .bind(now())
+        .bind(name)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let (action, summary) = AccountChange::UserRemove { name, tokens }.entry();
         audit(&mut tx, by, action, None, None, &summary).await?;
     }
     tx.commit().await?;
@@ -198,18 +258,16 @@ pub async fn session_user(
     pool: &SqlitePool,
     token_hash: &str,
     idle_ms: u64,
+    max_ms: u64,
 ) -> Result<Option<UserRecord>, ArchiveError> {
-    let row = sqlx::query(
-        "SELECT u.name, u.password_hash, u.role, u.created_at, s.last_seen FROM sessions s \
-         JOIN users u ON u.name = s.user_name WHERE s.token_hash = ?",
-    )
-    .bind(token_hash)
-    .fetch_optional(pool)
-    .await?;
+    let row = sqlx::query(&format!("{SESSION_QUERY}?"))
+        .bind(token_hash)
+        .fetch_optional(pool)
+        .await?;
     let Some(row) = row else { return Ok(None) };
     let now = now();
-    match session_use(row.try_get("last_seen")?, idle_ms, now) {
-        SessionUse::Idle => {
+    match session_use(session_times(&row)?, idle_ms, max_ms, now) {
+        SessionUse::Ended => {
             end_session(pool, token_hash).await?;
             return Ok(None);
         }
@@ -235,23 +293,30 @@ pub async fn end_session(pool: &SqlitePool, token_hash: &str) -> Result<(), Arch
 
 pub async fn create_token(
     pool: &SqlitePool,
-    name: &str,
-    token_hash: &str,
-    role: Role,
+    token: &TokenSpec<'_>,
     by: &Actor,
 ) -> Result<i64, ArchiveError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+        "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at, owner, expires_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
     )
-    .bind(name)
-    .bind(token_hash)
-    .bind(role.as_str())
+    .bind(token.name)
+    .bind(token.token_hash)
+    .bind(token.role.as_str())
     .bind(&by.name)
     .bind(now())
+    .bind(token.owner)
+    .bind(millis(token.expires_at))
     .fetch_one(&mut *tx)
     .await?;
-    let (action, summary) = AccountChange::TokenCreate { id, name, role }.entry();
+    let (action, summary) = AccountChange::TokenCreate {
+        id,
+        name: token.name,
+        role: token.role,
+        expires_at: token.expires_at,
+    }
+    .entry();
     audit(&mut tx, by, action, None, None, &summary).await?;
     tx.commit().await?;
     Ok(id)
@@ -265,12 +330,15 @@ pub(super) fn token_from_row<R: ArchiveRow>(row: &R) -> Result<TokenRecord, Arch
         role: role_of(row)?,
         created_by: row.column("created_by")?,
         created_at: from_millis(row.column("created_at")?),
+        expires_at: row.column::<Option<i64>>("expires_at")?.map(from_millis),
+        owner: row.column("owner")?,
         revoked: row.column::<Option<i64>>("revoked_at")?.is_some(),
     })
 }
 
 /// What [`token_from_row`] reads.
-pub(super) const TOKEN_COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at";
+pub(super) const TOKEN_COLUMNS: &str =
+    "id, name, role, created_by, created_at, revoked_at, expires_at, owner";
 
 pub async fn token(
     pool: &SqlitePool,

@@ -23,6 +23,8 @@ pub(super) const NO_TARGET: &str = "no known target";
 pub(super) const ALREADY_REPLAYED: &str = "already replayed";
 pub(super) const DISMISSED: &str = "dismissed";
 pub(super) const IN_OTHER_JOB: &str = "in another unfinished replay job";
+pub(super) const NOT_ALLOWED: &str =
+    "its target exchange is not one replays may publish to (--replay-exchange)";
 /// Items the runner settles itself when it hands out the next step.
 pub(super) const REPLAYED_SINCE: &str = "replayed or dismissed after the plan was made";
 pub(super) const GIVEN_UP: &str = "handed to the broker 3 times without a confirm";
@@ -170,16 +172,23 @@ pub(super) fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessag
 pub(super) fn plan_from_rows<R: ArchiveRow>(
     targets: &[R],
     skipped: &[R],
+    refused: &[R],
 ) -> Result<Plan, sqlx::Error> {
     let mut plan = Plan::default();
-    for row in targets {
-        let n: i64 = row.column("n")?;
-        plan.to_publish += n;
-        plan.targets.push(TargetCount {
+    let target = |row: &R| -> Result<TargetCount, sqlx::Error> {
+        Ok(TargetCount {
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
-            messages: n,
-        });
+            messages: row.column("n")?,
+        })
+    };
+    for row in targets {
+        let t = target(row)?;
+        plan.to_publish += t.messages;
+        plan.targets.push(t);
+    }
+    for row in refused {
+        plan.refused_targets.push(target(row)?);
     }
     for row in skipped {
         let n: i64 = row.column("n")?;
@@ -187,6 +196,7 @@ pub(super) fn plan_from_rows<R: ArchiveRow>(
             NO_TARGET => plan.no_target = n,
             ALREADY_REPLAYED => plan.already_replayed = n,
             DISMISSED => plan.dismissed = n,
+            NOT_ALLOWED => plan.not_allowed = n,
             _ => plan.in_other_jobs = n,
         }
     }
@@ -194,7 +204,8 @@ pub(super) fn plan_from_rows<R: ArchiveRow>(
         + plan.no_target
         + plan.already_replayed
         + plan.dismissed
-        + plan.in_other_jobs;
+        + plan.in_other_jobs
+        + plan.not_allowed;
     Ok(plan)
 }
 
@@ -506,6 +517,26 @@ pub async fn create_job(pool: &SqlitePool, spec: &JobSpec<'_>) -> Result<ReplayJ
         let dismissed = format!("{STATUS_OF_ITEM} = 'dismissed'");
         skip_where(&mut tx, id, &dismissed, DISMISSED).await?;
     }
+    if !spec.policy.is_open() {
+        let exchanges: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT target_exchange FROM replay_job_items WHERE job_id = ? AND outcome IS NULL",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        for exchange in exchanges.iter().filter(|e| !spec.policy.allows(e)) {
+            sqlx::query(
+                "UPDATE replay_job_items SET outcome = 'skipped', detail = ?, finished_at = ? \
+                 WHERE job_id = ? AND outcome IS NULL AND target_exchange = ?",
+            )
+            .bind(NOT_ALLOWED)
+            .bind(now())
+            .bind(id)
+            .bind(exchange)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
     let plan = skip_elsewhere_and_plan(&mut tx, id).await?;
     let (action, summary) = create_summary(spec, id, &plan);
     audit(&mut tx, spec.actor, action, Some(id), None, &summary).await?;
@@ -545,7 +576,15 @@ async fn plan_of(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<Plan, sqlx
     .bind(id)
     .fetch_all(&mut **tx)
     .await?;
-    plan_from_rows(&targets, &skipped)
+    let refused = sqlx::query(
+        "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
+         WHERE job_id = ? AND outcome = 'skipped' AND detail = ? GROUP BY 1, 2 ORDER BY n DESC, 1, 2",
+    )
+    .bind(id)
+    .bind(NOT_ALLOWED)
+    .fetch_all(&mut **tx)
+    .await?;
+    plan_from_rows(&targets, &skipped, &refused)
 }
 
 pub async fn job_items(

@@ -9,6 +9,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{run_one, RunnerSettings};
+use super::policy::ExchangePolicy;
 use crate::archive::{self, Actor, Archive, Canary, JobSpec, JobState, ReplayJob};
 use crate::config::{redact_url, ReplayConfig};
 use crate::death::ReplayTarget;
@@ -124,9 +125,20 @@ pub fn plan_text(job: &ReplayJob) -> String {
             .label()
         ));
     }
+    for t in &p.refused_targets {
+        out.push_str(&format!(
+            "  {:>8}  NOT to {}: not an exchange --replay-exchange allows\n",
+            t.messages,
+            ReplayTarget {
+                exchange: t.exchange.clone(),
+                routing_key: t.routing_key.clone(),
+            }
+            .label()
+        ));
+    }
     out.push_str(&format!(
-        "  skipped: {} without a known target, {} already replayed, {} dismissed, {} in another job\n",
-        p.no_target, p.already_replayed, p.dismissed, p.in_other_jobs
+        "  skipped: {} without a known target, {} already replayed, {} dismissed, {} in another job, {} to an exchange not allowed\n",
+        p.no_target, p.already_replayed, p.dismissed, p.in_other_jobs, p.not_allowed
     ));
     if let Some(s) = job.estimated_seconds {
         out.push_str(&format!(
@@ -175,6 +187,7 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
         .await
         .with_context(|| format!("opening the archive {}", redact_url(url)))?;
     let key = crate::web::new_request_key();
+    let policy = ExchangePolicy::new(&config.replay_exchanges);
     let job = archive
         .create_job(&JobSpec {
             request_key: &key,
@@ -186,6 +199,7 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
             include_replayed: request.include_replayed,
             canary: request.canary,
             start: !request.dry_run,
+            policy: &policy,
         })
         .await?;
     print!("{}", plan_text(&job));
@@ -195,6 +209,7 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
     }
     let settings = RunnerSettings {
         on_shutdown: JobState::Paused,
+        policy: Arc::new(policy),
         ..RunnerSettings::new(&config.connection.amqp_url)
     };
     let printer = tokio::spawn(print_progress(archive.clone(), job.id));

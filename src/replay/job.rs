@@ -25,6 +25,7 @@ use crate::archive::{
 };
 use crate::instance::Identity;
 use crate::metrics::Metrics;
+use crate::replay::policy::ExchangePolicy;
 
 /// How a runner works.
 #[derive(Debug, Clone)]
@@ -49,6 +50,9 @@ pub struct RunnerSettings {
     /// What a job becomes when this process stops mid-job: `Queued` for another instance
     /// (or the restart) to take up, `Paused` to wait for a person (the CLI).
     pub on_shutdown: JobState,
+    /// Where it may publish: a message bound elsewhere fails without being published,
+    /// whatever the plan said (it may have been made under other settings).
+    pub policy: Arc<ExchangePolicy>,
 }
 
 impl RunnerSettings {
@@ -63,6 +67,7 @@ impl RunnerSettings {
             poll: Duration::from_secs(1),
             metrics: Arc::new(Metrics::default()),
             on_shutdown: JobState::Queued,
+            policy: Arc::new(ExchangePolicy::default()),
         }
     }
 
@@ -334,6 +339,7 @@ impl<'a> Runner<'a> {
             .targets
             .iter()
             .map(|t| t.exchange.as_str())
+            .filter(|e| self.settings.policy.allows(e))
             .collect();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         let mut pending: Vec<&str> = exchanges.into_iter().collect();
@@ -374,6 +380,17 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Marks the messages bound for an exchange the policy does not allow: they fail
+    /// unpublished, with the reason.
+    fn refuse_outside_policy(&self, mut messages: Vec<OutgoingMessage>) -> Vec<OutgoingMessage> {
+        for m in &mut messages {
+            if let Err(why) = self.settings.policy.check(&m.target.exchange) {
+                m.unreadable.get_or_insert(why);
+            }
+        }
+        messages
     }
 
     /// Hands out, publishes and records until the job is done or stops here.
@@ -426,7 +443,7 @@ impl<'a> Runner<'a> {
                     None => step,
                 };
                 match self.advance(id, &outcomes, limit).await? {
-                    JobStep::Publish(messages) => in_hand = messages,
+                    JobStep::Publish(messages) => in_hand = self.refuse_outside_policy(messages),
                     JobStep::Stop(state) => {
                         tracing::info!(job = id, state = state.as_str(), "replay job stopped");
                         return Ok(());
@@ -527,7 +544,9 @@ impl<'a> Runner<'a> {
             }
             match next {
                 None => {}
-                Some(Ok(JobStep::Publish(messages))) => in_hand = messages,
+                Some(Ok(JobStep::Publish(messages))) => {
+                    in_hand = self.refuse_outside_policy(messages)
+                }
                 Some(Ok(JobStep::Stop(_)) | Err(Stop::Left)) => {
                     // Paused, cancelled or taken over: what was published is still recorded.
                     let _ = self.advance(id, &outcomes, 0).await;

@@ -1,6 +1,8 @@
 //! Replaying archived messages to where they came from: one at a time (`single`), or a
-//! selection frozen into a durable job that a runner publishes (`job`).
+//! selection frozen into a durable job that a runner publishes (`job`) — each only to the
+//! exchanges `--replay-exchange` allows (`policy`).
 
 pub mod cli;
 pub mod job;
+pub mod policy;
 pub mod single;

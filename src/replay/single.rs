@@ -16,6 +16,7 @@ use crate::archive::{
     ReplayStart, StoredBody,
 };
 use crate::death::ReplayTarget;
+use crate::replay::policy::ExchangePolicy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -33,6 +34,9 @@ pub enum ReplayError {
     KeyReused(String),
     #[error("{0}")]
     InvalidEdit(String),
+    /// The target is outside `--replay-exchange`.
+    #[error("{0}")]
+    NotAllowed(String),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
 }
@@ -93,6 +97,8 @@ pub struct SingleReplay<'a> {
     pub actor: &'a Actor,
     /// Where the final outcome is counted (also when it comes after the answer).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where replays may publish.
+    pub policy: &'a ExchangePolicy,
 }
 
 /// How long a request waits for the broker's confirm before answering that it is pending.
@@ -141,6 +147,10 @@ pub async fn replay_one(
         .target
         .or_else(|| message.summary.replay_target.clone())
         .ok_or(ReplayError::NoTarget)?;
+    request
+        .policy
+        .check(&target.exchange)
+        .map_err(ReplayError::NotAllowed)?;
     let since = OffsetDateTime::now_utc() - STALE_PUBLISHING;
     let replays = archive.replays_of(id).await?;
     if let Some(earlier) = replays

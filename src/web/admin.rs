@@ -15,8 +15,8 @@ use super::api_replays::{SelectionRequest, MAX_NOTE_CHARS};
 use super::auth::Caller;
 use super::html::{filters, render, utc, PageError};
 use super::{AppError, AppState};
-use crate::archive::{Role, TokenRecord, UserRecord};
-use crate::auth::{new_secret, secret_hash, TOKEN_PREFIX};
+use crate::archive::{AuditEntry, Role, TokenRecord, TokenSpec, UserRecord};
+use crate::auth::{new_secret, secret_hash, MAX_TOKEN_DAYS, TOKEN_DAYS, TOKEN_PREFIX};
 
 pub fn api_routes() -> Router<AppState> {
     Router::new()
@@ -31,6 +31,29 @@ pub fn api_routes() -> Router<AppState> {
 pub struct TokenRequest {
     name: String,
     role: String,
+    /// Days until it stops working (default 90, at most 366). A form sends it as text.
+    #[serde(default, deserialize_with = "days")]
+    expires_in_days: Option<u32>,
+}
+
+/// A number, as JSON sends it or a form does (an empty field is none).
+fn days<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Days {
+        Number(u32),
+        Text(String),
+    }
+    match Option::<Days>::deserialize(d)? {
+        None => Ok(None),
+        Some(Days::Number(n)) => Ok(Some(n)),
+        Some(Days::Text(t)) if t.trim().is_empty() => Ok(None),
+        Some(Days::Text(t)) => t
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("{t:?} is not a number of days"))),
+    }
 }
 
 /// A new token: stored hashed, shown once (never `Debug`: it holds the secret).
@@ -42,6 +65,8 @@ pub struct NewToken {
     role: Role,
     /// Send as `Authorization: Bearer <token>`; it is not shown again.
     token: String,
+    #[serde(with = "time::serde::rfc3339")]
+    expires_at: time::OffsetDateTime,
 }
 
 async fn make_token(
@@ -55,17 +80,37 @@ async fn make_token(
             "name the token (1 to 100 characters): what uses it".into(),
         ));
     }
+    if name.contains(char::is_control) {
+        return Err(AppError::BadRequest(
+            "a token's name has no control characters".into(),
+        ));
+    }
     let role = request.role.parse::<Role>().map_err(AppError::BadRequest)?;
+    let days = request.expires_in_days.unwrap_or(TOKEN_DAYS);
+    if !(1..=MAX_TOKEN_DAYS).contains(&days) {
+        return Err(AppError::BadRequest(format!(
+            "expires_in_days is 1 to {MAX_TOKEN_DAYS}: every token expires"
+        )));
+    }
+    let expires_at = time::OffsetDateTime::now_utc() + time::Duration::days(days.into());
     let token = format!("{TOKEN_PREFIX}{}", new_secret());
-    let id = state
-        .archive
-        .create_token(name, &secret_hash(&token), role, &caller.actor())
-        .await?;
+    let hash = secret_hash(&token);
+    let spec = TokenSpec {
+        name,
+        token_hash: &hash,
+        role,
+        // The caller's user owns it (a token made with a token, that token's owner):
+        // removing them revokes it.
+        owner: caller.owner.as_deref(),
+        expires_at,
+    };
+    let id = state.archive.create_token(&spec, &caller.actor()).await?;
     Ok(NewToken {
         id,
         name: name.to_owned(),
         role,
         token,
+        expires_at,
     })
 }
 
@@ -140,21 +185,46 @@ async fn purge(
     Ok(Json(json!({ "purged": purged })))
 }
 
-/// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line.
+/// Entries read per step of the export: a page of whole entries stays small.
+const EXPORT_PAGE: u32 = 50;
+
+/// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line,
+/// streamed a page at a time (memory stays the same however long the log is).
 async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppError> {
-    let mut entries = Vec::new();
-    let mut before = None;
-    loop {
-        let page = state.archive.audit_log(before, 500).await?;
-        let Some(last) = page.last() else { break };
-        before = Some(last.id);
-        entries.extend(page);
+    /// What the stream yields next.
+    enum Next {
+        Page(Vec<AuditEntry>),
+        Failed,
+        Done,
     }
-    let mut out = String::new();
-    for e in entries.iter().rev() {
-        out.push_str(&serde_json::to_string(e).expect("entries serialize"));
-        out.push('\n');
-    }
+    let first = state.archive.audit_export(None, EXPORT_PAGE).await?;
+    let pages = futures_util::stream::unfold(
+        (state.archive.clone(), Next::Page(first)),
+        |(archive, next)| async move {
+            let page = match next {
+                Next::Page(page) if !page.is_empty() => page,
+                Next::Page(_) | Next::Done => return None,
+                Next::Failed => {
+                    let cut = std::io::Error::other("the archive failed; the export is cut short");
+                    return Some((Err(cut), (archive, Next::Done)));
+                }
+            };
+            let mut out = String::new();
+            for e in &page {
+                out.push_str(&serde_json::to_string(e).expect("entries serialize"));
+                out.push('\n');
+            }
+            let after = page.last().map(|e| e.id);
+            let next = match archive.audit_export(after, EXPORT_PAGE).await {
+                Ok(next) => Next::Page(next),
+                Err(e) => {
+                    tracing::error!(error = %e, "audit export cut short");
+                    Next::Failed
+                }
+            };
+            Some((Ok::<_, std::io::Error>(out), (archive, next)))
+        },
+    );
     Ok((
         [
             (header::CONTENT_TYPE, "application/x-ndjson"),
@@ -163,7 +233,7 @@ async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppErro
                 "attachment; filename=\"lazarus-audit.ndjson\"",
             ),
         ],
-        out,
+        axum::body::Body::from_stream(pages),
     )
         .into_response())
 }
@@ -180,6 +250,15 @@ pub struct AdminPage {
 impl AdminPage {
     fn when(t: &time::OffsetDateTime) -> String {
         utc(*t)
+    }
+
+    /// When a token stops working, or that it has.
+    fn expiry(t: &TokenRecord) -> String {
+        match t.expires_at {
+            Some(at) if at <= time::OffsetDateTime::now_utc() => "expired".to_owned(),
+            Some(at) => utc(at),
+            None => "never".to_owned(),
+        }
     }
 }
 

@@ -98,11 +98,41 @@ impl ListParams {
         serde_urlencoded::to_string(&params).expect("strings always encode")
     }
 
+    /// No stored text holds NUL, and PostgreSQL refuses it in a parameter: a 400 that says
+    /// so, not a database error.
+    fn refuse_nul(&self) -> Result<(), AppError> {
+        let named = [
+            ("q", &self.q),
+            ("queue", &self.queue),
+            ("reason", &self.reason),
+            ("first_death_queue", &self.first_death_queue),
+            ("error", &self.error),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
+            ("status", &self.status),
+            ("content_type", &self.content_type),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("limit", &self.limit),
+            ("cursor", &self.cursor),
+        ];
+        match named
+            .iter()
+            .find(|(_, v)| v.as_deref().is_some_and(|v| v.contains('\0')))
+        {
+            Some((name, _)) => Err(AppError::BadRequest(format!(
+                "{name} contains a NUL character (%00), which no archived value holds"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Validates the filters; `business_fields` are the `--field` names `q` may use.
     pub fn parse(
         &self,
         business_fields: &[String],
     ) -> Result<(MessageFilter, PageRequest), AppError> {
+        self.refuse_nul()?;
         let search = search::parse(given(&self.q).unwrap_or(""), business_fields)
             .map_err(|e| AppError::BadRequest(e.to_string()))?;
 
@@ -237,19 +267,25 @@ async fn get_message(
         .get_message(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
+    // A few bodies at a time are loaded and decoded; the rest wait, or hear 503.
+    let permit = state.bodies.acquire().await?;
     let body = state
         .archive
         .get_body(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    let body = state.masking.body(caller.role, body);
+    let masking = state.masking.clone();
+    let role = caller.role;
+    let body = state
+        .bodies
+        .run_with(permit, move || {
+            BodyJson::new(&masking.body(role, body).bytes)
+        })
+        .await?;
     state
         .masking
         .fields(caller.role, &mut message.summary.fields);
-    Ok(Json(MessageDetail {
-        message,
-        body: BodyJson::new(&body.bytes),
-    }))
+    Ok(Json(MessageDetail { message, body }))
 }
 
 /// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
@@ -259,12 +295,23 @@ async fn download_body(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let (id, numeric) = parse_id(id)?;
+    let permit = state.bodies.acquire().await?;
     let body = state
         .archive
         .get_body(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    let body = state.masking.body(caller.role, body);
+    let body = match state.masking.applies(caller.role) {
+        true => {
+            let masking = state.masking.clone();
+            let role = caller.role;
+            state
+                .bodies
+                .run_with(permit, move || masking.body(role, body))
+                .await?
+        }
+        false => body,
+    };
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
@@ -372,6 +419,29 @@ mod tests {
     }
 
     #[test]
+    fn keys_and_targets_are_bounded_at_the_edge() {
+        assert!(check_request_key("click-1").is_ok());
+        assert!(check_request_key(&"k".repeat(MAX_REQUEST_KEY_CHARS + 1)).is_err());
+        assert!(check_request_key("a\nb").is_err() && check_request_key("").is_err());
+        let target = |exchange: &str| ReplayTarget {
+            exchange: exchange.into(),
+            routing_key: "k".into(),
+        };
+        assert!(check_target(&target("billing")).is_ok());
+        assert!(check_target(&target(&"e".repeat(256))).is_err());
+        assert!(check_target(&target("a\0b")).is_err());
+    }
+
+    #[test]
+    fn nul_in_any_filter_is_refused_by_name() {
+        let err = params(&[("routing_key", "a%00b")]).parse(&[]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("routing_key contains a NUL"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn datetime_local_values_are_utc() {
         let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse(&[]).unwrap();
         assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
@@ -399,6 +469,10 @@ async fn replay_message(
     let (_, numeric) = parse_id(id)?;
     let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let key = request.request_key.unwrap_or_else(new_request_key);
+    check_request_key(&key)?;
+    if let Some(target) = &request.target {
+        check_target(target)?;
+    }
     let edit = (request.body.is_some() || request.headers.is_some()).then(|| ReplayEdit {
         body: request.body.map(String::into_bytes),
         headers: request.headers,
@@ -413,6 +487,7 @@ async fn replay_message(
             request_key: &key,
             actor: &caller.actor(),
             metrics: state.metrics.clone(),
+            policy: &state.replay_policy,
         },
     )
     .await?;
@@ -422,6 +497,39 @@ async fn replay_message(
         ReplayAnswer::Pending(_) => axum::http::StatusCode::ACCEPTED,
     };
     Ok((status, Json(answer.record().clone())))
+}
+
+/// The longest request key accepted (they are stored, and audited with their replay).
+pub const MAX_REQUEST_KEY_CHARS: usize = 200;
+/// The longest exchange name and routing key AMQP carries (short strings).
+const MAX_TARGET_BYTES: usize = 255;
+
+/// A request key, bounded, without control characters.
+pub(super) fn check_request_key(key: &str) -> Result<(), AppError> {
+    if key.is_empty()
+        || key.chars().count() > MAX_REQUEST_KEY_CHARS
+        || key.contains(char::is_control)
+    {
+        return Err(AppError::BadRequest(format!(
+            "request_key has 1 to {MAX_REQUEST_KEY_CHARS} characters, no control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// A target AMQP can carry: exchange and routing key of at most 255 bytes, no NUL.
+pub(super) fn check_target(target: &ReplayTarget) -> Result<(), AppError> {
+    for (name, value) in [
+        ("exchange", &target.exchange),
+        ("routing_key", &target.routing_key),
+    ] {
+        if value.len() > MAX_TARGET_BYTES || value.contains('\0') {
+            return Err(AppError::BadRequest(format!(
+                "the target's {name} has at most {MAX_TARGET_BYTES} bytes and no NUL (AMQP's limit)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A request key no one else has: time and a process-wide counter.

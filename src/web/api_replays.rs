@@ -12,7 +12,8 @@ use super::api::{new_request_key, parse_id, ListParams};
 use super::auth::Caller;
 use super::{AppError, AppState};
 use crate::archive::{
-    Actor, AuditEntry, Canary, JobAction, JobItem, JobSpec, ReplayJob, Selection, MAX_PAGE_SIZE,
+    Actor, AuditEntry, Canary, JobAction, JobItem, JobSpec, ReplayJob, Role, Selection,
+    MAX_PAGE_SIZE,
 };
 use crate::death::ReplayTarget;
 
@@ -151,6 +152,10 @@ pub async fn create(
     request.check()?;
     let (selection, selection_text) = request.selection.resolve(&state.business_fields)?;
     let key = request.request_key.clone().unwrap_or_else(new_request_key);
+    super::api::check_request_key(&key)?;
+    if let Some(target) = &request.target {
+        super::api::check_target(target)?;
+    }
     let job = state
         .archive
         .create_job(&JobSpec {
@@ -163,8 +168,22 @@ pub async fn create(
             include_replayed: request.include_replayed,
             canary: request.canary,
             start: !request.dry_run,
+            policy: &state.replay_policy,
         })
         .await?;
+    // The same key is the same request: asked again for something else, it is refused
+    // rather than answered with a job that is not what was asked.
+    let asked: serde_json::Value =
+        serde_json::from_str(&selection_text).unwrap_or(serde_json::Value::Null);
+    if job.selection != asked || job.target != request.target {
+        return Err(AppError::Archive(crate::archive::ArchiveError::Conflict(
+            format!(
+                "request_key {key:?} was used for replay job {} with another selection or target; \
+             use a new key",
+                job.id
+            ),
+        )));
+    }
     state.jobs_wake.notify_one();
     Ok(job)
 }
@@ -195,6 +214,14 @@ pub async fn find_job(state: &AppState, id: i64) -> Result<ReplayJob, AppError> 
         .ok_or_else(|| AppError::NotFound(format!("no replay job with id {id}")))
 }
 
+/// The job as a caller with `role` may see it: a search by a masked field is masked.
+pub fn shown(state: &AppState, role: Role, mut job: ReplayJob) -> ReplayJob {
+    job.selection = state
+        .masking
+        .selection(role, &job.selection, &state.business_fields);
+    job
+}
+
 async fn create_job(
     State(state): State<AppState>,
     caller: Caller,
@@ -209,18 +236,27 @@ struct JobList {
     replays: Vec<ReplayJob>,
 }
 
-async fn list_jobs(State(state): State<AppState>) -> Result<Json<JobList>, AppError> {
+async fn list_jobs(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<JobList>, AppError> {
+    let jobs = state.archive.jobs(100).await?;
     Ok(Json(JobList {
-        replays: state.archive.jobs(100).await?,
+        replays: jobs
+            .into_iter()
+            .map(|job| shown(&state, caller.role, job))
+            .collect(),
     }))
 }
 
 async fn get_job(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ReplayJob>, AppError> {
     let (_, id) = parse_id(id)?;
-    Ok(Json(find_job(&state, id).await?))
+    let job = find_job(&state, id).await?;
+    Ok(Json(shown(&state, caller.role, job)))
 }
 
 /// `?outcome=published|unroutable|nacked|failed|skipped|cancelled|pending&after=&limit=`

@@ -10,7 +10,7 @@ use super::AppState;
 
 pub const HTMX: &str = "/static/htmx-2.0.11.min.js";
 pub const CSS: &str = "/static/lazarus-1.css";
-pub const JS: &str = "/static/lazarus-1.js";
+pub const JS: &str = "/static/lazarus-2.js";
 
 const CACHE_FOREVER: &str = "public, max-age=31536000, immutable";
 
@@ -49,7 +49,7 @@ pub fn routes() -> Router<AppState> {
             get(|| async {
                 asset(
                     "text/javascript; charset=utf-8",
-                    include_bytes!("../../static/lazarus-1.js"),
+                    include_bytes!("../../static/lazarus-2.js"),
                 )
             }),
         )

@@ -1,25 +1,25 @@
 //! Authentication on every request: who the caller is (session cookie, bearer token,
-//! trusted proxy, or nobody in `--auth none`), whether their role allows the route, the
-//! sign-in and sign-out pages, and the page chrome that says who is signed in.
+//! trusted proxy, or nobody in `--auth none`), whether their role allows the route, and the
+//! page chrome that says who is signed in. Signing in and out is `signin`.
 
 use std::net::SocketAddr;
 
 use askama::Template;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
-use serde::Deserialize;
 
-use super::html::{is_htmx, render, PageError};
+use super::client::{client_ip, from_trusted_proxy};
+use super::html::{is_htmx, PageError};
 use super::{AppError, AppState};
 use crate::archive::{Actor, Role};
-use crate::auth::{
-    required_role, secret_hash, verify_password, AuthMode, SESSION_COOKIE, TOKEN_PREFIX,
-};
+use crate::auth::{check_name, required_role, secret_hash, AuthMode, TOKEN_PREFIX};
+
+/// The longest `X-Forwarded-Email` believed.
+const MAX_EMAIL_CHARS: usize = 254;
 
 /// The authenticated caller of a request, put there by [`authenticate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct Caller {
     pub source: Option<String>,
     /// Signed in with a session cookie (shows a sign-out button).
     pub session: bool,
+    /// The user this caller acts for (a token's owner): what they make is theirs.
+    pub owner: Option<String>,
 }
 
 impl Caller {
@@ -53,14 +55,23 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-fn peer(request: &Request) -> Option<SocketAddr> {
+/// A public route's caller, when someone signed in is calling.
+impl<S: Send + Sync> OptionalFromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Caller>().cloned())
+    }
+}
+
+pub(super) fn peer(request: &Request) -> Option<SocketAddr> {
     request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0)
 }
 
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -77,14 +88,15 @@ async fn identify(
     headers: &HeaderMap,
     peer: Option<SocketAddr>,
 ) -> Result<Option<Caller>, AppError> {
-    let source = peer.map(|p| p.ip().to_string());
     let settings = &state.auth;
+    let source = client_ip(settings, headers, peer).map(|ip| ip.to_string());
     if settings.mode == AuthMode::None {
         return Ok(Some(Caller {
             name: "anonymous".into(),
             role: Role::Admin,
             source,
             session: false,
+            owner: None,
         }));
     }
     // Only our own bearer tokens count; any other Authorization (a proxy's, a probe's
@@ -101,24 +113,35 @@ async fn identify(
             .token(&secret_hash(token))
             .await?
             .ok_or_else(|| AppError::Unauthorized("unknown or revoked API token".into()))?;
+        if record.expired(time::OffsetDateTime::now_utc()) {
+            let on = record.expires_at.map(super::html::utc).unwrap_or_default();
+            return Err(AppError::Unauthorized(format!(
+                "this API token expired on {on}: an admin makes a new one"
+            )));
+        }
         return Ok(Some(Caller {
             name: format!("token:{}", record.name),
             role: record.role,
             source,
             session: false,
+            owner: record.owner,
         }));
     }
     match settings.mode {
         AuthMode::Users => {
-            let Some(secret) = cookie(headers, SESSION_COOKIE) else {
+            let Some(secret) = cookie(headers, settings.session_cookie()) else {
                 return Ok(None);
             };
-            let idle = settings.session_idle.as_millis() as u64;
             Ok(state
                 .archive
-                .session_user(&secret_hash(secret), idle)
+                .session_user(
+                    &secret_hash(secret),
+                    settings.session_idle.as_millis() as u64,
+                    settings.session_max.as_millis() as u64,
+                )
                 .await?
                 .map(|user| Caller {
+                    owner: Some(user.name.clone()),
                     name: user.name,
                     role: user.role,
                     source,
@@ -126,7 +149,7 @@ async fn identify(
                 }))
         }
         AuthMode::Proxy => {
-            let trusted = peer.is_some_and(|p| settings.trusted_proxies.contains(&p.ip()));
+            let trusted = from_trusted_proxy(settings, peer);
             let text = |name: &str| {
                 headers
                     .get(name)
@@ -137,12 +160,15 @@ async fn identify(
             let (Some(user), true) = (text("x-forwarded-user"), trusted) else {
                 return Ok(None);
             };
+            check_name(user).map_err(|e| AppError::BadRequest(format!("X-Forwarded-User: {e}")))?;
             let role = state
                 .archive
                 .user(user)
                 .await?
                 .map_or(settings.proxy_default_role, |u| u.role);
-            let name = match text("x-forwarded-email") {
+            let email = text("x-forwarded-email")
+                .filter(|e| e.chars().count() <= MAX_EMAIL_CHARS && !e.contains(char::is_control));
+            let name = match email {
                 Some(email) if email != user => format!("{user} <{email}>"),
                 _ => user.to_owned(),
             };
@@ -151,6 +177,7 @@ async fn identify(
                 role,
                 source,
                 session: false,
+                owner: Some(user.to_owned()),
             }))
         }
         AuthMode::None => unreachable!("answered above"),
@@ -300,182 +327,10 @@ struct ChromePartial {
     session: bool,
 }
 
-#[derive(Template)]
-#[template(path = "login.html")]
-pub struct LoginPage {
-    pub next: String,
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct LoginQuery {
-    next: Option<String>,
-}
-
-/// Only a path on this site may be returned to after signing in (no open redirect).
-fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n)
-            if n.starts_with('/')
-                && !n.starts_with("//")
-                && !n.contains('\\')
-                && !n.chars().any(|c| c.is_control() || c.is_whitespace()) =>
-        {
-            n.to_owned()
-        }
-        _ => "/".to_owned(),
-    }
-}
-
-/// `GET /login`
-pub async fn login_page(
-    State(state): State<AppState>,
-    axum::extract::Query(query): axum::extract::Query<LoginQuery>,
-) -> Response {
-    if state.auth.mode != AuthMode::Users {
-        return Redirect::to("/").into_response();
-    }
-    render(&LoginPage {
-        next: safe_next(query.next.as_deref()),
-        error: None,
-    })
-}
-
-/// Never `Debug`: it holds a password.
-#[derive(Deserialize)]
-pub struct LoginForm {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    password: String,
-    next: Option<String>,
-}
-
-/// `POST /login`: a session cookie for a right password; throttled after failures.
-pub async fn login(State(state): State<AppState>, request: Request) -> Response {
-    let source = peer(&request).map(|p| p.ip().to_string());
-    let address = source.clone().unwrap_or_else(|| "unknown".into());
-    let form: Result<Form<LoginForm>, _> = Form::from_request(request, &state).await;
-    let Ok(Form(form)) = form else {
-        return (StatusCode::BAD_REQUEST, "send name and password as a form").into_response();
-    };
-    let next = safe_next(form.next.as_deref());
-    let again = |status: StatusCode, error: String| {
-        (
-            status,
-            render(&LoginPage {
-                next: next.clone(),
-                error: Some(error),
-            }),
-        )
-            .into_response()
-    };
-    if state.auth.mode != AuthMode::Users {
-        return again(StatusCode::NOT_FOUND, "sign-in is not used here".into());
-    }
-    let name = form.name.trim().to_owned();
-    if let Some(wait) = state.throttle.blocked(&name, &address) {
-        return again(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "too many failed sign-ins: try again in {} minutes",
-                wait.as_secs().div_ceil(60)
-            ),
-        );
-    }
-    let actor = Actor {
-        name: name.clone(),
-        source: source.clone(),
-    };
-    let user = match state.archive.user(&name).await {
-        Ok(user) => user,
-        Err(e) => return PageError::new(e, &HeaderMap::new()).into_response(),
-    };
-    let hash = user.as_ref().and_then(|u| u.password_hash.clone());
-    let password = form.password;
-    // Verified off the async threads (argon2 is slow on purpose); an unknown user costs
-    // the same as a wrong password.
-    let ok = tokio::task::spawn_blocking(move || match hash {
-        Some(hash) => verify_password(&password, &hash),
-        None => {
-            let _ = crate::auth::hash_password("a password nobody has, to spend the same time");
-            false
-        }
-    })
-    .await
-    .unwrap_or(false);
-    if !ok {
-        state.throttle.failed(&name, &address);
-        let _ = state
-            .archive
-            .record(
-                &actor,
-                "login_failed",
-                &format!("failed sign-in as {name:?}"),
-            )
-            .await;
-        return again(StatusCode::UNAUTHORIZED, "wrong name or password".into());
-    }
-    state.throttle.succeeded(&name);
-    let secret = crate::auth::new_secret();
-    if let Err(e) = state
-        .archive
-        .create_session(&secret_hash(&secret), &name)
-        .await
-    {
-        return PageError::new(e, &HeaderMap::new()).into_response();
-    }
-    let _ = state.archive.record(&actor, "login", "signed in").await;
-    let mut cookie = format!("{SESSION_COOKIE}={secret}; Path=/; HttpOnly; SameSite=Strict");
-    if state.auth.secure_cookies {
-        cookie.push_str("; Secure");
-    }
-    let mut response = Redirect::to(&next).into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&cookie).expect("a cookie is ASCII"),
-    );
-    response
-}
-
-/// `POST /logout`: ends the session and clears the cookie.
-pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(secret) = cookie(&headers, SESSION_COOKIE) {
-        let hash = secret_hash(secret);
-        if let Ok(Some(user)) = state
-            .archive
-            .session_user(&hash, state.auth.session_idle.as_millis() as u64)
-            .await
-        {
-            let _ = state
-                .archive
-                .record(&Actor::system(&user.name), "logout", "signed out")
-                .await;
-        }
-        let _ = state.archive.end_session(&hash).await;
-    }
-    let mut response = Redirect::to("/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("lazarus_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_local_paths_are_returned_to() {
-        assert_eq!(safe_next(Some("/messages?q=a")), "/messages?q=a");
-        assert_eq!(safe_next(Some("//evil.example")), "/");
-        assert_eq!(safe_next(Some("https://evil.example")), "/");
-        assert_eq!(safe_next(Some("/\\evil.example")), "/");
-        assert_eq!(safe_next(Some("/\t/evil.example")), "/");
-        assert_eq!(safe_next(Some("/a\r\nSet-Cookie: x")), "/");
-        assert_eq!(safe_next(None), "/");
-    }
+    use axum::http::HeaderValue;
 
     #[test]
     fn only_loopback_names_pass_without_sign_in() {
@@ -498,7 +353,7 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; lazarus_session=s3cret; b=2"),
         );
-        assert_eq!(cookie(&h, SESSION_COOKIE), Some("s3cret"));
+        assert_eq!(cookie(&h, crate::auth::SESSION_COOKIE), Some("s3cret"));
         assert_eq!(cookie(&h, "c"), None);
     }
 }

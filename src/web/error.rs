@@ -26,6 +26,9 @@ pub enum AppError {
     /// A dependency (the broker) is unreachable.
     #[error("{0}")]
     Unavailable(String),
+    /// Too much of some heavy work at once (hashing, decoding): try again shortly.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<ReplayError> for AppError {
@@ -36,6 +39,7 @@ impl From<ReplayError> for AppError {
             | ReplayError::MissingExchange(_)
             | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
+            ReplayError::NotAllowed(_) => AppError::Forbidden(e.to_string()),
             ReplayError::InProgress(_) | ReplayError::KeyReused(_) => {
                 AppError::Archive(crate::archive::ArchiveError::Conflict(e.to_string()))
             }
@@ -52,7 +56,9 @@ impl AppError {
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
             AppError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m.clone()),
             AppError::Forbidden(m) => (StatusCode::FORBIDDEN, m.clone()),
-            AppError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
+            AppError::Unavailable(m) | AppError::Busy(m) => {
+                (StatusCode::SERVICE_UNAVAILABLE, m.clone())
+            }
             AppError::Archive(e @ ArchiveError::UnknownJob(_)) => {
                 (StatusCode::NOT_FOUND, e.to_string())
             }
@@ -75,10 +81,35 @@ impl AppError {
     }
 }
 
+impl AppError {
+    /// Seconds to wait before trying again, when waiting helps.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(self, AppError::Busy(_)).then_some(RETRY_AFTER_SECS)
+    }
+}
+
+/// What a busy answer tells the client to wait.
+pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Adds `Retry-After` to an answer when the error says waiting helps.
+pub fn with_retry_after(mut response: Response, error_retry: Option<u64>) -> Response {
+    if let Some(secs) = error_retry {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(secs),
+        );
+    }
+    response
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        let retry = self.retry_after();
         let (status, message) = self.status_and_message();
-        (status, Json(json!({ "error": message }))).into_response()
+        with_retry_after(
+            (status, Json(json!({ "error": message }))).into_response(),
+            retry,
+        )
     }
 }
 

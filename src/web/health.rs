@@ -7,6 +7,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::auth::Caller;
 use super::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -20,15 +21,28 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+/// Ready or not, for anyone (a load balancer's probe); which queue and what the database
+/// said only for someone signed in: queue names and database errors tell an outsider
+/// about the systems behind Lazarus.
+async fn readyz(State(state): State<AppState>, caller: Option<Caller>) -> impl IntoResponse {
     let database = state.archive.ping().await;
-    let queues = state.status.snapshot();
     let ready = database.is_ok() && state.status.all_consuming();
     let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    if caller.is_none() {
+        let database = if database.is_ok() {
+            "ok"
+        } else {
+            "unavailable"
+        };
+        return (
+            code,
+            Json(json!({"ready": ready, "database": {"state": database}})),
+        );
+    }
     let database = match database {
         Ok(()) => json!({"state": "ok"}),
         Err(e) => json!({"state": "unavailable", "detail": e.to_string()}),
@@ -38,7 +52,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Json(json!({
             "ready": ready,
             "database": database,
-            "queues": queues,
+            "queues": state.status.snapshot(),
             "warnings": state.status.warnings(),
         })),
     )

@@ -61,6 +61,7 @@ impl PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        let retry = self.error.retry_after();
         let (status, message) = self.error.status_and_message();
         let title = match status {
             StatusCode::NOT_FOUND => "Not found",
@@ -76,7 +77,7 @@ impl IntoResponse for PageError {
                 message: &message,
             })
         };
-        (status, body).into_response()
+        super::error::with_retry_after((status, body).into_response(), retry)
     }
 }
 

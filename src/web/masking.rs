@@ -1,82 +1,86 @@
 //! Masking for viewers: the JSON pointers given with `--mask` (card numbers, emails) are
-//! shown as `***` to callers with the viewer role — in bodies (page, API, download) and in
-//! the business fields extracted from them — and viewers cannot search by those fields.
-//! Operators and admins see messages as archived. (Masked values are kept out of the
-//! full-text index at ingest.)
+//! shown as `***` to callers with the viewer role — in bodies (page, API, download), in the
+//! business fields extracted from them and in the searches a plan was made from — and
+//! viewers cannot search by those fields. A body that cannot be masked (not JSON, or over
+//! [`MAX_MASKED_BODY`] decoded) is withheld from them. Operators and admins see messages as
+//! archived. (Masked values are kept out of the word index at ingest.)
 
 use std::collections::BTreeMap;
 
 use super::AppError;
 use crate::archive::{BusinessField, MessageFilter, Role, StoredBody};
-use crate::body::{mask_json, MASK};
-
-/// Bodies are decoded up to this size to be masked; a larger one is withheld from viewers.
-const MAX_MASKED_BODY: usize = 64 * 1024 * 1024;
+use crate::body::{whole_text, NotText};
+pub use crate::masking::MAX_MASKED_BODY;
+use crate::masking::{mask_json, Pointers, MASK};
 
 /// The masking rules of an instance.
 #[derive(Debug, Clone, Default)]
 pub struct Masking {
-    pointers: Vec<String>,
+    pointers: Pointers,
     /// Business fields whose pointer is masked (or lies inside a masked value).
     fields: Vec<String>,
 }
 
+fn withheld(why: &str) -> StoredBody {
+    StoredBody {
+        bytes: format!("(withheld: {why})").into_bytes(),
+        content_type: Some("text/plain".into()),
+        content_encoding: None,
+    }
+}
+
 impl Masking {
     pub fn new(pointers: &[String], fields: &[BusinessField]) -> Self {
-        let masked_field = |f: &&BusinessField| {
-            pointers
-                .iter()
-                .any(|p| f.pointer == *p || f.pointer.starts_with(&format!("{p}/")))
-        };
+        let pointers = Pointers::new(pointers);
         Masking {
-            pointers: pointers.to_vec(),
             fields: fields
                 .iter()
-                .filter(masked_field)
+                .filter(|f| pointers.cover(&f.pointer))
                 .map(|f| f.name.clone())
                 .collect(),
+            pointers,
         }
     }
 
-    fn applies(&self, role: Role) -> bool {
+    /// Whether a caller with `role` sees masked bodies.
+    pub fn applies(&self, role: Role) -> bool {
         role == Role::Viewer && !self.pointers.is_empty()
     }
 
-    /// The body a caller with `role` may see: masked JSON (decoded, so without its
-    /// content-encoding) for viewers, as archived otherwise. A body that is not JSON cannot
-    /// be masked and is shown as archived.
+    /// The body a caller with `role` may see: for viewers, the JSON decoded (so without
+    /// its content-encoding, in UTF-8) and masked, or a note that it is withheld; as archived
+    /// otherwise. At most [`MAX_MASKED_BODY`] bytes are ever decoded, in one pass without
+    /// recursion: run it off the async threads (it is CPU work on up to 8 MiB).
     pub fn body(&self, role: Role, body: StoredBody) -> StoredBody {
         if !self.applies(role) {
             return body;
         }
-        let decoded = crate::body::decompress(
+        let text = whole_text(
             &body.bytes,
+            body.content_type.as_deref(),
             body.content_encoding.as_deref(),
             MAX_MASKED_BODY,
         );
-        let decoded = match decoded {
-            Ok(None) => body.bytes.clone(),
-            Ok(Some(d)) if d.complete => d.bytes,
-            _ => {
-                return StoredBody {
-                    bytes: b"(withheld: too large or undecodable to mask)".to_vec(),
-                    content_type: Some("text/plain".into()),
-                    content_encoding: None,
-                }
+        let text = match text {
+            Ok(text) => text,
+            Err(NotText::TooLarge) => {
+                return withheld(&format!(
+                    "masking is configured and this body decodes to more than {} MiB, too large to mask",
+                    MAX_MASKED_BODY / (1024 * 1024)
+                ))
+            }
+            Err(NotText::Undecodable) => {
+                return withheld("masking is configured and this body is not text that decodes")
             }
         };
-        match mask_json(&decoded, &self.pointers) {
+        match mask_json(&text, &self.pointers) {
             Some(masked) => StoredBody {
-                bytes: masked,
-                content_type: body.content_type,
+                bytes: masked.into_bytes(),
+                content_type: Some("application/json".into()),
                 content_encoding: None,
             },
             // What is not JSON cannot be masked, so viewers do not see it.
-            None => StoredBody {
-                bytes: b"(withheld: masking is configured and this body is not JSON)".to_vec(),
-                content_type: Some("text/plain".into()),
-                content_encoding: None,
-            },
+            None => withheld("masking is configured and this body is not JSON"),
         }
     }
 
@@ -105,35 +109,102 @@ impl Masking {
             }
         }
     }
+
+    /// A job's selection as a caller with `role` may see it: a search by a masked business
+    /// field (`card:4111…`) shows `card:***` to viewers.
+    pub fn selection(
+        &self,
+        role: Role,
+        selection: &serde_json::Value,
+        business_fields: &[String],
+    ) -> serde_json::Value {
+        let mut selection = selection.clone();
+        if !self.applies(role) || self.fields.is_empty() {
+            return selection;
+        }
+        let Some(q) = selection.pointer_mut("/filter/q") else {
+            return selection;
+        };
+        let masked = match q.as_str().map(|q| crate::search::parse(q, business_fields)) {
+            Some(Ok(mut search)) => {
+                for term in &mut search.fields {
+                    if self.fields.contains(&term.field) {
+                        term.value = MASK.into();
+                    }
+                }
+                search.to_string()
+            }
+            // Not a search this instance reads: nothing of it can be shown safely.
+            _ => MASK.to_owned(),
+        };
+        *q = serde_json::Value::String(masked);
+        selection
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn stored(bytes: &[u8], content_type: Option<&str>, encoding: Option<&str>) -> StoredBody {
+        StoredBody {
+            bytes: bytes.to_vec(),
+            content_type: content_type.map(str::to_owned),
+            content_encoding: encoding.map(str::to_owned),
+        }
+    }
+
+    fn shown(m: &Masking, body: StoredBody) -> String {
+        String::from_utf8(m.body(Role::Viewer, body).bytes).unwrap()
+    }
 
     #[test]
-    fn pointers_are_masked_and_the_rest_kept() {
-        let body = br#"{"card": {"number": "4111111111111111", "exp": "12/29"}, "email": "a@b.c", "n": 1}"#;
-        let masked = mask_json(
-            body,
-            &["/card/number".into(), "/email".into(), "/absent".into()],
-        )
-        .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&masked).unwrap();
-        assert_eq!(v["card"]["number"], MASK);
-        assert_eq!(v["card"]["exp"], "12/29");
-        assert_eq!(v["email"], MASK);
-        assert_eq!(v["n"], 1);
-        assert_eq!(mask_json(b"not json", &["/a".into()]), None);
-        let m = Masking::new(&["/a".into()], &[]);
-        let text = StoredBody {
-            bytes: b"card 4111".to_vec(),
-            content_type: None,
-            content_encoding: None,
-        };
-        assert!(!String::from_utf8(m.body(Role::Viewer, text).bytes)
-            .unwrap()
-            .contains("4111"));
+    fn viewers_get_masked_json_or_nothing() {
+        let m = Masking::new(&["/card/number".into()], &[]);
+        let json = br#"{"card": {"number": "4111", "exp": "12/29"}}"#;
+        let seen = shown(&m, stored(json, Some("application/json"), None));
+        assert_eq!(seen, r#"{"card": {"number": "***", "exp": "12/29"}}"#);
+        for hidden in [
+            stored(b"card 4111", Some("text/plain"), None),
+            stored(b"\x1f\x8b not gzip", None, Some("gzip")),
+            stored(b"{\"card\": {\"number\": \"\xff\"}}", None, None),
+        ] {
+            let seen = shown(&m, hidden);
+            assert!(
+                seen.starts_with("(withheld") && !seen.contains("4111"),
+                "{seen}"
+            );
+        }
+        let latin1 = stored(
+            b"{\"card\": {\"number\": \"4111\"}, \"who\": \"Ren\xe9\"}",
+            Some("application/json; charset=iso-8859-1"),
+            None,
+        );
+        assert_eq!(
+            shown(&m, latin1),
+            r#"{"card": {"number": "***"}, "who": "René"}"#
+        );
+    }
+
+    #[test]
+    fn a_bomb_is_decoded_no_further_than_the_limit() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(br#"{"card": {"number": "4111"}, "pad": ""#)
+            .unwrap();
+        for _ in 0..(MAX_MASKED_BODY / 4096 + 1) {
+            gz.write_all(&[b'a'; 4096]).unwrap();
+        }
+        gz.write_all(br#""}"#).unwrap();
+        let bomb = stored(
+            &gz.finish().unwrap(),
+            Some("application/json"),
+            Some("gzip"),
+        );
+        let m = Masking::new(&["/card/number".into()], &[]);
+        let seen = shown(&m, bomb);
+        assert!(seen.contains("too large to mask"), "{seen}");
     }
 
     #[test]
@@ -143,14 +214,13 @@ mod tests {
             .map(|f| f.parse().unwrap())
             .collect();
         let m = Masking::new(&["/card".into()], &fields);
-        let body = StoredBody {
-            bytes: br#"{"card": {"number": "4111"}, "order": "O-1"}"#.to_vec(),
-            content_type: Some("application/json".into()),
-            content_encoding: None,
-        };
+        let body = stored(
+            br#"{"card": {"number": "4111"}, "order": "O-1"}"#,
+            Some("application/json"),
+            None,
+        );
         assert_eq!(m.body(Role::Operator, body.clone()), body);
-        let seen = m.body(Role::Viewer, body);
-        assert!(!String::from_utf8(seen.bytes).unwrap().contains("4111"));
+        assert!(!shown(&m, body).contains("4111"));
         let mut values = BTreeMap::from([
             ("card".to_owned(), "4111".to_owned()),
             ("order".to_owned(), "O-1".to_owned()),
@@ -162,5 +232,25 @@ mod tests {
             (values["card"].as_str(), values["order"].as_str()),
             (MASK, "O-1")
         );
+    }
+
+    #[test]
+    fn a_plan_made_by_a_masked_field_shows_viewers_the_mask() {
+        let fields: Vec<BusinessField> = ["card=/card/number", "order=/order"]
+            .iter()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
+        let m = Masking::new(&["/card".into()], &fields);
+        let selection =
+            json!({"filter": {"q": "card:\"4111 2222\" order:O-1 timeout", "queue": "q"}});
+        let seen = m.selection(Role::Viewer, &selection, &names);
+        let q = seen["filter"]["q"].as_str().unwrap();
+        assert!(!q.contains("4111") && q.contains("card:***"), "{q}");
+        assert!(q.contains("order:O-1") && q.contains("timeout"), "{q}");
+        assert_eq!(seen["filter"]["queue"], "q");
+        assert_eq!(m.selection(Role::Operator, &selection, &names), selection);
+        let ids = json!({"ids": ["1"]});
+        assert_eq!(m.selection(Role::Viewer, &ids, &names), ids);
     }
 }

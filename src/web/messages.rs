@@ -421,6 +421,8 @@ pub async fn replay_form(
         exchange: form.exchange.trim().to_owned(),
         routing_key: form.routing_key.trim().to_owned(),
     };
+    super::api::check_target(&target).map_err(page_error)?;
+    super::api::check_request_key(&form.request_key).map_err(page_error)?;
     if target.exchange.is_empty() && target.routing_key.is_empty() {
         return Err(page_error(AppError::BadRequest(
             "choose a target: an exchange, a routing key, or both (the default exchange routes by queue name)".into(),
@@ -447,6 +449,7 @@ pub async fn replay_form(
             request_key: &form.request_key,
             actor: &caller.actor(),
             metrics: state.metrics.clone(),
+            policy: &state.replay_policy,
         },
     )
     .await
@@ -552,15 +555,28 @@ pub async fn detail_page(
     state
         .masking
         .fields(caller.role, &mut message.summary.fields);
-    let body = state.masking.body(
-        caller.role,
-        state
-            .archive
-            .get_body(numeric)
-            .await
-            .map_err(|e| page_error(e.into()))?
-            .ok_or_else(not_found)?,
-    );
+    // A few bodies at a time are loaded, decoded and rendered, off the async threads.
+    let permit = state.bodies.acquire().await.map_err(page_error)?;
+    let stored = state
+        .archive
+        .get_body(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(not_found)?;
+    let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
+    let (payload, editable_body) = state
+        .bodies
+        .run_with(permit, move || {
+            let body = masking.body(role, stored);
+            let payload = payload::view(
+                &body.bytes,
+                body.content_type.as_deref(),
+                body.content_encoding.as_deref(),
+            );
+            (payload, editable_body(&archived, &body.bytes))
+        })
+        .await
+        .map_err(page_error)?;
     let replays = state
         .archive
         .replays_of(numeric)
@@ -610,11 +626,7 @@ pub async fn detail_page(
             .collect(),
         target: target_text(s),
         problems: message.death_problems.clone(),
-        payload: payload::view(
-            &body.bytes,
-            body.content_type.as_deref(),
-            body.content_encoding.as_deref(),
-        ),
+        payload,
         size: human_bytes(s.body_size),
         related: related.iter().map(|m| Row::new(m, &[])).collect(),
         request_key: new_request_key(),
@@ -629,7 +641,7 @@ pub async fn detail_page(
             .map(|t| t.routing_key.clone())
             .unwrap_or_default(),
         replays: replays.iter().map(ReplayRow::new).collect(),
-        editable_body: editable_body(&message, &body.bytes),
+        editable_body,
         editable_headers: editable_headers(&message),
         status_note: message.status_note.clone(),
         summary: s.clone(),

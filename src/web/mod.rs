@@ -7,19 +7,24 @@ mod api_replays;
 mod assets;
 mod audit;
 pub mod auth;
+mod client;
 mod error;
 mod health;
 mod html;
+pub mod limits;
 pub mod masking;
 mod messages;
 mod overview;
 mod payload;
 mod replays;
 mod security;
+pub mod serve;
+mod signin;
 
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
 use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
@@ -29,12 +34,19 @@ use tower_http::trace::TraceLayer;
 use crate::archive::Archive;
 use crate::auth::{AuthSettings, Throttle};
 use crate::metrics::Metrics;
+use crate::replay::policy::ExchangePolicy;
 use crate::status::IngestStatus;
 
 pub use api::{new_request_key, ListParams};
 pub use api_replays::{IdValue, JobRequest, SelectionRequest};
 pub use error::AppError;
+pub use html::utc;
 pub use replays::human_duration;
+
+/// Requests that may wait for a body permit (each holds little while it waits).
+pub const BODY_QUEUE: usize = 64;
+/// Sign-ins that may wait for a hashing permit.
+pub const HASH_QUEUE: usize = 64;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -53,6 +65,12 @@ pub struct AppState {
     pub throttle: Arc<Throttle>,
     /// What viewers may not read (`--mask`).
     pub masking: Arc<masking::Masking>,
+    /// Loading, decoding, masking and rendering bodies: a few at a time.
+    pub bodies: Arc<limits::WorkLimit>,
+    /// Password hashing (argon2 is slow and takes 19 MiB on purpose): a few at a time.
+    pub hashing: Arc<limits::WorkLimit>,
+    /// Where replays may publish (`--replay-exchange`).
+    pub replay_policy: Arc<ExchangePolicy>,
 }
 
 impl AppState {
@@ -68,6 +86,17 @@ impl AppState {
             auth: Arc::new(AuthSettings::none()),
             throttle: Arc::new(Throttle::default()),
             masking: Arc::new(masking::Masking::default()),
+            bodies: Arc::new(limits::WorkLimit::new(
+                limits::cores(),
+                BODY_QUEUE,
+                "reading message bodies",
+            )),
+            hashing: Arc::new(limits::WorkLimit::new(
+                limits::cores(),
+                HASH_QUEUE,
+                "sign-in",
+            )),
+            replay_policy: Arc::new(ExchangePolicy::default()),
         }
     }
 }
@@ -86,8 +115,12 @@ pub fn router(state: AppState) -> Router {
         .route("/replays/{id}/progress", get(replays::progress_partial))
         .route("/replays/{id}/{action}", post(replays::control_form))
         .route("/audit", get(audit::audit_page))
-        .route("/login", get(auth::login_page).post(auth::login))
-        .route("/logout", post(auth::logout))
+        .route(
+            "/login",
+            get(signin::login_page)
+                .post(signin::login.layer(DefaultBodyLimit::max(signin::MAX_LOGIN_FORM_BYTES))),
+        )
+        .route("/logout", post(signin::logout))
         .route("/admin", get(admin::admin_page))
         .route("/admin/tokens", post(admin::token_form))
         .route("/admin/tokens/{id}/revoke", post(admin::revoke_form))

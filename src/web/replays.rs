@@ -281,6 +281,7 @@ pub struct ProgressPartial {
 pub async fn job_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<ItemParams>, QueryRejection>,
 ) -> Result<Response, PageError> {
@@ -289,6 +290,7 @@ pub async fn job_page(
     let Query(params) = params.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
     let (outcome, after, limit) = params.parse().map_err(page_error)?;
     let job = find_job(&state, id).await.map_err(page_error)?;
+    let job = api_replays::shown(&state, caller.role, job);
     let items = state
         .archive
         .job_items(id, outcome, after, limit)
@@ -361,12 +363,16 @@ pub struct JobsPage {
 pub async fn list_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
 ) -> Result<Response, PageError> {
-    let jobs = state
+    let jobs: Vec<ReplayJob> = state
         .archive
         .jobs(200)
         .await
-        .map_err(|e| PageError::new(e, &headers))?;
+        .map_err(|e| PageError::new(e, &headers))?
+        .into_iter()
+        .map(|job| api_replays::shown(&state, caller.role, job))
+        .collect();
     Ok(render(&JobsPage {
         jobs: jobs.iter().map(JobView::new).collect(),
     }))

@@ -12,11 +12,13 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-const PASSWORD: &str = "a long enough password";
+pub(crate) const PASSWORD: &str = "a long enough password";
 
 /// A Lazarus in `--auth users` with a viewer, an operator and an admin, and one archived
 /// message in its DLQ; returns the app, the DLQ and the message id.
-async fn users_app(tweak: impl FnOnce(&mut ServeConfig)) -> (TestApp, Topology, String, String) {
+pub(crate) async fn users_app(
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> (TestApp, Topology, String, String) {
     let p = unique("auth");
     let dlq = format!("{p}.dlq");
     let mut t = Topology::new().await;
@@ -57,7 +59,11 @@ async fn users_app(tweak: impl FnOnce(&mut ServeConfig)) -> (TestApp, Topology, 
 }
 
 /// Signs in and returns the `Cookie` header value.
-async fn sign_in(app: &TestApp, name: &str, password: &str) -> Result<String, HttpResponse> {
+pub(crate) async fn sign_in(
+    app: &TestApp,
+    name: &str,
+    password: &str,
+) -> Result<String, HttpResponse> {
     let form = format!(
         "name={name}&password={}&next=/messages",
         password.replace(' ', "+")
@@ -75,7 +81,7 @@ async fn sign_in(app: &TestApp, name: &str, password: &str) -> Result<String, Ht
     Ok(cookie.split(';').next().unwrap().to_owned())
 }
 
-async fn as_user(
+pub(crate) async fn as_user(
     app: &TestApp,
     cookie: &str,
     method: &str,

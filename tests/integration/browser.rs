@@ -303,3 +303,70 @@ async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_i
     browser.quit().await;
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_htmx_error_shows_the_servers_message_as_plain_text() {
+    let p = unique("toast");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    t.publish("", &dlq, b"{}", json_props("toast-1")).await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    let id = app.ids(&dlq).await.remove(0);
+
+    let browser = Browser::start().await;
+    browser
+        .go(&format!("http://{}/messages/{id}", app.addr))
+        .await;
+    // An HTML error partial: the exchange does not exist, and its name has `&` and `'`.
+    let exchange = browser
+        .find("form[hx-post$='/replay'] input[name=exchange]")
+        .await;
+    browser
+        .call("POST", &format!("/element/{exchange}/clear"), None)
+        .await;
+    browser
+        .call(
+            "POST",
+            &format!("/element/{exchange}/value"),
+            Some(json!({"text": "no&such'exchange"})),
+        )
+        .await;
+    let key = browser
+        .find("form[hx-post$='/replay'] input[name=routing_key]")
+        .await;
+    browser
+        .call(
+            "POST",
+            &format!("/element/{key}/value"),
+            Some(json!({"text": "anywhere"})),
+        )
+        .await;
+    let button = browser.find("form[hx-post$='/replay'] button").await;
+    browser
+        .call("POST", &format!("/element/{button}/click"), None)
+        .await;
+    let toast = browser
+        .wait_text("#toasts .error-box", "the error", |t| !t.is_empty())
+        .await;
+    assert!(
+        toast.contains("exchange \"no&such'exchange\" does not exist"),
+        "the toast reads as the server said it: {toast}"
+    );
+    assert!(
+        !toast.contains("&quot;") && !toast.contains("&amp;"),
+        "{toast}"
+    );
+
+    // A JSON error (an unknown route answers JSON).
+    browser
+        .script("document.getElementById('toasts').textContent = ''; htmx.ajax('GET', '/nowhere', '#replay-result');")
+        .await;
+    let toast = browser
+        .wait_text("#toasts .error-box", "the error", |t| !t.is_empty())
+        .await;
+    assert_eq!(toast, "no route for /nowhere");
+    browser.quit().await;
+    t.cleanup().await;
+}

@@ -594,7 +594,27 @@ pub async fn http_with(
     headers: &[(&str, &str)],
     typed_body: Option<(&str, &str)>,
 ) -> HttpResponse {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    http_from(None, addr, method, path, headers, typed_body).await
+}
+
+/// [`http_with`] from a source address of the test's choosing (any of 127.0.0.0/8 is this
+/// machine): a client the server sees as another address.
+pub async fn http_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    typed_body: Option<(&str, &str)>,
+) -> HttpResponse {
+    let mut stream = match source {
+        None => TcpStream::connect(addr).await.unwrap(),
+        Some(ip) => {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(ip, 0)).unwrap();
+            socket.connect(addr).await.unwrap()
+        }
+    };
     let body = typed_body.map_or("", |(_, b)| b);
     let mut content = match typed_body {
         Some((content_type, body)) => format!(

@@ -88,7 +88,8 @@ async fn a_plan_freezes_its_selection_and_its_job_publishes_it_once() {
         json!({
             "messages": 6, "to_publish": 4,
             "targets": [{"exchange": "", "routing_key": work, "messages": 4}],
-            "no_target": 1, "already_replayed": 1, "dismissed": 0, "in_other_jobs": 0
+            "no_target": 1, "already_replayed": 1, "dismissed": 0, "in_other_jobs": 0,
+            "not_allowed": 0, "refused_targets": []
         })
     );
     assert_eq!(t.depth(&work).await, 0, "a plan publishes nothing");
@@ -549,6 +550,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
             include_replayed: false,
             canary: None,
             start: true,
+            policy: &lazarus::replay::policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();

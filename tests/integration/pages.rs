@@ -251,7 +251,7 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     for path in [
         "/static/htmx-2.0.11.min.js",
         "/static/lazarus-1.css",
-        "/static/lazarus-1.js",
+        "/static/lazarus-2.js",
     ] {
         let (status, body, headers) = pages.get(path, false).await;
         assert_eq!(status, StatusCode::OK, "{path}");

@@ -14,12 +14,33 @@ function showLocalTimes(root) {
 }
 document.addEventListener("DOMContentLoaded", function () { showLocalTimes(document); });
 document.addEventListener("htmx:afterSwap", function (e) { showLocalTimes(e.target); });
+// The message of an error answer, as text: the "error" of a JSON answer, the text of an
+// HTML one (parsed, not shown: entities read as the characters they stand for, and nothing
+// in it runs), else the status.
+function errorMessage(xhr) {
+  var body = xhr.responseText || "";
+  var type = xhr.getResponseHeader("Content-Type") || "";
+  if (type.indexOf("json") !== -1) {
+    try {
+      var json = JSON.parse(body);
+      if (json && typeof json.error === "string") return json.error;
+    } catch (_) { /* not JSON after all: read it as text */ }
+  }
+  var text = body;
+  if (type.indexOf("html") !== -1) {
+    var page = new DOMParser().parseFromString(body, "text/html");
+    var box = page.querySelector(".error-box") || page.body;
+    text = box ? box.textContent : "";
+  }
+  text = text.replace(/\s+/g, " ").trim();
+  return (text || (xhr.status + " " + xhr.statusText)).slice(0, 300);
+}
 // htmx errors (a 4xx/5xx answer to a partial request) become a toast with the server's message.
 document.addEventListener("htmx:responseError", function (e) {
   var box = document.createElement("div");
   box.className = "error-box";
   box.setAttribute("role", "alert");
-  box.textContent = e.detail.xhr.responseText.replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim().slice(0, 300);
+  box.textContent = errorMessage(e.detail.xhr);
   document.getElementById("toasts").appendChild(box);
   setTimeout(function () { box.remove(); }, 8000);
 });

@@ -1,0 +1,9 @@
+-- API tokens expire, and belong to the user who made them: removing that user revokes them.
+ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE api_tokens ADD COLUMN owner TEXT;
+
+-- Tokens made before they could expire get 90 days from today, not from when they were
+-- made: none stops working the moment this version starts.
+UPDATE api_tokens SET expires_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000 + 7776000000
+WHERE expires_at IS NULL;
+UPDATE api_tokens SET owner = created_by WHERE created_by IN (SELECT name FROM users);
