@@ -10,7 +10,9 @@ use crate::brokers::{on_both_brokers, Broker};
 use crate::helpers::*;
 
 const BACKLOG: usize = 20_000;
-const CLOSES: usize = 3;
+/// Closes of Lazarus's connections: at least this many, and more until one has lost an ack.
+const MIN_CLOSES: usize = 3;
+const MAX_CLOSES: usize = 15;
 const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
 
 on_both_brokers!(
@@ -44,9 +46,13 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
         c.prefetch = 20;
     })
     .await;
-    // Each close as soon as Lazarus is consuming (and storing) again after the last one.
+    // Each close as soon as Lazarus is consuming (and storing) again after the last one, until
+    // one of them has cost an ack: whether a close lands between a commit and its ack is
+    // luck (three closes on 4.3 once lost none), so close again until one has.
     let mut archived_at_closes: Vec<i64> = Vec::new();
-    while archived_at_closes.len() < CLOSES {
+    while archived_at_closes.len() < MIN_CLOSES
+        || (archived_at_closes.len() < MAX_CLOSES && app.counter(DUPLICATES).await == 0)
+    {
         let after = archived_at_closes.last().copied().unwrap_or(500);
         let start = Instant::now();
         while app.archived().await <= after {
@@ -93,5 +99,9 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
     assert_eq!(rows, BACKLOG as i64, "rows archived");
     assert_eq!(distinct, rows, "distinct messages");
     assert_eq!(app.archived().await, rows, "the totals");
-    assert!(skipped > 0, "no ack was lost: nothing was tested");
+    assert!(
+        skipped > 0,
+        "{} closes lost no ack: nothing was tested",
+        archived_at_closes.len()
+    );
 }
