@@ -333,6 +333,12 @@ pub struct ServeConfig {
     /// process's open-file limit, at most 1024.
     #[arg(long, env = "LAZARUS_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+
+    /// RabbitMQ's management API (http://[user:password@]host:15672), read only: each DLQ's
+    /// delivery limit is checked there when it is first consumed. Without credentials, the
+    /// AMQP URL's are used.
+    #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
+    pub management_url: Option<String>,
 }
 
 impl ServeConfig {
@@ -429,6 +435,10 @@ impl fmt::Debug for ServeConfig {
             .field("replay_exchanges", &self.replay_exchanges)
             .field("header_timeout_secs", &self.header_timeout_secs)
             .field("max_connections", &self.max_connections)
+            .field(
+                "management_url",
+                &self.management_url.as_deref().map(redact_url),
+            )
             .finish()
     }
 }

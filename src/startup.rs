@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::amqp::consumer::{self, ConsumerContext};
+use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
 use crate::instance;
@@ -30,6 +31,8 @@ pub struct Application {
     state: AppState,
     /// The archive as the consumers and the job runner use it.
     background: Arc<dyn Archive>,
+    /// RabbitMQ's management API, when `--management-url` names it.
+    management: Option<Arc<Management>>,
 }
 
 impl Application {
@@ -49,6 +52,11 @@ impl Application {
                     redact_url(&config.connection.database_url)
                 )
             })?;
+        let management = config
+            .management_url
+            .as_deref()
+            .map(|url| Management::new(url, &config.connection.amqp_url).map(Arc::new))
+            .transpose()?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -76,6 +84,7 @@ impl Application {
             listener,
             state,
             background: archive.background,
+            management,
         })
     }
 
@@ -108,6 +117,7 @@ impl Application {
             rules: self.config.ingest_rules(),
             status: self.state.status.clone(),
             metrics: self.state.metrics.clone(),
+            management: self.management.clone(),
             shutdown: token.clone(),
         };
         if self.config.queues.is_empty() {

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{connect, is_not_found, Backoff};
 use super::headers::{AmqpValue, Table};
+use super::management::{DeliveryLimit, Management};
 use super::wire::{Channel, Connection, Delivery, Event, WireError};
 use crate::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage};
 use crate::metrics::{Metrics, QueueLabels};
@@ -42,6 +43,8 @@ pub struct ConsumerContext {
     pub rules: IngestRules,
     pub status: IngestStatus,
     pub metrics: Arc<Metrics>,
+    /// RabbitMQ's management API, to read each DLQ's delivery limit (`--management-url`).
+    pub management: Option<Arc<Management>>,
     pub shutdown: CancellationToken,
 }
 
@@ -263,6 +266,15 @@ async fn consume_on(
     backoff.reset();
 
     let watch = DeliveryLimitWatch::new(queue, connection.server().major_version());
+    if let Some(management) = &ctx.management {
+        tokio::spawn(check_delivery_limit(
+            management.clone(),
+            queue.to_owned(),
+            connection.server().major_version(),
+            ctx.status.clone(),
+            ctx.shutdown.clone(),
+        ));
+    }
     let mut batch = Batch::default();
     loop {
         let deadline = batch.deadline(ctx.settings.max_delay);
@@ -336,13 +348,61 @@ impl DeliveryLimitWatch {
         } else {
             "a quorum queue with a delivery-limit drops a message after that many deliveries"
         };
-        let text = format!(
-            "messages of this DLQ have been delivered {count} times: {limit}, and a DLQ has \
-             nowhere to dead-letter them; set the policy delivery-limit: -1 on it (README, \
-             \"Quorum and stream DLQs\")"
-        );
+        let text = delivery_limit_warning(&format!(
+            "messages of this DLQ have been delivered {count} times: {limit}"
+        ));
         tracing::warn!(queue = %self.queue, delivery_count = count, "{text}");
         ctx.status.warn(&self.queue, text);
+    }
+}
+
+/// The text of a warning about a DLQ whose messages are dropped after `limit` deliveries.
+fn delivery_limit_warning(what: &str) -> String {
+    format!(
+        "{what}, and a DLQ has nowhere to dead-letter them: every time Lazarus must give \
+         messages back (a lost connection, a restart during a database outage) brings them \
+         closer to being dropped; set the policy delivery-limit: -1 on it (README, \
+         \"Quorum and stream DLQs\")"
+    )
+}
+
+/// Asks the management API for the DLQ's delivery limit (again while the broker has not
+/// gathered its policy yet) and reports a finite one on `/readyz`, the overview and the log.
+/// A management API that does not answer is logged, and ingest goes on regardless.
+async fn check_delivery_limit(
+    management: Arc<Management>,
+    queue: String,
+    broker_major: u32,
+    status: IngestStatus,
+    shutdown: CancellationToken,
+) {
+    if status.warnings().contains_key(&queue) {
+        return; // Said already (on an earlier connection, or by its delivery counts).
+    }
+    for _ in 0..12 {
+        match management.queue(&queue).await {
+            Ok(info) => match info.delivery_limit(broker_major) {
+                DeliveryLimit::Unlimited => return,
+                DeliveryLimit::Finite(limit) => {
+                    let text = delivery_limit_warning(&format!(
+                        "this quorum DLQ drops a message delivered more than {limit} times \
+                         (its delivery limit, says the management API)"
+                    ));
+                    tracing::warn!(queue, delivery_limit = limit, "{text}");
+                    status.warn(&queue, text);
+                    return;
+                }
+                DeliveryLimit::NotYetKnown => {}
+            },
+            Err(e) => {
+                tracing::warn!(queue, error = %e, "could not read the DLQ's delivery limit");
+                return;
+            }
+        }
+        tokio::select! {
+            _ = sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

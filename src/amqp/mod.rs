@@ -1,9 +1,11 @@
 //! Everything that talks AMQP: connections with backoff, the DLQ consumers, the replay
-//! publisher, and the typed header representation shared with the archive.
+//! publisher, the typed header representation shared with the archive, and the read-only
+//! management API client.
 
 pub mod connection;
 pub mod consumer;
 pub mod headers;
 pub mod lapin_types;
+pub mod management;
 pub mod publisher;
 pub mod wire;

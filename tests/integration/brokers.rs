@@ -73,6 +73,16 @@ impl Broker {
         std::env::var(var).unwrap_or_else(|_| format!("amqp://guest:guest@127.0.0.1:{port}/%2f"))
     }
 
+    /// Its management API (AMQP port + 10,000, as `.ci/rabbitmq4.sh` starts it); the
+    /// machine's 3.10 runs without the management plugin.
+    pub fn management_url(self) -> Option<String> {
+        let url = self.url();
+        let authority = &url[url.find('@').map_or(url.find("://")? + 3, |at| at + 1)..];
+        let (host, port) = authority.split('/').next()?.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        (self == Broker::Rabbitmq4).then(|| format!("http://{host}:{}", port + 10_000))
+    }
+
     /// Runs `rabbitmqctl` against it and returns its output, failing the test when it fails.
     /// It blocks: in the middle of a test that runs Lazarus in-process, use
     /// [`Broker::close_connections`] or `spawn_blocking`.

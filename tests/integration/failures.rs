@@ -1018,6 +1018,70 @@ async fn a_rising_delivery_count_is_reported_before_messages_are_lost() {
 
 on_both_brokers!(a_rising_delivery_count_is_reported_before_messages_are_lost);
 
+/// With `--management-url`, a quorum DLQ's delivery limit is read from the broker before
+/// any message has come back: RabbitMQ 4's default of 20 is reported on /readyz and the
+/// overview, a DLQ whose policy turns the limit off is not, and a management API that does
+/// not answer leaves ingest alone.
+#[tokio::test]
+async fn a_finite_delivery_limit_is_read_from_the_management_api_rabbitmq4() {
+    let broker = crate::brokers::Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let vhost = crate::brokers::Vhost::create("mgmt");
+            let (limited, unlimited) = ("limited.dlq", "unlimited.dlq");
+            broker.ctl(&[
+                "set_policy",
+                "-p",
+                &vhost.name,
+                "--apply-to",
+                "quorum_queues",
+                "no-limit",
+                "^unlimited\\.dlq$",
+                r#"{"delivery-limit": -1}"#,
+            ]);
+            let mut t = Topology::on(&vhost.url()).await;
+            for dlq in [limited, unlimited] {
+                t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+                t.publish("", dlq, b"{}", json_props(dlq)).await;
+            }
+            let management = broker
+                .management_url()
+                .expect("4.x runs the management API");
+            let mut app = TestApp::spawn_with(&[limited, unlimited], |c| {
+                c.connection.amqp_url = vhost.url();
+                c.management_url = Some(management.clone());
+            })
+            .await;
+            app.wait_for_archived(2, Duration::from_secs(10)).await;
+            // The broker gathers a queue's policy every few seconds.
+            wait_until("a warning", Duration::from_secs(40), || async {
+                app.json("/readyz", 200).await["warnings"][limited].is_string()
+            })
+            .await;
+            let ready = app.json("/readyz", 200).await;
+            let warning = ready["warnings"][limited].as_str().unwrap_or_default();
+            assert!(warning.contains("more than 20 times"), "{ready}");
+            assert!(warning.contains("delivery-limit: -1"), "{warning}");
+            assert!(app.get("/").await.text().contains("more than 20 times"));
+            // Give the unlimited DLQ's check as long again: it still has no warning.
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            let ready = app.json("/readyz", 200).await;
+            assert!(ready["warnings"][unlimited].is_null(), "{ready}");
+
+            app.stop().await;
+            // Nothing listens there: logged, and ingest goes on.
+            let silent = TestApp::spawn_with(&[limited], |c| {
+                c.connection.amqp_url = vhost.url();
+                c.management_url = Some("http://127.0.0.1:9".into());
+            })
+            .await;
+            t.publish("", limited, b"{}", json_props("after")).await;
+            silent.wait_for_archived(1, Duration::from_secs(10)).await;
+            assert!(silent.json("/readyz", 200).await["warnings"][limited].is_null());
+        })
+        .await
+}
+
 /// Restarts while the archive refuses writes (here a locked SQLite file) take no deliveries:
 /// each would go back on stop, raising a quorum DLQ's delivery count toward its limit.
 async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {

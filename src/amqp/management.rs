@@ -1,0 +1,314 @@
+//! RabbitMQ's management HTTP API, read only (`--management-url`): what a DLQ's own settings
+//! put at risk, known before its messages are delivered again and again. Lazarus never
+//! changes anything through it.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use lapin::uri::AMQPUri;
+use serde_json::Value;
+
+/// How long one call to the management API may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read (a queue's details are a few KiB).
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManagementError {
+    #[error("the management URL {0:?} is not an http:// URL (https is not supported yet)")]
+    Url(String),
+    #[error("the management API did not answer: {0}")]
+    Unreachable(String),
+    #[error("the management API answered {status} to {path}")]
+    Status {
+        status: hyper::StatusCode,
+        path: String,
+    },
+    #[error("the management API's answer to {path} is not what RabbitMQ sends: {reason}")]
+    Answer { path: String, reason: String },
+}
+
+/// A client of one broker's management API, as the user the URL (or the AMQP URL) names.
+#[derive(Clone)]
+pub struct Management {
+    /// `http://host:port`, without credentials or a trailing slash.
+    base: String,
+    /// The `Authorization` header.
+    authorization: String,
+    /// The vhost of the AMQP URL: the DLQs' own.
+    vhost: String,
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl std::fmt::Debug for Management {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Management")
+            .field("base", &self.base)
+            .field("vhost", &self.vhost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Management {
+    /// `management_url` is `http://[user:password@]host:port[/path]`; without credentials it
+    /// uses the AMQP URL's user and password, and it always looks at the AMQP URL's vhost.
+    pub fn new(management_url: &str, amqp_url: &str) -> Result<Self, ManagementError> {
+        let redacted = || crate::config::redact_url(management_url);
+        let rest = management_url
+            .strip_prefix("http://")
+            .ok_or_else(|| ManagementError::Url(redacted()))?;
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (userinfo, host) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        if host.is_empty() {
+            return Err(ManagementError::Url(redacted()));
+        }
+        let amqp: AMQPUri = amqp_url
+            .parse()
+            .map_err(|_| ManagementError::Url(crate::config::redact_url(amqp_url)))?;
+        let (user, password) = match userinfo {
+            Some(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                (percent_decode(user), percent_decode(password))
+            }
+            None => (
+                amqp.authority.userinfo.username,
+                amqp.authority.userinfo.password,
+            ),
+        };
+        use base64::Engine;
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        Ok(Management {
+            base: format!("http://{host}{}", path.trim_end_matches('/')),
+            authorization: format!("Basic {credentials}"),
+            vhost: amqp.vhost,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        })
+    }
+
+    /// What the broker says of a queue of the AMQP URL's vhost.
+    pub async fn queue(&self, name: &str) -> Result<QueueInfo, ManagementError> {
+        let path = format!(
+            "/api/queues/{}/{}",
+            path_segment(&self.vhost),
+            path_segment(name)
+        );
+        let details = self.get(&path).await?;
+        Ok(QueueInfo { details })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, ManagementError> {
+        let request = hyper::Request::get(format!("{}{path}", self.base))
+            .header(hyper::header::AUTHORIZATION, &self.authorization)
+            .body(Empty::new())
+            .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
+        let call = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(ManagementError::Status {
+                    status,
+                    path: path.to_owned(),
+                });
+            }
+            Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map(|body| body.to_bytes())
+                .map_err(|e| ManagementError::Unreachable(e.to_string()))
+        };
+        let body = tokio::time::timeout(TIMEOUT, call)
+            .await
+            .map_err(|_| ManagementError::Unreachable(format!("no answer within {TIMEOUT:?}")))??;
+        serde_json::from_slice(&body).map_err(|e| ManagementError::Answer {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// A queue as `GET /api/queues/{vhost}/{name}` describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueInfo {
+    details: Value,
+}
+
+/// What a queue's delivery limit is, as far as its description tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryLimit {
+    /// Messages may come back any number of times (not a quorum queue, or no limit).
+    Unlimited,
+    /// A message delivered more often is dropped (or dead-lettered, where the DLQ has a DLX).
+    Finite(i64),
+    /// The broker has not gathered the queue's policy yet (its statistics come every few
+    /// seconds): ask again.
+    NotYetKnown,
+}
+
+impl QueueInfo {
+    pub fn from_json(details: Value) -> Self {
+        QueueInfo { details }
+    }
+
+    /// The queue's delivery limit on a broker of this major version (pure). RabbitMQ 4.0 and
+    /// later report it as `delivery_limit` (a number or `"unlimited"`); before that it follows
+    /// from the `x-delivery-limit` argument and the policy's `delivery-limit` (the lower wins,
+    /// a negative one turns it off), and from RabbitMQ 4's default of 20 when neither is set.
+    pub fn delivery_limit(&self, broker_major: u32) -> DeliveryLimit {
+        let d = &self.details;
+        if d.get("type").and_then(Value::as_str) != Some("quorum") {
+            return DeliveryLimit::Unlimited;
+        }
+        match d.get("delivery_limit") {
+            Some(Value::Number(n)) => {
+                return n
+                    .as_i64()
+                    .filter(|n| *n >= 0)
+                    .map_or(DeliveryLimit::Unlimited, DeliveryLimit::Finite);
+            }
+            Some(Value::String(s)) if s == "unlimited" => return DeliveryLimit::Unlimited,
+            _ => {}
+        }
+        // Without statistics yet, the policy is not known either.
+        if d.get("policy").is_none() {
+            return DeliveryLimit::NotYetKnown;
+        }
+        let argument = d
+            .pointer("/arguments/x-delivery-limit")
+            .and_then(Value::as_i64);
+        let policy = d
+            .pointer("/effective_policy_definition/delivery-limit")
+            .and_then(Value::as_i64);
+        let set: Vec<i64> = argument.into_iter().chain(policy).collect();
+        if set.is_empty() {
+            return if broker_major >= 4 {
+                DeliveryLimit::Finite(20)
+            } else {
+                DeliveryLimit::Unlimited
+            };
+        }
+        if set.iter().any(|n| *n < 0) {
+            return DeliveryLimit::Unlimited;
+        }
+        DeliveryLimit::Finite(set.into_iter().min().unwrap_or_default())
+    }
+}
+
+/// A vhost or queue name as one path segment of the management API.
+fn path_segment(name: &str) -> String {
+    form_urlencoded::byte_serialize(name.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn limit(details: Value, major: u32) -> DeliveryLimit {
+        QueueInfo::from_json(details).delivery_limit(major)
+    }
+
+    #[test]
+    fn classic_queues_and_streams_have_no_delivery_limit() {
+        for kind in ["classic", "stream"] {
+            let d = json!({"type": kind, "arguments": {}, "policy": null});
+            assert_eq!(limit(d, 4), DeliveryLimit::Unlimited);
+        }
+    }
+
+    #[test]
+    fn the_reported_limit_is_taken_as_it_is() {
+        let d = json!({"type": "quorum", "delivery_limit": 20, "policy": null});
+        assert_eq!(limit(d, 4), DeliveryLimit::Finite(20));
+        let d = json!({"type": "quorum", "delivery_limit": "unlimited", "policy": "p"});
+        assert_eq!(limit(d, 4), DeliveryLimit::Unlimited);
+    }
+
+    #[test]
+    fn without_a_report_arguments_policies_and_the_default_decide() {
+        let quorum = |arguments: Value, policy: Value| {
+            json!({"type": "quorum", "arguments": arguments, "policy": "p",
+                   "effective_policy_definition": policy})
+        };
+        assert_eq!(
+            limit(quorum(json!({}), json!({})), 4),
+            DeliveryLimit::Finite(20)
+        );
+        assert_eq!(
+            limit(quorum(json!({}), json!({})), 3),
+            DeliveryLimit::Unlimited
+        );
+        let both = quorum(json!({"x-delivery-limit": 5}), json!({"delivery-limit": 9}));
+        assert_eq!(limit(both, 3), DeliveryLimit::Finite(5));
+        let off = quorum(
+            json!({"x-delivery-limit": 5}),
+            json!({"delivery-limit": -1}),
+        );
+        assert_eq!(limit(off, 4), DeliveryLimit::Unlimited);
+    }
+
+    #[test]
+    fn a_queue_without_statistics_yet_is_asked_again() {
+        let d = json!({"type": "quorum", "arguments": {"x-queue-type": "quorum"}});
+        assert_eq!(limit(d, 4), DeliveryLimit::NotYetKnown);
+    }
+
+    #[test]
+    fn credentials_come_from_either_url_and_names_are_escaped() {
+        let m = Management::new(
+            "http://ops:s%3Acret@mq:15672/",
+            "amqp://app:pw@mq:5672/prod%2fdlq",
+        )
+        .unwrap();
+        assert_eq!(m.base, "http://mq:15672");
+        assert_eq!(m.vhost, "prod/dlq");
+        assert_eq!(m.authorization, "Basic b3BzOnM6Y3JldA==");
+        let m = Management::new("http://mq:15672/rabbit", "amqp://app:pw@mq:5672/%2f").unwrap();
+        assert_eq!(
+            (m.base.as_str(), m.vhost.as_str()),
+            ("http://mq:15672/rabbit", "/")
+        );
+        assert_eq!(m.authorization, "Basic YXBwOnB3");
+        assert_eq!(path_segment("/"), "%2F");
+        assert_eq!(path_segment("a dlq"), "a%20dlq");
+        assert!(matches!(
+            Management::new("https://mq:15671", "amqp://mq"),
+            Err(ManagementError::Url(_))
+        ));
+    }
+}
