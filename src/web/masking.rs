@@ -111,7 +111,8 @@ impl Masking {
     }
 
     /// A job's selection as a caller with `role` may see it: a search by a masked business
-    /// field (`card:4111…`) shows `card:***` to viewers.
+    /// field (`card:4111…`) shows `card:***` to viewers, and so do its free words and
+    /// phrases (a card number searched as a word is a masked value as much).
     pub fn selection(
         &self,
         role: Role,
@@ -119,7 +120,7 @@ impl Masking {
         business_fields: &[String],
     ) -> serde_json::Value {
         let mut selection = selection.clone();
-        if !self.applies(role) || self.fields.is_empty() {
+        if !self.applies(role) {
             return selection;
         }
         let Some(q) = selection.pointer_mut("/filter/q") else {
@@ -132,6 +133,12 @@ impl Masking {
                         term.value = MASK.into();
                     }
                 }
+                let had_text = !(search.words.is_empty()
+                    && search.prefixes.is_empty()
+                    && search.phrases.is_empty());
+                search.prefixes.clear();
+                search.phrases.clear();
+                search.words = if had_text { vec![MASK.into()] } else { vec![] };
                 search.to_string()
             }
             // Not a search this instance reads: nothing of it can be shown safely.
@@ -247,7 +254,10 @@ mod tests {
         let seen = m.selection(Role::Viewer, &selection, &names);
         let q = seen["filter"]["q"].as_str().unwrap();
         assert!(!q.contains("4111") && q.contains("card:***"), "{q}");
-        assert!(q.contains("order:O-1") && q.contains("timeout"), "{q}");
+        assert!(q.contains("order:O-1") && !q.contains("timeout"), "{q}");
+        let words = json!({"filter": {"q": "4111222233334444 \"card 4111\" 41112*"}});
+        let seen_words = m.selection(Role::Viewer, &words, &names);
+        assert_eq!(seen_words["filter"]["q"], "***");
         assert_eq!(seen["filter"]["queue"], "q");
         assert_eq!(m.selection(Role::Operator, &selection, &names), selection);
         let ids = json!({"ids": ["1"]});

@@ -155,6 +155,18 @@ async fn a_viewer_finds_no_masked_value_on_any_route_or_search() {
     let plan: Value = serde_json::from_slice(&plan.body).unwrap();
     let job = plan["id"].as_str().unwrap().to_owned();
     assert!(plan["selection"].to_string().contains(CARD), "{plan}");
+    // And once by the number as a free word.
+    let word_plan = as_user(
+        &app,
+        &otto,
+        "POST",
+        "/api/replays",
+        Some(json!({"filter": {"q": CARD}, "dry_run": true})),
+    )
+    .await;
+    assert_eq!(word_plan.status, 200, "{}", word_plan.text());
+    let word_plan: Value = serde_json::from_slice(&word_plan.body).unwrap();
+    let word_job = word_plan["id"].as_str().unwrap().to_owned();
 
     let mut routes = vec![
         "/".to_owned(),
@@ -167,6 +179,8 @@ async fn a_viewer_finds_no_masked_value_on_any_route_or_search() {
         "/api/replays".to_owned(),
         format!("/api/replays/{job}"),
         format!("/api/replays/{job}/items"),
+        format!("/replays/{word_job}"),
+        format!("/api/replays/{word_job}"),
         "/metrics".to_owned(),
         "/readyz".to_owned(),
     ];
