@@ -10,6 +10,7 @@ use crate::amqp::consumer::BatchSettings;
 use crate::archive::{BusinessField, IngestRules, Role};
 use crate::auth::{AuthMode, AuthSettings};
 use crate::replay::job::RunnerSettings;
+use crate::selection::ListParams;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -105,39 +106,8 @@ pub struct ReplayConfig {
     #[command(flatten)]
     pub connection: ConnectionArgs,
 
-    /// Search, as in the list's search box (words, "phrases", prefix*, field:value).
-    #[arg(long)]
-    pub q: Option<String>,
-    /// Only messages archived from this DLQ.
-    #[arg(long)]
-    pub queue: Option<String>,
-    /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
-    #[arg(long)]
-    pub reason: Option<String>,
-    /// The queue of the first death (the DLQ itself for messages without history).
-    #[arg(long)]
-    pub first_death_queue: Option<String>,
-    /// The failing consumer's error description (from --error-header).
-    #[arg(long)]
-    pub error: Option<String>,
-    /// Replay-target exchange to select by ("(AMQP default)" for the default exchange).
-    #[arg(long)]
-    pub exchange: Option<String>,
-    /// Replay-target routing key to select by ("(empty)" for the empty key).
-    #[arg(long)]
-    pub routing_key: Option<String>,
-    /// archived, replayed, replay_failed or dismissed.
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Content type (application/json also finds application/json; charset=utf-8).
-    #[arg(long)]
-    pub content_type: Option<String>,
-    /// Archived at or after (RFC 3339, e.g. 2026-12-02T09:00:00Z).
-    #[arg(long)]
-    pub since: Option<String>,
-    /// Archived before (RFC 3339).
-    #[arg(long)]
-    pub until: Option<String>,
+    #[command(flatten)]
+    pub filter: ListParams,
     /// Replay these archive ids instead of a filter (repeatable).
     #[arg(long = "id")]
     pub ids: Vec<i64>,

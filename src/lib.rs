@@ -17,6 +17,7 @@ pub mod metrics;
 mod proptests;
 pub mod replay;
 pub mod search;
+pub mod selection;
 pub mod startup;
 pub mod status;
 pub mod telemetry;

@@ -135,7 +135,7 @@ proptest! {
         let fields = ["invoice".to_owned()];
         match crate::search::parse(&input, &fields) {
             Ok(search) => {
-                if let Some(fts) = search.fts_query() {
+                if let Some(fts) = search.text_query().map(|t| t.fts5()) {
                     // Every piece is quoted: user text never becomes FTS syntax.
                     prop_assert_eq!(fts.matches('"').count() % 2, 0);
                     prop_assert!(fts.starts_with('"'));

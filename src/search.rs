@@ -109,19 +109,54 @@ impl Search {
             && self.fields.is_empty()
     }
 
-    /// The FTS5 query for the words and phrases (`None`: no text to find). Every piece is a
-    /// quoted FTS5 string, so nothing the user typed is FTS syntax. Prefixes only where the
-    /// user asked (`inv*`): expanding a common prefix over a million rows costs tens of ms.
-    pub fn fts_query(&self) -> Option<String> {
-        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        let parts: Vec<String> = self
-            .phrases
+    /// The text to find, for the archive's full-text index (`None`: no text to find).
+    pub fn text_query(&self) -> Option<TextQuery> {
+        let text = TextQuery {
+            phrases: self.phrases.clone(),
+            words: self.words.clone(),
+            prefixes: self.prefixes.clone(),
+        };
+        (!text.is_empty()).then_some(text)
+    }
+}
+
+/// The words, phrases and prefixes of a search, all required: what each backend's full-text
+/// index is asked, rendered by the backend ([`TextQuery::fts5`] for SQLite, a `tsquery` for
+/// PostgreSQL), so that nothing the user typed is ever parsed twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextQuery {
+    pub phrases: Vec<String>,
+    pub words: Vec<String>,
+    /// Words typed with a trailing `*`.
+    pub prefixes: Vec<String>,
+}
+
+impl TextQuery {
+    pub fn is_empty(&self) -> bool {
+        self.phrases.is_empty() && self.words.is_empty() && self.prefixes.is_empty()
+    }
+
+    /// Every piece with whether it is a prefix, phrases first.
+    pub fn pieces(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.phrases
             .iter()
             .chain(&self.words)
-            .map(|p| quote(p))
-            .chain(self.prefixes.iter().map(|p| format!("{}*", quote(p))))
-            .collect();
-        (!parts.is_empty()).then(|| parts.join(" "))
+            .map(|p| (p.as_str(), false))
+            .chain(self.prefixes.iter().map(|p| (p.as_str(), true)))
+    }
+
+    /// The FTS5 query: every piece a quoted FTS5 string, so nothing the user typed is FTS
+    /// syntax. Prefixes only where the user asked (`inv*`): expanding a common prefix over a
+    /// million rows costs tens of ms.
+    pub fn fts5(&self) -> String {
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        self.pieces()
+            .map(|(piece, prefix)| match prefix {
+                true => format!("{}*", quote(piece)),
+                false => quote(piece),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -293,20 +328,20 @@ mod tests {
     }
 
     #[test]
-    fn fts_query_quotes_everything() {
+    fn the_fts5_query_quotes_everything() {
         let s = parse(r#"inv 2026 "a ""b" OR NEAR"#, &[]).unwrap();
         assert_eq!(
-            s.fts_query().unwrap(),
+            s.text_query().unwrap().fts5(),
             r#""a " "b" "inv" "2026" "OR" "NEAR""#
         );
-        assert_eq!(parse("queue:x", &[]).unwrap().fts_query(), None);
+        assert_eq!(parse("queue:x", &[]).unwrap().text_query(), None);
     }
 
     #[test]
     fn a_trailing_star_asks_for_a_prefix() {
         let s = parse("INV-20* time*", &[]).unwrap();
         assert_eq!(s.prefixes, ["INV-20", "time"]);
-        assert_eq!(s.fts_query().unwrap(), r#""INV-20"* "time"*"#);
+        assert_eq!(s.text_query().unwrap().fts5(), r#""INV-20"* "time"*"#);
     }
 
     #[test]

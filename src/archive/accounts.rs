@@ -102,3 +102,99 @@ pub struct TokenSpec<'a> {
     pub owner: Option<&'a str>,
     pub expires_at: OffsetDateTime,
 }
+
+/// A session's `last_seen` is written at most this often (not on every request)…
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// …and at least four times per idle limit, so that a session in use never looks idle.
+fn touch_every(idle_ms: u64) -> i64 {
+    TOUCH_EVERY_MS.min(idle_ms as i64 / 4)
+}
+
+/// A session's times, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionTimes {
+    pub created_at: i64,
+    pub last_seen: i64,
+}
+
+/// What a session needs when it is used at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionUse {
+    /// Unused for longer than the idle limit, or older than the absolute one: it is ended.
+    Ended,
+    /// Its `last_seen` is old enough to be written again.
+    Touch,
+    Fresh,
+}
+
+pub fn session_use(times: SessionTimes, idle_ms: u64, max_ms: u64, now: i64) -> SessionUse {
+    if now - times.last_seen > idle_ms as i64 || now - times.created_at > max_ms as i64 {
+        SessionUse::Ended
+    } else if now - times.last_seen > touch_every(idle_ms) {
+        SessionUse::Touch
+    } else {
+        SessionUse::Fresh
+    }
+}
+
+/// An account change, as the audit log records it.
+pub enum AccountChange<'a> {
+    UserPut {
+        name: &'a str,
+        role: Role,
+    },
+    Password {
+        name: &'a str,
+    },
+    UserRemove {
+        name: &'a str,
+        tokens: u64,
+    },
+    TokenCreate {
+        id: i64,
+        name: &'a str,
+        role: Role,
+        expires_at: OffsetDateTime,
+    },
+    TokenRevoke {
+        id: i64,
+    },
+}
+
+impl AccountChange<'_> {
+    /// The audit action and line.
+    pub fn entry(&self) -> (&'static str, String) {
+        match *self {
+            AccountChange::UserPut { name, role } => {
+                ("user_put", format!("user {name} is {}", role.as_str()))
+            }
+            AccountChange::Password { name } => (
+                "user_password",
+                format!("password of {name} changed; their sessions ended"),
+            ),
+            AccountChange::UserRemove { name, tokens } => (
+                "user_remove",
+                format!("user {name} removed; their sessions ended, {tokens} API tokens of theirs revoked"),
+            ),
+            AccountChange::TokenCreate {
+                id,
+                name,
+                role,
+                expires_at,
+            } => (
+                "token_create",
+                format!(
+                    "API token {id} ({name}) created as {}, expires {}",
+                    role.as_str(),
+                    expires_at
+                        .format(&time::format_description::well_known::Rfc3339)
+                        .unwrap_or_default()
+                ),
+            ),
+            AccountChange::TokenRevoke { id } => {
+                ("token_revoke", format!("API token {id} revoked"))
+            }
+        }
+    }
+}

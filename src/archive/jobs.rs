@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{id_as_string, Actor, MessageFilter};
+use super::{id_as_string, Actor, ArchiveError, MessageFilter, MessageStatus, Outcome};
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::death::ReplayTarget;
 
@@ -222,8 +222,7 @@ pub struct JobItem {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemOutcome {
     pub message_id: i64,
-    /// `published`, `unroutable`, `nacked` or `failed`.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub detail: Option<String>,
     /// The connection failed before the confirm: publish it again (the unconfirmed window).
     pub retry: bool,
@@ -286,4 +285,114 @@ pub struct AuditEntry {
 pub struct ReplayEdit {
     pub body: Option<Vec<u8>>,
     pub headers: Option<Table>,
+}
+
+/// A message handed out this many times without a recorded confirm is given up as failed
+/// (it keeps breaking the channel, or the broker keeps going away mid-publish).
+pub const MAX_ATTEMPTS: i64 = 3;
+
+/// Skip reasons, as items and plans name them.
+pub const NO_TARGET: &str = "no known target";
+pub const ALREADY_REPLAYED: &str = "already replayed";
+pub const DISMISSED: &str = "dismissed";
+pub const IN_OTHER_JOB: &str = "in another unfinished replay job";
+pub const NOT_ALLOWED: &str =
+    "its target exchange is not one replays may publish to (--replay-exchange)";
+/// Items the runner settles itself when it hands out the next step.
+pub const REPLAYED_SINCE: &str = "replayed or dismissed after the plan was made";
+pub const GIVEN_UP: &str = "handed to the broker 3 times without a confirm";
+
+/// The state `action` takes a job in `state` to, or why it cannot.
+pub fn next_state(id: i64, action: JobAction, state: JobState) -> Result<JobState, ArchiveError> {
+    use JobState::*;
+    match (action, state) {
+        (JobAction::Start, Planned) => Ok(Queued),
+        (JobAction::Pause, Queued | Running) => Ok(Paused),
+        (JobAction::Resume, Paused) => Ok(Queued),
+        (JobAction::Cancel, Planned | Queued | Running | Paused) => Ok(Cancelled),
+        (action, state) => Err(ArchiveError::Conflict(format!(
+            "replay job {id} is {}: it cannot {}",
+            state.as_str(),
+            match action {
+                JobAction::Start => "be started (only a plan can)",
+                JobAction::Pause => "be paused (only a queued or running job can)",
+                JobAction::Resume => "be resumed (only a paused job can)",
+                JobAction::Cancel => "be cancelled any more",
+            }
+        ))),
+    }
+}
+
+/// A runner's outcomes, as the statements that record them take them: the ids to publish
+/// again, and the ids of each final (outcome, detail).
+pub type SortedOutcomes<'a> = (
+    Vec<i64>,
+    std::collections::BTreeMap<(Outcome, Option<&'a str>), Vec<i64>>,
+);
+
+pub fn sort_outcomes(outcomes: &[ItemOutcome]) -> SortedOutcomes<'_> {
+    // Not confirmed (the connection broke, or never sent): to do again.
+    let retry: Vec<i64> = outcomes
+        .iter()
+        .filter(|o| o.retry)
+        .map(|o| o.message_id)
+        .collect();
+    let mut groups: std::collections::BTreeMap<(Outcome, Option<&str>), Vec<i64>> =
+        Default::default();
+    for o in outcomes.iter().filter(|o| !o.retry) {
+        groups
+            .entry((o.outcome, o.detail.as_deref()))
+            .or_default()
+            .push(o.message_id);
+    }
+    (retry, groups)
+}
+
+/// The job's count column a final outcome adds to.
+pub fn count_column(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Published => "published",
+        Outcome::Unroutable => "unroutable",
+        Outcome::Nacked => "nacked",
+        Outcome::Failed => "failed",
+    }
+}
+
+/// The next step's candidates, sorted: to send (cut at the byte limit, one at least),
+/// replayed or dismissed since the plan (unless the job includes those), and given up.
+#[derive(Debug, Default)]
+pub struct Step {
+    pub send: Vec<i64>,
+    pub replayed_since: Vec<i64>,
+    pub given_up: Vec<i64>,
+}
+
+/// Items a step settles without publishing them.
+pub struct Settled<'a> {
+    pub ids: &'a [i64],
+    /// The item's outcome (`skipped` or `failed`), which is also the job's count column.
+    pub outcome: &'static str,
+    pub detail: &'static str,
+    /// The status their messages take, if it changes.
+    pub status: Option<MessageStatus>,
+}
+
+impl Step {
+    /// What is settled without publishing.
+    pub fn settled(&self) -> [Settled<'_>; 2] {
+        [
+            Settled {
+                ids: &self.replayed_since,
+                outcome: "skipped",
+                detail: REPLAYED_SINCE,
+                status: None,
+            },
+            Settled {
+                ids: &self.given_up,
+                outcome: Outcome::Failed.as_str(),
+                detail: GIVEN_UP,
+                status: Some(MessageStatus::ReplayFailed),
+            },
+        ]
+    }
 }

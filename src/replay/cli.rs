@@ -9,11 +9,12 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{run_one, RunnerSettings};
+use super::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
 use super::policy::ExchangePolicy;
-use crate::archive::{self, Actor, Archive, Canary, JobSpec, JobState, ReplayJob};
+use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob};
 use crate::config::{redact_url, ReplayConfig};
 use crate::death::ReplayTarget;
-use crate::web::{JobRequest, ListParams};
+use crate::selection::ListParams;
 
 /// How `lazarus replay` ended, as its exit code says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,43 +39,19 @@ pub fn parse_target(s: &str) -> anyhow::Result<ReplayTarget> {
 }
 
 impl ReplayConfig {
-    /// The list filters these flags select by.
-    fn filter(&self) -> ListParams {
-        ListParams {
-            q: self.q.clone(),
-            queue: self.queue.clone(),
-            reason: self.reason.clone(),
-            first_death_queue: self.first_death_queue.clone(),
-            error: self.error.clone(),
-            exchange: self.exchange.clone(),
-            routing_key: self.routing_key.clone(),
-            status: self.status.clone(),
-            content_type: self.content_type.clone(),
-            since: self.since.clone(),
-            until: self.until.clone(),
-            limit: None,
-            cursor: None,
-        }
-    }
-
     /// The same request the API takes.
     pub fn request(&self) -> anyhow::Result<JobRequest> {
-        let filter = self.filter().filters_only();
+        let filter = self.filter.filters_only();
         let selection = match (self.ids.is_empty(), filter == ListParams::default()) {
-            (false, true) => crate::web::SelectionRequest {
-                ids: Some(
-                    self.ids
-                        .iter()
-                        .map(|id| crate::web::IdValue::Number(*id))
-                        .collect(),
-                ),
+            (false, true) => SelectionRequest {
+                ids: Some(self.ids.iter().map(|id| IdValue::Number(*id)).collect()),
                 ..Default::default()
             },
-            (true, false) => crate::web::SelectionRequest {
+            (true, false) => SelectionRequest {
                 filter: Some(filter),
                 ..Default::default()
             },
-            (true, true) if self.all => crate::web::SelectionRequest {
+            (true, true) if self.all => SelectionRequest {
                 filter: Some(filter),
                 all: true,
                 ..Default::default()
@@ -144,7 +121,7 @@ pub fn plan_text(job: &ReplayJob) -> String {
         out.push_str(&format!(
             "  at {}/s: about {}\n",
             job.rate_per_sec.unwrap_or_default(),
-            crate::web::human_duration(s)
+            human_duration(s)
         ));
     }
     out
@@ -174,34 +151,16 @@ pub fn progress_text(job: &ReplayJob) -> String {
 /// Runs `lazarus replay`.
 pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::Result<Ending> {
     let request = config.request()?;
-    request
-        .check()
-        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
-    let (selection, selection_text) = request
-        .selection
-        .resolve(&fields)
-        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    // Mistakes are told before the archive is even opened.
+    request.check()?;
+    request.selection.resolve(&fields)?;
     let url = &config.connection.database_url;
     let archive: Arc<dyn Archive> = archive::open(url)
         .await
         .with_context(|| format!("opening the archive {}", redact_url(url)))?;
-    let key = crate::web::new_request_key();
     let policy = ExchangePolicy::new(&config.replay_exchanges);
-    let job = archive
-        .create_job(&JobSpec {
-            request_key: &key,
-            actor: &cli_actor(),
-            selection: &selection,
-            selection_text: &selection_text,
-            target: request.target.as_ref(),
-            rate_per_sec: request.rate_per_sec,
-            include_replayed: request.include_replayed,
-            canary: request.canary,
-            start: !request.dry_run,
-            policy: &policy,
-        })
-        .await?;
+    let job = plan::create_job(&*archive, &request, &cli_actor(), &fields, &policy).await?;
     print!("{}", plan_text(&job));
     if request.dry_run {
         println!("Dry run: nothing was published. The plan is on the Replays page.");

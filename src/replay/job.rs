@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::connection::{connect, Backoff};
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
 use crate::archive::{
-    Archive, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, OutgoingMessage,
-    ReplayJob,
+    Archive, ArchiveError, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, Outcome,
+    OutgoingMessage, ReplayJob,
 };
 use crate::instance::Identity;
 use crate::metrics::Metrics;
@@ -181,14 +181,14 @@ pub fn step_size(rate_per_sec: Option<u32>, window: usize) -> u32 {
 /// What a publish outcome is recorded as; a failure before any confirm is published again.
 pub fn item_outcome(message_id: i64, outcome: PublishOutcome) -> ItemOutcome {
     let (outcome, detail, retry) = match outcome {
-        PublishOutcome::Published => ("published", None, false),
-        PublishOutcome::Unroutable { reply } => ("unroutable", Some(reply), false),
+        PublishOutcome::Published => (Outcome::Published, None, false),
+        PublishOutcome::Unroutable { reply } => (Outcome::Unroutable, Some(reply), false),
         PublishOutcome::Nacked => (
-            "nacked",
+            Outcome::Nacked,
             Some("the broker nacked the publish".into()),
             false,
         ),
-        PublishOutcome::Failed(e) => ("failed", Some(e), true),
+        PublishOutcome::Failed(e) => (Outcome::Failed, Some(e), true),
     };
     ItemOutcome {
         message_id,
@@ -202,7 +202,7 @@ pub fn item_outcome(message_id: i64, outcome: PublishOutcome) -> ItemOutcome {
 fn unreadable(message_id: i64, why: String) -> ItemOutcome {
     ItemOutcome {
         message_id,
-        outcome: "failed",
+        outcome: Outcome::Failed,
         detail: Some(why),
         retry: false,
     }
@@ -212,7 +212,7 @@ fn unreadable(message_id: i64, why: String) -> ItemOutcome {
 fn not_sent(message_id: i64) -> ItemOutcome {
     ItemOutcome {
         message_id,
-        outcome: "failed",
+        outcome: Outcome::Failed,
         detail: Some("not sent before the runner stopped".into()),
         retry: true,
     }
@@ -537,7 +537,7 @@ impl<'a> Runner<'a> {
             self.publisher = Some(publisher);
             outcomes = published;
             for o in outcomes.iter().filter(|o| !o.retry) {
-                self.settings.metrics.replayed(o.outcome, 1);
+                self.settings.metrics.replayed(o.outcome.as_str(), 1);
             }
             if canary_left.is_some() {
                 canary_published = Instant::now();
@@ -691,7 +691,7 @@ mod tests {
                 reply: "312 NO_ROUTE".into(),
             },
         );
-        assert_eq!(unroutable.outcome, "unroutable");
+        assert_eq!(unroutable.outcome, Outcome::Unroutable);
         assert_eq!(unroutable.detail.as_deref(), Some("312 NO_ROUTE"));
         assert!(item_outcome(1, PublishOutcome::Failed("closed".into())).retry);
     }

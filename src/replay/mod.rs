@@ -1,8 +1,10 @@
 //! Replaying archived messages to where they came from: one at a time (`single`), or a
 //! selection frozen into a durable job that a runner publishes (`job`) — each only to the
-//! exchanges `--replay-exchange` allows (`policy`).
+//! exchanges `--replay-exchange` allows (`policy`). `plan` turns a request into a job, for
+//! the web and the command line alike.
 
 pub mod cli;
 pub mod job;
+pub mod plan;
 pub mod policy;
 pub mod single;

@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
 use crate::archive::{
-    Actor, Archive, ArchiveError, ArchivedMessage, MessageStatus, ReplayEdit, ReplayRecord,
-    ReplayStart, StoredBody,
+    Actor, Archive, ArchiveError, ArchivedMessage, Outcome, ReplayEdit, ReplayRecord, ReplayStart,
+    StoredBody,
 };
 use crate::death::ReplayTarget;
 use crate::replay::policy::ExchangePolicy;
@@ -41,17 +41,13 @@ pub enum ReplayError {
     Archive(#[from] ArchiveError),
 }
 
-/// The status a message takes after a replay that ended so.
-pub fn status_after(outcome: &PublishOutcome) -> (MessageStatus, &'static str, Option<String>) {
+/// How a replay that ended so is recorded, and what the record says of it.
+pub fn recorded(outcome: &PublishOutcome) -> (Outcome, Option<String>) {
     match outcome {
-        PublishOutcome::Published => (MessageStatus::Replayed, "published", None),
-        PublishOutcome::Unroutable { reply } => (
-            MessageStatus::ReplayFailed,
-            "unroutable",
-            Some(reply.clone()),
-        ),
-        PublishOutcome::Nacked => (MessageStatus::ReplayFailed, "nacked", None),
-        PublishOutcome::Failed(e) => (MessageStatus::ReplayFailed, "failed", Some(e.clone())),
+        PublishOutcome::Published => (Outcome::Published, None),
+        PublishOutcome::Unroutable { reply } => (Outcome::Unroutable, Some(reply.clone())),
+        PublishOutcome::Nacked => (Outcome::Nacked, None),
+        PublishOutcome::Failed(e) => (Outcome::Failed, Some(e.clone())),
     }
 }
 
@@ -161,7 +157,7 @@ pub async fn replay_one(
     }
     if let Some(busy) = replays
         .iter()
-        .find(|r| r.outcome == "publishing" && r.requested_at > since)
+        .find(|r| r.is_publishing() && r.requested_at > since)
     {
         let at = busy
             .requested_at
@@ -226,10 +222,10 @@ pub async fn replay_one(
             };
             publisher.publish_all([m], 1, |_, o| outcome = o).await;
             publisher.close().await;
-            let (status, name, detail) = status_after(&outcome);
-            metrics.replayed(name, 1);
+            let (outcome, detail) = recorded(&outcome);
+            metrics.replayed(outcome.as_str(), 1);
             let record = archive
-                .finish_replay(replay_id, name, detail.as_deref(), status)
+                .finish_replay(replay_id, outcome, detail.as_deref())
                 .await;
             let _ = settled_tx.send(record);
         }

@@ -11,12 +11,12 @@ use axum::{Form, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::api_replays::{SelectionRequest, MAX_NOTE_CHARS};
 use super::auth::Caller;
 use super::html::{filters, render, utc, PageError};
 use super::{AppError, AppState};
 use crate::archive::{AuditEntry, Role, TokenRecord, TokenSpec, UserRecord};
 use crate::auth::{new_secret, secret_hash, MAX_TOKEN_DAYS, TOKEN_DAYS, TOKEN_PREFIX};
+use crate::replay::plan::{SelectionRequest, MAX_NOTE_CHARS};
 
 pub fn api_routes() -> Router<AppState> {
     Router::new()

@@ -8,14 +8,12 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::api::{new_request_key, parse_id, ListParams};
+use super::api::parse_id;
 use super::auth::Caller;
 use super::{AppError, AppState};
-use crate::archive::{
-    Actor, AuditEntry, Canary, JobAction, JobItem, JobSpec, ReplayJob, Role, Selection,
-    MAX_PAGE_SIZE,
-};
-use crate::death::ReplayTarget;
+use crate::archive::{Actor, AuditEntry, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
+use crate::replay::plan::{self, IdValue, JobRequest, SelectionRequest};
+use crate::selection::given;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -28,162 +26,20 @@ pub fn routes() -> Router<AppState> {
         .route("/audit", get(audit_log))
 }
 
-/// Most ids one request may name; larger selections are made with a filter.
-pub const MAX_IDS: usize = 100_000;
-/// The fastest rate a job may ask for (messages per second).
-pub const MAX_RATE: u32 = 1_000_000;
-/// The longest canary wait, in seconds.
-pub const MAX_CANARY_WAIT_SECS: u32 = 3600;
-
-/// An id as clients send it: the opaque string the API returned (or a number).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum IdValue {
-    Text(String),
-    Number(i64),
-}
-
-/// The messages an action applies to, as asked: `ids`, or a `filter` with the list's fields.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct SelectionRequest {
-    pub ids: Option<Vec<IdValue>>,
-    pub filter: Option<ListParams>,
-    /// Required with an empty filter: yes, the whole archive.
-    #[serde(default)]
-    pub all: bool,
-}
-
-impl SelectionRequest {
-    /// The selection, and what it was as JSON (for the job page and the audit log).
-    pub fn resolve(&self, business_fields: &[String]) -> Result<(Selection, String), AppError> {
-        match (&self.ids, &self.filter) {
-            (Some(ids), None) => {
-                if ids.is_empty() {
-                    return Err(AppError::BadRequest("select at least one message".into()));
-                }
-                if ids.len() > MAX_IDS {
-                    return Err(AppError::BadRequest(format!(
-                        "at most {MAX_IDS} ids per request; select by filter instead"
-                    )));
-                }
-                let ids = ids
-                    .iter()
-                    .map(|id| match id {
-                        IdValue::Number(n) => Ok(*n),
-                        IdValue::Text(s) => s.trim().parse().map_err(|_| {
-                            AppError::BadRequest(format!("id {s:?} is not one this API returned"))
-                        }),
-                    })
-                    .collect::<Result<Vec<i64>, _>>()?;
-                let text = if ids.len() <= 20 {
-                    json!({ "ids": ids.iter().map(i64::to_string).collect::<Vec<_>>() })
-                } else {
-                    json!({ "ids": ids.len() })
-                };
-                Ok((Selection::Ids(ids), text.to_string()))
-            }
-            (None, Some(filter)) => {
-                let filter = filter.filters_only();
-                if filter == ListParams::default() && !self.all {
-                    return Err(AppError::BadRequest(
-                        "an empty filter selects the whole archive: narrow it, or send \"all\": true".into(),
-                    ));
-                }
-                let (parsed, _) = filter.parse(business_fields)?;
-                let text = json!({ "filter": filter }).to_string();
-                Ok((Selection::Filter(Box::new(parsed)), text))
-            }
-            _ => Err(AppError::BadRequest(
-                "give either \"ids\" or \"filter\" (the list's filters) to select messages".into(),
-            )),
-        }
-    }
-}
-
-/// `POST /api/replays`: a plan (`"dry_run": true`) or a job.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct JobRequest {
-    #[serde(flatten)]
-    pub selection: SelectionRequest,
-    /// One target for every message; without it each goes to its own replay target.
-    pub target: Option<ReplayTarget>,
-    pub rate_per_sec: Option<u32>,
-    #[serde(default)]
-    pub dry_run: bool,
-    #[serde(default)]
-    pub include_replayed: bool,
-    pub canary: Option<Canary>,
-    /// The same key never makes a second job (safe retries).
-    pub request_key: Option<String>,
-}
-
-impl JobRequest {
-    /// Validates the options; the selection is resolved separately.
-    pub fn check(&self) -> Result<(), AppError> {
-        if let Some(rate) = self.rate_per_sec {
-            if rate == 0 || rate > MAX_RATE {
-                return Err(AppError::BadRequest(format!(
-                    "rate_per_sec must be between 1 and {MAX_RATE} (leave it out for no limit)"
-                )));
-            }
-        }
-        if let Some(c) = &self.canary {
-            if c.count == 0 {
-                return Err(AppError::BadRequest(
-                    "a canary replays at least one message first".into(),
-                ));
-            }
-            if c.wait_secs > MAX_CANARY_WAIT_SECS {
-                return Err(AppError::BadRequest(format!(
-                    "a canary waits at most {MAX_CANARY_WAIT_SECS} seconds"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Freezes a selection into a plan or job, and wakes the local runner for a job.
 pub async fn create(
     state: &AppState,
     request: JobRequest,
     actor: &Actor,
 ) -> Result<ReplayJob, AppError> {
-    request.check()?;
-    let (selection, selection_text) = request.selection.resolve(&state.business_fields)?;
-    let key = request.request_key.clone().unwrap_or_else(new_request_key);
-    super::api::check_request_key(&key)?;
-    if let Some(target) = &request.target {
-        super::api::check_target(target)?;
-    }
-    let job = state
-        .archive
-        .create_job(&JobSpec {
-            request_key: &key,
-            actor,
-            selection: &selection,
-            selection_text: &selection_text,
-            target: request.target.as_ref(),
-            rate_per_sec: request.rate_per_sec,
-            include_replayed: request.include_replayed,
-            canary: request.canary,
-            start: !request.dry_run,
-            policy: &state.replay_policy,
-        })
-        .await?;
-    // The same key is the same request: asked again for something else, it is refused
-    // rather than answered with a job that is not what was asked.
-    let asked: serde_json::Value =
-        serde_json::from_str(&selection_text).unwrap_or(serde_json::Value::Null);
-    if job.selection != asked || job.target != request.target {
-        return Err(AppError::Archive(crate::archive::ArchiveError::Conflict(
-            format!(
-                "request_key {key:?} was used for replay job {} with another selection or target; \
-             use a new key",
-                job.id
-            ),
-        )));
-    }
+    let job = plan::create_job(
+        &*state.archive,
+        &request,
+        actor,
+        &state.business_fields,
+        &state.replay_policy,
+    )
+    .await?;
     state.jobs_wake.notify_one();
     Ok(job)
 }
@@ -195,14 +51,26 @@ pub async fn control(
     action: &str,
     actor: &Actor,
 ) -> Result<ReplayJob, AppError> {
-    let action = JobAction::parse(action).ok_or_else(|| {
-        AppError::NotFound(format!(
-            "no job action {action:?}: use start, pause, resume or cancel"
-        ))
-    })?;
-    let job = state.archive.control_job(id, action, actor).await?;
+    let job = plan::control_job(&*state.archive, id, action, actor).await?;
     state.jobs_wake.notify_one();
     Ok(job)
+}
+
+/// Dismisses the selection with a note (required: it says why, later).
+pub async fn dismiss_selection(
+    state: &AppState,
+    selection: &SelectionRequest,
+    note: &str,
+    actor: &Actor,
+) -> Result<u64, AppError> {
+    Ok(plan::dismiss(
+        &*state.archive,
+        selection,
+        note,
+        actor,
+        &state.business_fields,
+    )
+    .await?)
 }
 
 /// The job, or a 404 that says which id was not found.
@@ -281,7 +149,7 @@ pub const ITEM_OUTCOMES: [&str; 8] = [
 impl ItemParams {
     /// The outcome filter, the cursor and the page size, validated.
     pub fn parse(&self) -> Result<(Option<&str>, Option<i64>, u32), AppError> {
-        let outcome = super::api::given(&self.outcome)
+        let outcome = given(&self.outcome)
             .map(|o| {
                 ITEM_OUTCOMES
                     .iter()
@@ -295,13 +163,13 @@ impl ItemParams {
                     })
             })
             .transpose()?;
-        let after = super::api::given(&self.after)
+        let after = given(&self.after)
             .map(|a| {
                 a.parse::<i64>()
                     .map_err(|_| AppError::BadRequest(format!("after {a:?} is not a message id")))
             })
             .transpose()?;
-        let limit = match super::api::given(&self.limit) {
+        let limit = match given(&self.limit) {
             None => 100,
             Some(l) => l
                 .parse::<u32>()
@@ -360,34 +228,6 @@ pub struct DismissRequest {
     pub selection: SelectionRequest,
     #[serde(default)]
     pub note: String,
-}
-
-/// The most a dismissal note may say.
-pub const MAX_NOTE_CHARS: usize = 2000;
-
-/// Dismisses the selection with a note (required: it says why, later).
-pub async fn dismiss_selection(
-    state: &AppState,
-    selection: &SelectionRequest,
-    note: &str,
-    actor: &Actor,
-) -> Result<u64, AppError> {
-    let note = note.trim();
-    if note.is_empty() {
-        return Err(AppError::BadRequest(
-            "say why in a note: it is what the next person reads".into(),
-        ));
-    }
-    if note.chars().count() > MAX_NOTE_CHARS {
-        return Err(AppError::BadRequest(format!(
-            "a note has at most {MAX_NOTE_CHARS} characters"
-        )));
-    }
-    let (selection, text) = selection.resolve(&state.business_fields)?;
-    Ok(state
-        .archive
-        .dismiss(&selection, &text, note, actor)
-        .await?)
 }
 
 async fn dismiss(

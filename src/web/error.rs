@@ -7,7 +7,9 @@ use axum::Json;
 use serde_json::json;
 
 use crate::archive::ArchiveError;
+use crate::replay::plan::PlanError;
 use crate::replay::single::ReplayError;
+use crate::selection::InvalidSelection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -29,6 +31,22 @@ pub enum AppError {
     /// Too much of some heavy work at once (hashing, decoding): try again shortly.
     #[error("{0}")]
     Busy(String),
+}
+
+impl From<PlanError> for AppError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::Invalid(m) => AppError::BadRequest(m),
+            PlanError::NotFound(m) => AppError::NotFound(m),
+            PlanError::Archive(e) => AppError::Archive(e),
+        }
+    }
+}
+
+impl From<InvalidSelection> for AppError {
+    fn from(e: InvalidSelection) -> Self {
+        AppError::BadRequest(e.0)
+    }
 }
 
 impl From<ReplayError> for AppError {

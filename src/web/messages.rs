@@ -8,8 +8,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
-use super::api::{new_request_key, parse_id, ListParams};
-use super::api_replays::{dismiss_selection, IdValue, SelectionRequest};
+use super::api::parse_id;
+use super::api_replays::dismiss_selection;
 use super::auth::Caller;
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::payload::{self, PayloadView};
@@ -17,7 +17,11 @@ use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
 use crate::archive::{ArchivedMessage, MessageSummary, ReplayEdit, ReplayRecord};
 use crate::death::ReplayTarget;
+use crate::replay::plan::{
+    check_request_key, check_target, new_request_key, IdValue, SelectionRequest,
+};
 use crate::replay::single::{replay_one, SingleReplay};
+use crate::selection::ListParams;
 use serde::Deserialize;
 
 pub struct Row {
@@ -127,6 +131,7 @@ pub async fn list_page(
         params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
     let parsed = form
         .parse(&state.business_fields)
+        .map_err(AppError::from)
         .and_then(|(filter, page)| {
             state.masking.check_search(caller.role, &filter)?;
             Ok((filter, page))
@@ -421,8 +426,8 @@ pub async fn replay_form(
         exchange: form.exchange.trim().to_owned(),
         routing_key: form.routing_key.trim().to_owned(),
     };
-    super::api::check_target(&target).map_err(page_error)?;
-    super::api::check_request_key(&form.request_key).map_err(page_error)?;
+    check_target(&target).map_err(|e| page_error(e.into()))?;
+    check_request_key(&form.request_key).map_err(|e| page_error(e.into()))?;
     if target.exchange.is_empty() && target.routing_key.is_empty() {
         return Err(page_error(AppError::BadRequest(
             "choose a target: an exchange, a routing key, or both (the default exchange routes by queue name)".into(),

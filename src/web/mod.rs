@@ -37,11 +37,8 @@ use crate::metrics::Metrics;
 use crate::replay::policy::ExchangePolicy;
 use crate::status::IngestStatus;
 
-pub use api::{new_request_key, ListParams};
-pub use api_replays::{IdValue, JobRequest, SelectionRequest};
 pub use error::AppError;
 pub use html::utc;
-pub use replays::human_duration;
 
 /// Requests that may wait for a body permit (each holds little while it waits).
 pub const BODY_QUEUE: usize = 64;

@@ -8,16 +8,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::api::{parse_id, ListParams};
-use super::api_replays::{
-    self, dismiss_selection, find_job, IdValue, ItemParams, JobRequest, SelectionRequest,
-    ITEM_OUTCOMES,
-};
+use super::api::parse_id;
+use super::api_replays::{self, dismiss_selection, find_job, ItemParams, ITEM_OUTCOMES};
 use super::auth::Caller;
 use super::html::{filters, is_htmx, render, utc, PageError};
 use super::{AppError, AppState};
 use crate::archive::{Canary, JobItem, JobState, ReplayJob};
 use crate::death::ReplayTarget;
+use crate::replay::plan::{human_duration, IdValue, JobRequest, SelectionRequest};
+use crate::selection::ListParams;
 
 /// The fields of a posted form, repeated names included (the list's ticked `id`s).
 pub struct FormPairs(Vec<(String, String)>);
@@ -225,17 +224,6 @@ impl JobView {
             can_resume: state == JobState::Paused,
             can_cancel: !state.is_final(),
         }
-    }
-}
-
-/// `90 s`, `12 min`, `2.5 h`.
-pub fn human_duration(secs: f64) -> String {
-    if secs < 90.0 {
-        format!("{} s", secs.ceil() as i64)
-    } else if secs < 90.0 * 60.0 {
-        format!("{} min", (secs / 60.0).ceil() as i64)
-    } else {
-        format!("{:.1} h", secs / 3600.0)
     }
 }
 

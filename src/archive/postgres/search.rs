@@ -9,7 +9,8 @@ use std::fmt::Write;
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::UnicodeNormalization;
 
-use super::SearchText;
+use crate::archive::SearchText;
+use crate::search::TextQuery;
 
 /// PostgreSQL keeps positions up to this; later tokens share it (phrases there may not match).
 const MAX_POSITION: u32 = 16_383;
@@ -95,14 +96,14 @@ pub fn document(text: &SearchText) -> String {
     out
 }
 
-/// The `tsquery` literal for an FTS5 query as [`crate::search::Search::fts_query`] writes it:
-/// quoted phrases, all required, a trailing `*` making the last token a prefix. Phrases
-/// without tokens are left out, as FTS5 does; `None` when nothing is left (nothing matches).
-pub fn query(fts: &str) -> Option<String> {
-    let parts: Vec<String> = phrases(fts)
-        .into_iter()
-        .filter_map(|(phrase, prefix)| {
-            let tokens: Vec<String> = tokens(&phrase).map(|t| quote(&t)).collect();
+/// The `tsquery` literal for a search's text: every piece required, its tokens in order, the
+/// last one a prefix where the user asked. Pieces without tokens are left out, as FTS5 does;
+/// `None` when nothing is left (nothing matches).
+pub fn query(text: &TextQuery) -> Option<String> {
+    let parts: Vec<String> = text
+        .pieces()
+        .filter_map(|(piece, prefix)| {
+            let tokens: Vec<String> = tokens(piece).map(|t| quote(&t)).collect();
             let (last, rest) = tokens.split_last()?;
             let mut out: Vec<String> = rest.to_vec();
             out.push(if prefix {
@@ -114,33 +115,6 @@ pub fn query(fts: &str) -> Option<String> {
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(" & "))
-}
-
-/// The quoted strings of an FTS5 query (`""` inside one is a quote) and whether a `*` follows.
-fn phrases(fts: &str) -> Vec<(String, bool)> {
-    let mut out = Vec::new();
-    let mut chars = fts.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '"' {
-            continue;
-        }
-        let mut phrase = String::new();
-        while let Some(c) = chars.next() {
-            if c == '"' {
-                if chars.peek() == Some(&'"') {
-                    chars.next();
-                    phrase.push('"');
-                } else {
-                    break;
-                }
-            } else {
-                phrase.push(c);
-            }
-        }
-        let prefix = chars.peek() == Some(&'*');
-        out.push((phrase, prefix));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -175,15 +149,20 @@ mod tests {
         assert_eq!(quote("it's\\"), "'it''s\\\\'");
     }
 
+    fn searched(input: &str) -> TextQuery {
+        search::parse(input, &[]).unwrap().text_query().unwrap()
+    }
+
     #[test]
     fn queries_mirror_fts5_phrases_and_prefixes() {
-        let s = search::parse(r#"Timeout "INV-2026" zür* "--""#, &[]).unwrap();
-        let fts = s.fts_query().unwrap();
         assert_eq!(
-            query(&fts).unwrap(),
+            query(&searched(r#"Timeout "INV-2026" zür* "--""#)).unwrap(),
             "('inv' <-> '2026') & ('timeout') & ('zur':*)"
         );
-        assert_eq!(query(r#""--""#), None);
-        assert_eq!(query(r#""say ""hi""""#).unwrap(), "('say' <-> 'hi')");
+        assert_eq!(query(&searched(r#""--""#)), None);
+        assert_eq!(
+            query(&searched(r#""say \"hi\"""#)).unwrap(),
+            "('say' <-> 'hi')"
+        );
     }
 }

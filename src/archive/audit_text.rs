@@ -1,0 +1,123 @@
+//! What the audit log says of each action: its lines, and how much of a text it keeps.
+
+use super::{JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, Selection};
+use crate::death::ReplayTarget;
+
+/// The most of an actor and of a summary an entry keeps (the web caps names and fields well
+/// below this; this bounds what any path can append)…
+pub const MAX_ACTOR_CHARS: usize = 512;
+pub const MAX_SUMMARY_CHARS: usize = 16 * 1024;
+/// …and what a page shows of them.
+pub const PAGE_ACTOR_CHARS: usize = 200;
+pub const PAGE_SUMMARY_CHARS: usize = 2000;
+
+/// At most `max` characters of `text`, marked when cut.
+pub fn capped(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]).into(),
+        None => text.into(),
+    }
+}
+
+/// The audit action and summary of a single replay.
+pub fn replay_audit(
+    message_id: i64,
+    target: &ReplayTarget,
+    edit: Option<&ReplayEdit>,
+) -> (&'static str, String) {
+    let (action, what) = match edit {
+        Some(_) => ("edit_replay", "edited and replayed"),
+        None => ("replay", "replayed"),
+    };
+    (
+        action,
+        format!("{what} message {message_id} to {}", target.label()),
+    )
+}
+
+/// The message an action on a selection names in its audit entry: the one selected by id.
+pub fn single_message(selection: &Selection) -> Option<i64> {
+    match selection {
+        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
+        _ => None,
+    }
+}
+
+/// The audit line of an action on a selection (`dismissed`, `purged`).
+pub fn action_summary(done: &str, count: u64, selection_text: &str, note: &str) -> String {
+    format!("{done} {count} messages ({selection_text}): {note}")
+}
+
+/// The audit action and line of a new job (or plan).
+pub fn create_summary(spec: &JobSpec<'_>, id: i64, plan: &Plan) -> (&'static str, String) {
+    let target = spec.target.map_or_else(
+        || "each message's own target".to_owned(),
+        ReplayTarget::label,
+    );
+    let (action, verb) = if spec.start {
+        ("job_start", "started")
+    } else {
+        ("job_plan", "planned")
+    };
+    let summary = format!(
+        "{verb} replay job {id}: {} of {} selected messages to publish to {target}; selection {}{}{}",
+        plan.to_publish,
+        plan.messages,
+        spec.selection_text,
+        spec.rate_per_sec
+            .map(|r| format!("; at most {r}/s"))
+            .unwrap_or_default(),
+        if spec.include_replayed {
+            "; including already replayed"
+        } else {
+            ""
+        },
+    );
+    (action, summary)
+}
+
+/// The audit line of a user's action on a job, with the job as it is afterwards.
+pub fn control_summary(action: JobAction, job: &ReplayJob) -> String {
+    format!(
+        "{} replay job {} ({} published, {} not published, {} still to do)",
+        match action {
+            JobAction::Start => "started",
+            JobAction::Pause => "paused",
+            JobAction::Resume => "resumed",
+            JobAction::Cancel => "cancelled",
+        },
+        job.id,
+        job.counts.published,
+        job.counts.problems(),
+        job.counts.pending,
+    )
+}
+
+/// The audit line of a job that has nothing left to publish.
+pub fn complete_summary(job: &ReplayJob) -> String {
+    let c = job.counts;
+    format!(
+        "replay job {} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
+        job.id, c.published, c.unroutable, c.nacked, c.failed, c.skipped
+    )
+}
+
+/// The audit line of a job its runner paused.
+pub fn pause_summary(id: i64, detail: Option<&str>) -> String {
+    format!(
+        "replay job {id} paused: {}",
+        detail.unwrap_or("no reason given")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_at_a_character() {
+        assert_eq!(capped("abc", 3), "abc");
+        assert_eq!(capped("abcd", 3), "abc…");
+        assert_eq!(capped("ééé", 2), "éé…");
+    }
+}

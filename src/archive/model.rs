@@ -1,0 +1,306 @@
+//! The records the archive stores and returns, list filters and keyset pages.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::amqp::headers::{MessageProperties, Table};
+use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
+
+/// The reason under which messages without death history are counted and filtered.
+pub const NO_REASON: &str = "none";
+
+/// Largest page the list API returns, whatever `limit` asks for.
+pub const MAX_PAGE_SIZE: u32 = 500;
+/// Page size when `limit` is not given.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+/// What became of one stored batch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StoreOutcome {
+    pub inserted: u64,
+    /// Redeliveries of messages already archived (a crash or reconnect before the ack, a
+    /// broker crash after it).
+    pub duplicates: u64,
+}
+
+/// What has happened to an archived message since it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    Archived,
+    Replayed,
+    ReplayFailed,
+    Dismissed,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Archived => "archived",
+            MessageStatus::Replayed => "replayed",
+            MessageStatus::ReplayFailed => "replay_failed",
+            MessageStatus::Dismissed => "dismissed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Archived,
+            Self::Replayed,
+            Self::ReplayFailed,
+            Self::Dismissed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+    }
+}
+
+/// How one publish of a replay ended: what the broker answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Confirmed, and routed to at least one queue.
+    Published,
+    /// Returned by the broker: no queue is bound to the target (`mandatory`).
+    Unroutable,
+    /// The broker confirmed it negatively.
+    Nacked,
+    /// No answer: the connection or channel failed, or the record was unreadable.
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Published => "published",
+            Outcome::Unroutable => "unroutable",
+            Outcome::Nacked => "nacked",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// The status the replayed message takes.
+    pub fn message_status(self) -> MessageStatus {
+        match self {
+            Outcome::Published => MessageStatus::Replayed,
+            Outcome::Unroutable | Outcome::Nacked | Outcome::Failed => MessageStatus::ReplayFailed,
+        }
+    }
+}
+
+/// One archived message as the list shows it (the API's `MessageSummary`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageSummary {
+    #[serde(serialize_with = "id_as_string")]
+    pub id: i64,
+    pub queue: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub archived_at: OffsetDateTime,
+    pub message_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub body_size: i64,
+    pub first_death: Option<FirstDeath>,
+    pub deaths: Vec<DeathRecord>,
+    pub replay_target: Option<ReplayTarget>,
+    pub status: MessageStatus,
+    /// Business field values (`--field`), by name.
+    pub fields: BTreeMap<String, String>,
+}
+
+pub fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+/// One archived message with everything needed to show or replay it, except the body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArchivedMessage {
+    #[serde(flatten)]
+    pub summary: MessageSummary,
+    /// The exchange and routing key it was delivered into the DLQ with.
+    pub delivered_exchange: String,
+    pub delivered_routing_key: String,
+    pub redelivered: bool,
+    pub properties: MessageProperties,
+    pub headers: Option<Table>,
+    /// What could not be decoded from the death headers (empty when all was well).
+    pub death_problems: Vec<String>,
+    /// The note left when it was dismissed.
+    pub status_note: Option<String>,
+}
+
+/// The stored body bytes and what the message said about them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredBody {
+    pub bytes: Vec<u8>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+}
+
+/// Filters of the message list; every field narrows the result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageFilter {
+    /// The DLQ it was archived from.
+    pub queue: Option<String>,
+    /// The reason of its first death ([`NO_REASON`] for messages without history).
+    pub reason: Option<String>,
+    /// The queue of its first death (the DLQ for messages without history).
+    pub first_death_queue: Option<String>,
+    /// The error description its failing consumer left (`""`: none).
+    pub error: Option<String>,
+    /// The exchange of its first death (its replay target exchange).
+    pub exchange: Option<String>,
+    /// The routing key of its replay target.
+    pub routing_key: Option<String>,
+    pub status: Option<MessageStatus>,
+    pub content_type: Option<String>,
+    /// Words, phrases and prefixes to find.
+    pub text: Option<crate::search::TextQuery>,
+    /// `field:value` terms of a search (built-in or business fields), all required.
+    pub terms: Vec<crate::search::FieldTerm>,
+    /// Archived at or after.
+    pub since: Option<OffsetDateTime>,
+    /// Archived before.
+    pub until: Option<OffsetDateTime>,
+}
+
+impl MessageFilter {
+    /// Every `field = value` condition, from the filter's own fields and the search terms,
+    /// with the names of empty values (`(AMQP default)`, ...) resolved.
+    pub fn conditions(&self) -> Vec<(&str, &str)> {
+        let named = [
+            ("queue", &self.queue),
+            ("reason", &self.reason),
+            ("first_death_queue", &self.first_death_queue),
+            ("error", &self.error),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
+            ("content_type", &self.content_type),
+        ];
+        let mut out: Vec<(&str, &str)> = named
+            .into_iter()
+            .filter_map(|(field, v)| v.as_deref().map(|v| (field, v)))
+            .collect();
+        if let Some(status) = self.status {
+            out.push(("status", status.as_str()));
+        }
+        out.extend(
+            self.terms
+                .iter()
+                .map(|t| (t.field.as_str(), t.value.as_str())),
+        );
+        // The names of empty values resolve here, once, for every backend.
+        for (field, value) in &mut out {
+            if matches!(*field, "exchange" | "routing_key" | "error") {
+                *value = filter_value(value);
+            }
+        }
+        out
+    }
+}
+
+/// How filters name the empty values they can select: the default exchange, the empty
+/// routing key and "no error given" (an empty filter value means no filter at all).
+pub const EMPTY_NAMES: [&str; 3] = [DEFAULT_EXCHANGE, EMPTY_KEY, NO_ERROR];
+/// The default exchange, as RabbitMQ's management UI names it.
+pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
+pub const EMPTY_KEY: &str = "(empty)";
+pub const NO_ERROR: &str = "(none)";
+
+/// The value a filter compares with: a name of an empty value becomes that empty value.
+pub fn filter_value(value: &str) -> &str {
+    if EMPTY_NAMES.contains(&value) {
+        ""
+    } else {
+        value
+    }
+}
+
+/// Newest first; `before` is the cursor (an id) the previous page ended at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    pub limit: u32,
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessagePage {
+    pub messages: Vec<MessageSummary>,
+    /// Pass back as `cursor` for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Archived messages for one DLQ and first-death reason (`none` without death history).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueReasonCount {
+    pub queue: String,
+    pub reason: String,
+    pub messages: i64,
+    pub oldest: OffsetDateTime,
+    pub newest: OffsetDateTime,
+}
+
+/// Messages archived from one DLQ in one hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HourlyCount {
+    pub queue: String,
+    /// Unix time / 3600.
+    pub hour: i64,
+    pub messages: i64,
+}
+
+/// Messages that first died in the same queue, for the same reason, with the same error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureGroup {
+    /// The first-death queue (the DLQ for messages without death history).
+    pub queue: String,
+    pub reason: String,
+    /// The failing consumer's error description; empty when it left none.
+    pub error: String,
+    pub messages: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen: OffsetDateTime,
+}
+
+/// One replay of one message, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayRecord {
+    #[serde(serialize_with = "id_as_string")]
+    pub id: i64,
+    #[serde(serialize_with = "id_as_string")]
+    pub message_id: i64,
+    /// The key the request was made under: the same key never publishes twice.
+    pub request_key: String,
+    pub actor: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    pub target: ReplayTarget,
+    /// `publishing` until the broker answered, then `published`, `unroutable`, `nacked` or `failed`.
+    pub outcome: String,
+    pub detail: Option<String>,
+    /// Published with an edited body or headers (kept with the record).
+    pub edited: bool,
+}
+
+impl ReplayRecord {
+    /// Still waiting for the broker's answer (or cut off waiting: Lazarus stopped).
+    pub fn is_publishing(&self) -> bool {
+        self.outcome == PUBLISHING
+    }
+}
+
+/// The outcome a replay record has until the broker answers.
+pub const PUBLISHING: &str = "publishing";
+
+/// What [`Archive::begin_replay`] found for a request key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStart {
+    /// First time: publish, then [`Archive::finish_replay`] this id.
+    New(i64),
+    /// The key was used before (a double click, a retried request): do not publish again.
+    Existing(ReplayRecord),
+}

@@ -1,0 +1,261 @@
+//! Storing a batch on PostgreSQL: ids from the sequence, then every table in one statement;
+//! a transaction only when some of the batch may be copies of archived rows.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row};
+
+use super::search;
+use super::PostgresArchive;
+use crate::archive::sql::millis;
+use crate::archive::sql::overview::{overview, totals};
+use crate::archive::{
+    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
+    StoreOutcome,
+};
+use crate::death::ReplayTarget;
+
+/// How many rows are archived (by any instance) with each fingerprint that a possible copy in
+/// the batch has, by queue: one query, through the `messages_fingerprint` hash index.
+async fn archived_copies(
+    conn: &mut PgConnection,
+    batch: &[PreparedMessage],
+) -> Result<ArchivedCopies, sqlx::Error> {
+    let fingerprints: Vec<&[u8]> = batch
+        .iter()
+        .filter(|m| m.may_be_archived())
+        .map(|m| &m.fingerprint[..])
+        .collect();
+    let rows = sqlx::query(
+        "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint = ANY($1) \
+         GROUP BY queue, fingerprint",
+    )
+    .bind(&fingerprints)
+    .fetch_all(conn)
+    .await?;
+    let mut archived = ArchivedCopies::new();
+    for row in rows {
+        let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+        if let Ok(fingerprint) = fingerprint.try_into() {
+            archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
+        }
+    }
+    Ok(archived)
+}
+
+/// Writes a batch whose ids are taken: the messages, their bodies, statuses and business
+/// fields, and the totals, the sparkline's hourly counts and the failure groups they
+/// add to — all in one statement (data-modifying `WITH` parts, each one `UNNEST` insert), so
+/// a batch costs the server one round trip and one plan. Totals keys go in sorted, so
+/// instances updating the same rows at once take their locks in one order.
+async fn insert_batch(
+    conn: &mut PgConnection,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    fn first(m: &PreparedMessage) -> Option<&crate::death::FirstDeath> {
+        m.history.first_death.as_ref()
+    }
+    fn target(m: &PreparedMessage) -> Option<&ReplayTarget> {
+        m.history.replay_target.as_ref()
+    }
+    let col = |f: &dyn Fn(&PreparedMessage) -> Option<&str>| -> Vec<Option<&str>> {
+        rows.iter().map(|(_, m)| f(m)).collect()
+    };
+    let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let fingerprints: Vec<&[u8]> = rows.iter().map(|(_, m)| &m.fingerprint[..]).collect();
+    let archived_at: Vec<i64> = rows
+        .iter()
+        .map(|(_, m)| millis(m.message.received_at))
+        .collect();
+    let redelivered: Vec<bool> = rows.iter().map(|(_, m)| m.message.redelivered).collect();
+    let body_size: Vec<i64> = rows
+        .iter()
+        .map(|(_, m)| m.message.body.len() as i64)
+        .collect();
+    let replay_of: Vec<Option<i64>> = rows.iter().map(|(_, m)| m.replay_of).collect();
+    let search: Vec<String> = rows
+        .iter()
+        .map(|(_, m)| search::document(&m.search_text))
+        .collect();
+    let bodies: Vec<&[u8]> = rows.iter().map(|(_, m)| &m.message.body[..]).collect();
+    let fields: Vec<(i64, &(String, String))> = rows
+        .iter()
+        .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+        .collect();
+    let totals = totals(rows);
+    let (hours, groups) = overview(rows);
+    sqlx::query(
+        "WITH new_messages AS (\
+         INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
+         message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
+         death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
+         replay_routing_key, error, replay_of, search) \
+         SELECT id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, \
+         correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
+         death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
+         replay_routing_key, error, replay_of, search::tsvector \
+         FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $4::bigint[], $5::text[], $6::text[], \
+         $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
+         $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
+         $21::text[], $22::text[], $23::bigint[], $24::text[]) \
+         AS t (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, \
+         correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
+         death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
+         replay_routing_key, error, replay_of, search)), \
+         new_bodies AS (\
+         INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
+         new_status AS (INSERT INTO message_status (id) SELECT * FROM UNNEST($1::bigint[])), \
+         new_fields AS (\
+         INSERT INTO message_fields (message_id, name, value) \
+         SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
+         new_totals AS (\
+         INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) \
+         SELECT * FROM UNNEST($29::text[], $30::text[], $31::bigint[], $32::bigint[], $33::bigint[]) \
+         ON CONFLICT (queue, reason) DO UPDATE SET \
+         messages = queue_reason_counts.messages + excluded.messages, \
+         oldest_at = LEAST(queue_reason_counts.oldest_at, excluded.oldest_at), \
+         newest_at = GREATEST(queue_reason_counts.newest_at, excluded.newest_at)), \
+         new_hours AS (\
+         INSERT INTO hourly_counts (queue, hour, messages) \
+         SELECT * FROM UNNEST($34::text[], $35::bigint[], $36::bigint[]) \
+         ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages) \
+         INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) \
+         SELECT * FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+         ON CONFLICT (queue, reason, error) DO UPDATE SET \
+         messages = failure_groups.messages + excluded.messages, \
+         first_seen = LEAST(failure_groups.first_seen, excluded.first_seen), \
+         last_seen = GREATEST(failure_groups.last_seen, excluded.last_seen)",
+    )
+    .bind(&ids)
+    .bind(&fingerprints)
+    .bind(col(&|m| Some(&m.message.queue)))
+    .bind(&archived_at)
+    .bind(col(&|m| Some(&m.columns.exchange)))
+    .bind(col(&|m| Some(&m.columns.routing_key)))
+    .bind(&redelivered)
+    .bind(col(&|m| m.columns.message_id.as_deref()))
+    .bind(col(&|m| m.columns.correlation_id.as_deref()))
+    .bind(col(&|m| m.columns.content_type.as_deref()))
+    .bind(col(&|m| m.columns.content_encoding.as_deref()))
+    .bind(&body_size)
+    .bind(col(&|m| Some(&m.properties_json)))
+    .bind(col(&|m| m.headers_json.as_deref()))
+    .bind(col(&|m| Some(&m.deaths_json)))
+    .bind(col(&|m| m.problems_json.as_deref()))
+    .bind(col(&|m| first(m).map(|f| f.queue.as_str())))
+    .bind(col(&|m| first(m).map(|f| f.reason.as_str())))
+    .bind(col(&|m| first(m).map(|f| f.exchange.as_str())))
+    .bind(col(&|m| target(m).map(|t| t.exchange.as_str())))
+    .bind(col(&|m| target(m).map(|t| t.routing_key.as_str())))
+    .bind(col(&|m| m.error.as_deref()))
+    .bind(&replay_of)
+    .bind(&search)
+    .bind(&bodies)
+    .bind(fields.iter().map(|(id, _)| *id).collect::<Vec<i64>>())
+    .bind(fields.iter().map(|(_, (n, _))| n.as_str()).collect::<Vec<_>>())
+    .bind(fields.iter().map(|(_, (_, v))| v.as_str()).collect::<Vec<_>>())
+    .bind(totals.keys().map(|k| k.0).collect::<Vec<_>>())
+    .bind(totals.keys().map(|k| k.1).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.0).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.1).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.2).collect::<Vec<_>>())
+    .bind(hours.keys().map(|k| k.0).collect::<Vec<_>>())
+    .bind(hours.keys().map(|k| k.1).collect::<Vec<_>>())
+    .bind(hours.values().copied().collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.0).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.1).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.2).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.0).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.1).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.2).collect::<Vec<_>>())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Stores messages known not to be archived yet, and counts them in `outcome` as inserted. Their ids come from the sequence first, so every table of the batch can go in
+/// as one statement ([`insert_batch`]).
+async fn write_fresh(
+    conn: &mut PgConnection,
+    fresh: Vec<&PreparedMessage>,
+    outcome: &mut StoreOutcome,
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('messages_id_seq') FROM generate_series(1, $1)")
+            .bind(fresh.len() as i64)
+            .fetch_all(&mut *conn)
+            .await?;
+    let rows: Vec<(i64, &PreparedMessage)> = ids.into_iter().zip(fresh).collect();
+    insert_batch(conn, &rows).await?;
+    outcome.inserted += rows.len() as u64;
+    Ok(())
+}
+
+#[async_trait]
+impl Ingest for PostgresArchive {
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
+    /// A redelivered message (or one a failed attempt may have stored: see
+    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
+    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
+    /// anything else is stored, even when identical content is already archived.
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
+        let mut outcome = StoreOutcome::default();
+        if batch.is_empty() {
+            return Ok(outcome);
+        }
+        let streams = stream_positions(batch);
+        if streams.is_empty() && !batch.iter().any(PreparedMessage::may_be_archived) {
+            // Nothing can be a copy (the usual case): no lookups, so no transaction to hold
+            // open. The one statement that writes the batch commits it as a whole.
+            let mut conn = self.pool.acquire().await?;
+            write_fresh(&mut conn, batch.iter().collect(), &mut outcome).await?;
+            return Ok(outcome);
+        }
+        // Some may be copies of rows already archived: look them up, then write the rest, in
+        // one transaction.
+        let mut tx = self.pool.begin().await?;
+        let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
+        outcome.duplicates = duplicates;
+        if !fresh.is_empty() {
+            write_fresh(&mut tx, fresh, &mut outcome).await?;
+        }
+        for (queue, next) in streams {
+            sqlx::query(
+                "INSERT INTO stream_offsets (queue, next_offset) VALUES ($1, $2) \
+                 ON CONFLICT (queue) DO UPDATE SET \
+                 next_offset = GREATEST(stream_offsets.next_offset, excluded.next_offset)",
+            )
+            .bind(queue)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Where to resume reading a stream DLQ: the offset after the last one archived from it
+    /// (`None`: nothing archived from it as a stream yet).
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_offset FROM stream_offsets WHERE queue = $1")
+                .bind(queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(next.map(|n| n as u64))
+    }
+
+    /// Checks the database would take a write now (not locked by another writer, not a
+    /// read-only replica): consumers take no deliveries before it would.
+    async fn writable(&self) -> Result<(), ArchiveError> {
+        // A replica after a failover answers, but refuses every write.
+        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+            .fetch_one(&self.pool)
+            .await?;
+        if read_only == "on" {
+            return Err(ArchiveError::Conflict(
+                "the database is read-only (a replica?): it takes no writes".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,178 @@
+//! The PostgreSQL archive: for many DLQs, months of failures, and several Lazarus instances
+//! sharing one database. A commit is durable before anything is acked (`synchronous_commit`
+//! is on by default); a batch goes in as one statement, an `UNNEST` insert per table. One
+//! file per capability; accounts, the audit log and single replays are the shared ones
+//! (`sql/`).
+
+mod actions;
+mod ingest;
+mod messages;
+mod search;
+
+use std::time::Duration;
+
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::Connection;
+use sqlx::{PgConnection, PgPool, Postgres};
+
+use async_trait::async_trait;
+use sha2::Digest;
+use sqlx::QueryBuilder;
+
+use super::sql::filter::push_freeze;
+use super::sql::{Conn, Pool, SqlArchive};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock};
+
+#[derive(Debug, Clone)]
+pub struct PostgresArchive {
+    pool: PgPool,
+}
+
+impl PostgresArchive {
+    /// Connects, creates the database when it is missing (as SQLite creates its file), and
+    /// migrates. Several instances may start at once: the migrator holds an advisory lock.
+    pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        if !Postgres::database_exists(url).await? {
+            // Another instance may create it first: only its absence afterwards is an error.
+            if let Err(e) = Postgres::create_database(url).await {
+                if !Postgres::database_exists(url).await? {
+                    return Err(e.into());
+                }
+            }
+        }
+        // Migrations run without the bounds below (an index on a large table can take longer
+        // than any statement Lazarus itself runs); the advisory lock they take makes other
+        // instances starting at once wait here.
+        let mut migrating = PgConnection::connect(url).await?;
+        sqlx::migrate!("migrations/postgres")
+            .run(&mut migrating)
+            .await?;
+        migrating.close().await?;
+        let pool = bounded_pool()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await?;
+        Ok(PostgresArchive { pool })
+    }
+
+    /// How long an HTTP request waits for a connection before it is answered 503: under the
+    /// second an orchestrator's probe allows, far above the milliseconds a connection to a
+    /// database that is up takes (from the pool, or a new one).
+    pub const REQUEST_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(750);
+
+    /// The same database through a pool for HTTP requests (see [`super::ServedArchive`]):
+    /// a few connections, opened when first needed, and
+    /// [`PostgresArchive::REQUEST_ACQUIRE_TIMEOUT`] to get one. The background pool's 5 s
+    /// is right for ingest, which holds its batch and retries; a probe of `/readyz` that
+    /// took as long while PostgreSQL was down was taken for a hung process.
+    pub fn for_requests(&self) -> PostgresArchive {
+        let pool = bounded_pool()
+            .max_connections(5)
+            .acquire_timeout(Self::REQUEST_ACQUIRE_TIMEOUT)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        PostgresArchive { pool }
+    }
+
+    /// The pool, for tests and tools that inspect the database directly.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// The first key of instance name locks ("lazi").
+const INSTANCE_LOCK_CLASS: i32 = 0x6c61_7a69;
+
+/// What every pooled connection is held to, so that no transaction keeps its locks for
+/// long — above all the row of a replay job, which another instance waits to take over
+/// when the lease of the job's runner runs out (`--job-lease-secs`, 15 s by default):
+///
+/// - `idle_in_transaction_session_timeout` 5 s: the server ends a session that sits in a
+///   transaction without sending its next statement. Lazarus never waits on anything but the
+///   database inside a transaction, so only a client that hangs, is frozen or is cut off by a
+///   partition gets there, and its locks are freed before its lease ends (its kernel still
+///   answers TCP, so nothing else would ever end it). With a lease under 5 s, takeover comes
+///   after these 5 s instead.
+/// - `lock_timeout` 10 s: a wait behind a frozen holder outlasts the 5 s above and succeeds;
+///   a longer one (behind a live bulk change) fails, and ingest and the job runner retry it
+///   while a request gets a 503.
+/// - `statement_timeout` 30 s, as long as an HTTP request may take: what a page, ingest or a
+///   job step asks takes milliseconds, and a query whose request gave up does not run on.
+///   Work on a whole selection lifts both timeouts for its own transaction
+///   ([`Conn::lift_bounds`]).
+const SESSION_BOUNDS: [(&str, &str); 3] = [
+    ("idle_in_transaction_session_timeout", "5s"),
+    ("lock_timeout", "10s"),
+    ("statement_timeout", "30s"),
+];
+
+/// Sets these parameters for the session.
+async fn set_bounds(conn: &mut PgConnection, bounds: &[(&str, &str)]) -> Result<(), sqlx::Error> {
+    let (names, values): (Vec<&str>, Vec<&str>) = bounds.iter().copied().unzip();
+    sqlx::query(
+        "SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)",
+    )
+    .bind(names)
+    .bind(values)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Pool options whose connections are held to [`SESSION_BOUNDS`].
+fn bounded_pool() -> PgPoolOptions {
+    PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_bounds(conn, &SESSION_BOUNDS)))
+}
+
+#[async_trait]
+impl SqlArchive for PostgresArchive {
+    fn db(&self) -> Pool<'_> {
+        Pool::Postgres(&self.pool)
+    }
+
+    async fn freeze_selection(
+        &self,
+        conn: &mut Conn<'_>,
+        id: i64,
+        spec: &JobSpec<'_>,
+    ) -> Result<u64, sqlx::Error> {
+        let Conn::Postgres(conn) = conn else {
+            unreachable!("a PostgreSQL archive's transactions are PostgreSQL's")
+        };
+        // Straight from the selection, so the ids never leave the database. The messages are
+        // locked in id order, as purges and dismissals lock them: one being purged meanwhile
+        // is waited for and then left out (as if the purge came first), where the foreign key
+        // would fail.
+        let mut q = QueryBuilder::<Postgres>::new("");
+        push_freeze(&mut q, id, spec);
+        messages::push_selection(&mut q, spec.selection);
+        q.push(" ORDER BY messages.id FOR KEY SHARE OF messages");
+        Ok(q.build().execute(&mut **conn).await?.rows_affected())
+    }
+}
+
+#[async_trait]
+impl InstanceLock for PostgresArchive {
+    /// Takes the instance name `name` for this process, if no other live process holds it
+    /// (`Ok(None)` when one does), for as long as the returned lock lasts.
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        // A session lock, on a connection of its own: pooled connections come and go. Two
+        // 32-bit keys ("lazi" and the name's hash) keep it apart from the one-key locks of
+        // the migrator and of job selections.
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(INSTANCE_LOCK_CLASS)
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await?;
+        if locked {
+            Ok(Some(NameLock::Session(conn)))
+        } else {
+            let _ = conn.close().await;
+            Ok(None)
+        }
+    }
+}

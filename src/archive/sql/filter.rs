@@ -1,0 +1,115 @@
+//! The list filter as SQL conditions, with bound parameters only: one builder for both
+//! backends, generic over sqlx's database.
+
+use sqlx::QueryBuilder;
+
+use super::millis;
+use crate::archive::{JobSpec, MessageFilter, NO_REASON};
+
+/// Where a backend keeps a message's status: a column of `messages` (SQLite), or a table of
+/// its own (PostgreSQL's `message_status`, so that marking a message is not an update of its
+/// wide row).
+#[derive(Clone, Copy)]
+pub enum StatusIn {
+    Column,
+    Table,
+}
+
+/// ` AND ...` for every condition of the filter but its text.
+pub fn push_conditions<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    filter: &'a MessageFilter,
+    status_in: StatusIn,
+) where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    // The status is one of the conditions.
+    for (field, value) in filter.conditions() {
+        push_condition(q, field, value, status_in);
+    }
+    if let Some(since) = filter.since {
+        q.push(" AND archived_at >= ").push_bind(millis(since));
+    }
+    if let Some(until) = filter.until {
+        q.push(" AND archived_at < ").push_bind(millis(until));
+    }
+}
+
+/// `AND <field matches value>`, with the archive column each search field stands for.
+pub fn push_condition<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    field: &'a str,
+    value: &'a str,
+    status_in: StatusIn,
+) where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let column = match field {
+        "queue" => "queue",
+        "reason" if value == NO_REASON => {
+            q.push(" AND first_death_reason IS NULL");
+            return;
+        }
+        "reason" => "first_death_reason",
+        // Messages without history are grouped under the DLQ itself.
+        "first_death_queue" => "coalesce(first_death_queue, queue)",
+        "error" => "coalesce(error, '')",
+        "exchange" => "first_death_exchange",
+        "routing_key" => "replay_routing_key",
+        "status" if matches!(status_in, StatusIn::Table) => {
+            q.push(" AND messages.id IN (SELECT id FROM message_status WHERE status = ")
+                .push_bind(value)
+                .push(")");
+            return;
+        }
+        "status" => "status",
+        "message_id" => "message_id",
+        "correlation_id" => "correlation_id",
+        "content_type" => {
+            // `application/json` also finds `application/json; charset=utf-8`: a range
+            // (';' is followed by '<'), so the index still serves it.
+            q.push(" AND (content_type = ")
+                .push_bind(value)
+                .push(" OR (content_type >= ")
+                .push_bind(format!("{value};"))
+                .push(" AND content_type < ")
+                .push_bind(format!("{value}<"))
+                .push("))");
+            return;
+        }
+        business => {
+            q.push(" AND id IN (SELECT message_id FROM message_fields WHERE name = ")
+                .push_bind(business)
+                .push(" AND value = ")
+                .push_bind(value)
+                .push(")");
+            return;
+        }
+    };
+    q.push(format!(" AND {column} = ")).push_bind(value);
+}
+
+/// `INSERT INTO replay_job_items ... SELECT job, message, target`: what every backend's
+/// [`SqlArchive::freeze_selection`](super::SqlArchive::freeze_selection) writes before the
+/// ` FROM messages ...` of the selection.
+pub fn push_freeze<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    id: i64,
+    spec: &JobSpec<'_>,
+) where
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    q.push(
+        "INSERT INTO replay_job_items (job_id, message_id, target_exchange, target_routing_key) SELECT ",
+    );
+    q.push_bind(id)
+        .push(", messages.id, coalesce(")
+        .push_bind(spec.target.map(|t| t.exchange.clone()))
+        .push(", messages.replay_exchange), coalesce(")
+        .push_bind(spec.target.map(|t| t.routing_key.clone()))
+        .push(", messages.replay_routing_key)");
+}

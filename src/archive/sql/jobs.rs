@@ -1,0 +1,398 @@
+//! Replay jobs as users make and control them, one algorithm for both backends: a selection
+//! frozen into items in one transaction (the backend finds the messages, see
+//! [`SqlArchive::freeze_selection`]), its plan, start, pause, resume and cancel. Where
+//! PostgreSQL's instances share the database, the job's row is locked before anything is
+//! decided from it; SQLite's `BEGIN IMMEDIATE` holds the whole database instead.
+
+use async_trait::async_trait;
+
+use super::columns::{JOB_COLUMNS, TODO};
+use super::rows::{item_from_row, job_from_row, plan_from_rows};
+use super::{args, audit, now, Arg, Conn, Dialect, SqlArchive};
+use crate::archive::audit_text::{control_summary, create_summary};
+use crate::archive::jobs::{
+    next_state, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, NOT_ALLOWED, NO_TARGET,
+};
+use crate::archive::{
+    Actor, ArchiveError, Canary, JobAction, JobItem, JobSpec, JobState, JobStore, Plan, ReplayJob,
+};
+
+/// Jobs of this many messages or more refresh PostgreSQL's statistics of the items when they
+/// are made. Planned as if the table held none (as autovacuum's last look may say), each step
+/// read and sorted every item still to do instead of the next few in index order — half of a
+/// 100,000-message job's time (BENCHMARKS.md). A sample, so it costs the same whatever the
+/// table's size; a small job's steps are cheap either way.
+const ANALYZE_AT: u64 = 10_000;
+
+/// Items still to do in another unfinished job than the item's own.
+fn elsewhere(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => {
+            "EXISTS (SELECT 1 FROM replay_job_items other JOIN replay_jobs j ON j.id = other.job_id \
+             WHERE other.message_id = replay_job_items.message_id AND other.job_id != replay_job_items.job_id \
+             AND j.state IN ('queued', 'running', 'paused') AND (other.outcome IS NULL OR other.outcome = 'sending'))"
+        }
+        // The unfinished jobs' ids computed once up front, so that every probe of another
+        // job's items has an index condition on `job_id`. Written as a join, PostgreSQL's
+        // planner probes by `message_id` alone and picks the partial `replay_job_items_todo`
+        // index, whose leading column is `job_id`: each probe then reads the whole index
+        // (every item still to do, including the new job's own), which took seconds for a
+        // 20,000-message job on a new database and more than a quarter of an hour once a
+        // finished job had been analysed.
+        Dialect::Postgres => {
+            "EXISTS (SELECT 1 FROM replay_job_items other \
+             WHERE other.job_id = ANY (ARRAY(SELECT id FROM replay_jobs WHERE state IN ('queued', 'running', 'paused'))) \
+             AND other.job_id != replay_job_items.job_id AND other.message_id = replay_job_items.message_id \
+             AND (other.outcome IS NULL OR other.outcome = 'sending'))"
+        }
+    }
+}
+
+/// The status of an item's message.
+fn status_of_item(dialect: Dialect) -> String {
+    let table = dialect.status_table();
+    format!("(SELECT status FROM {table} WHERE {table}.id = replay_job_items.message_id)")
+}
+
+/// The job as it is now (within the transaction).
+pub(super) async fn job_in(conn: &mut Conn<'_>, id: i64) -> Result<ReplayJob, ArchiveError> {
+    let row = conn
+        .fetch_optional(
+            &format!("SELECT {JOB_COLUMNS} FROM replay_jobs WHERE id = $1"),
+            args![id],
+        )
+        .await?
+        .ok_or(ArchiveError::UnknownJob(id))?;
+    job_from_row(&row)
+}
+
+/// The job, its row locked until the transaction ends on PostgreSQL: whatever is decided
+/// from it holds while users, its runner and other instances' claims wait.
+async fn lock_job(conn: &mut Conn<'_>, id: i64) -> Result<ReplayJob, ArchiveError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM replay_jobs WHERE id = $1{}",
+        conn.dialect().for_update()
+    );
+    let row = conn
+        .fetch_optional(&sql, args![id])
+        .await?
+        .ok_or(ArchiveError::UnknownJob(id))?;
+    job_from_row(&row)
+}
+
+/// Recomputes a job's counts from its items (after bulk changes outside the runner), in one
+/// pass over them.
+pub async fn recount(conn: &mut Conn<'_>, id: i64) -> Result<(), sqlx::Error> {
+    conn.execute(
+        "UPDATE replay_jobs SET (published, unroutable, nacked, failed, skipped, cancelled, total) = \
+         (SELECT count(*) FILTER (WHERE outcome = 'published'), \
+                 count(*) FILTER (WHERE outcome = 'unroutable'), \
+                 count(*) FILTER (WHERE outcome = 'nacked'), \
+                 count(*) FILTER (WHERE outcome = 'failed'), \
+                 count(*) FILTER (WHERE outcome = 'skipped'), \
+                 count(*) FILTER (WHERE outcome = 'cancelled'), \
+                 count(*) \
+          FROM replay_job_items WHERE job_id = $1) \
+         WHERE id = $1",
+        args![id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Marks items still to do as skipped for `reason` where `condition` (on the item) holds.
+async fn skip_where(
+    conn: &mut Conn<'_>,
+    id: i64,
+    condition: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    conn.execute(
+        &format!(
+            "UPDATE replay_job_items SET outcome = 'skipped', detail = $1, finished_at = $2 \
+             WHERE job_id = $3 AND outcome IS NULL AND {condition}"
+        ),
+        args![reason, now(), id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Skips what waits in another unfinished job (so two jobs never publish one message), then
+/// stores the plan and the counts. Run when a job is made and again when a plan starts,
+/// under [`Conn::lock_selections`] until the transaction commits.
+async fn skip_elsewhere_and_plan(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
+    conn.lock_selections().await?;
+    let elsewhere = elsewhere(conn.dialect());
+    skip_where(conn, id, elsewhere, IN_OTHER_JOB).await?;
+    let plan = plan_of(conn, id).await?;
+    conn.execute(
+        "UPDATE replay_jobs SET plan = $1 WHERE id = $2",
+        args![
+            serde_json::to_string(&plan)
+                .expect("plans serialize")
+                .as_str(),
+            id
+        ],
+    )
+    .await?;
+    recount(conn, id).await?;
+    Ok(plan)
+}
+
+async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
+    let d = conn.dialect();
+    // Ties in byte order, whatever the database's collation.
+    let order = format!(
+        "n DESC, {}, {}",
+        d.byte_order("target_exchange"),
+        d.byte_order("target_routing_key")
+    );
+    let targets = conn
+        .fetch_all(
+            &format!(
+                "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
+                 WHERE job_id = $1 AND outcome IS NULL GROUP BY 1, 2 ORDER BY {order}"
+            ),
+            args![id],
+        )
+        .await?;
+    let skipped = conn
+        .fetch_all(
+            "SELECT detail, count(*) AS n FROM replay_job_items \
+             WHERE job_id = $1 AND outcome = 'skipped' GROUP BY 1",
+            args![id],
+        )
+        .await?;
+    let refused = conn
+        .fetch_all(
+            &format!(
+                "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
+                 WHERE job_id = $1 AND outcome = 'skipped' AND detail = $2 GROUP BY 1, 2 ORDER BY {order}"
+            ),
+            args![id, NOT_ALLOWED],
+        )
+        .await?;
+    plan_from_rows(&targets, &skipped, &refused)
+}
+
+/// Cancels what is still to do. Items handed to a live runner are left to it: it records
+/// their confirms, then sees the cancel. The caller holds the job's row.
+pub(super) async fn cancel_items(
+    conn: &mut Conn<'_>,
+    id: i64,
+    runner_alive: bool,
+) -> Result<(), sqlx::Error> {
+    conn.execute(
+        "UPDATE replay_job_items SET outcome = 'cancelled', detail = 'the job was cancelled', \
+         finished_at = $1 WHERE job_id = $2 AND outcome IS NULL",
+        args![now(), id],
+    )
+    .await?;
+    if !runner_alive {
+        conn.execute(
+            "UPDATE replay_job_items SET outcome = 'cancelled', finished_at = $1, \
+             detail = 'the job was cancelled; its last publish was never confirmed, so it may have been published' \
+             WHERE job_id = $2 AND outcome = 'sending'",
+            args![now(), id],
+        )
+        .await?;
+    }
+    recount(conn, id).await
+}
+
+#[async_trait]
+impl<T: SqlArchive> JobStore for T {
+    async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError> {
+        let mut tx = self.db().begin().await?;
+        let mut conn = tx.conn();
+        let d = conn.dialect();
+        conn.lift_bounds().await?;
+        let state = if spec.start {
+            JobState::Queued
+        } else {
+            JobState::Planned
+        };
+        let canary = spec.canary.unwrap_or(Canary {
+            count: 0,
+            wait_secs: 0,
+            max_deaths: 0,
+        });
+        // The same key from another instance at once waits here for that insert to commit.
+        let inserted = conn
+            .fetch_optional(
+                "INSERT INTO replay_jobs (request_key, actor, created_at, selection, target_exchange, \
+                 target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
+                 canary_max_deaths, plan, state) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '{}', $12) \
+                 ON CONFLICT (request_key) DO NOTHING RETURNING id",
+                args![
+                    spec.request_key,
+                    &spec.actor.name,
+                    now(),
+                    spec.selection_text,
+                    spec.target.map(|t| t.exchange.as_str()),
+                    spec.target.map(|t| t.routing_key.as_str()),
+                    spec.rate_per_sec.map(i64::from),
+                    spec.include_replayed,
+                    i64::from(canary.count),
+                    i64::from(canary.wait_secs) * 1000,
+                    i64::from(canary.max_deaths),
+                    state.as_str(),
+                ],
+            )
+            .await?;
+        let Some(inserted) = inserted else {
+            // The same request again: the job it made the first time.
+            let existing = conn
+                .fetch_one(
+                    "SELECT id FROM replay_jobs WHERE request_key = $1",
+                    args![spec.request_key],
+                )
+                .await?;
+            let job = job_in(&mut conn, super::ArchiveRow::column(&existing, "id")?).await?;
+            tx.commit().await?;
+            return Ok(job);
+        };
+        let id: i64 = super::ArchiveRow::column(&inserted, "id")?;
+
+        // Freeze the selection: these items are the job, whatever is archived later.
+        let frozen = self.freeze_selection(&mut conn, id, spec).await?;
+        if d == Dialect::Postgres && frozen >= ANALYZE_AT {
+            conn.execute("ANALYZE replay_job_items", args![]).await?;
+        }
+        skip_where(&mut conn, id, "target_exchange IS NULL", NO_TARGET).await?;
+        if !spec.include_replayed {
+            let status = status_of_item(d);
+            skip_where(
+                &mut conn,
+                id,
+                &format!("{status} = 'replayed'"),
+                ALREADY_REPLAYED,
+            )
+            .await?;
+            skip_where(&mut conn, id, &format!("{status} = 'dismissed'"), DISMISSED).await?;
+        }
+        if !spec.policy.is_open() {
+            let rows = conn
+                .fetch_all(
+                    "SELECT DISTINCT target_exchange FROM replay_job_items \
+                     WHERE job_id = $1 AND outcome IS NULL",
+                    args![id],
+                )
+                .await?;
+            for row in rows {
+                let exchange: String = super::ArchiveRow::column(&row, "target_exchange")?;
+                if spec.policy.allows(&exchange) {
+                    continue;
+                }
+                conn.execute(
+                    "UPDATE replay_job_items SET outcome = 'skipped', detail = $1, finished_at = $2 \
+                     WHERE job_id = $3 AND outcome IS NULL AND target_exchange = $4",
+                    args![NOT_ALLOWED, now(), id, exchange.as_str()],
+                )
+                .await?;
+            }
+        }
+        let plan = skip_elsewhere_and_plan(&mut conn, id).await?;
+        let (action, summary) = create_summary(spec, id, &plan);
+        audit(&mut conn, spec.actor, action, Some(id), None, &summary).await?;
+        let job = job_in(&mut conn, id).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError> {
+        let row = self
+            .db()
+            .fetch_optional(
+                &format!("SELECT {JOB_COLUMNS} FROM replay_jobs WHERE id = $1"),
+                args![id],
+            )
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError> {
+        let rows = self
+            .db()
+            .fetch_all(
+                &format!("SELECT {JOB_COLUMNS} FROM replay_jobs ORDER BY id DESC LIMIT $1"),
+                args![i64::from(limit)],
+            )
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn job_items(
+        &self,
+        id: i64,
+        outcome: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<JobItem>, ArchiveError> {
+        let mut sql = String::from(
+            "SELECT message_id, target_exchange, target_routing_key, outcome, detail, attempts \
+             FROM replay_job_items WHERE job_id = $1",
+        );
+        let mut args: Vec<Arg<'_>> = vec![id.into()];
+        match outcome {
+            Some("pending") => sql.push_str(&format!(" AND {TODO}")),
+            Some(outcome) => {
+                args.push(outcome.into());
+                sql.push_str(&format!(" AND outcome = ${}", args.len()));
+            }
+            None => {}
+        }
+        if let Some(after) = after {
+            args.push(after.into());
+            sql.push_str(&format!(" AND message_id > ${}", args.len()));
+        }
+        args.push(i64::from(limit).into());
+        sql.push_str(&format!(" ORDER BY message_id LIMIT ${}", args.len()));
+        let rows = self.db().fetch_all(&sql, &args).await?;
+        rows.iter().map(item_from_row).collect()
+    }
+
+    async fn control_job(
+        &self,
+        id: i64,
+        action: JobAction,
+        actor: &Actor,
+    ) -> Result<ReplayJob, ArchiveError> {
+        let mut tx = self.db().begin().await?;
+        let mut conn = tx.conn();
+        conn.lift_bounds().await?;
+        // Locked before the state is judged: a runner's step or another user's action waits.
+        let job = lock_job(&mut conn, id).await?;
+        let next = next_state(id, action, job.state)?;
+        let lease = conn
+            .fetch_one(
+                "SELECT lease_until FROM replay_jobs WHERE id = $1",
+                args![id],
+            )
+            .await?;
+        let lease_until: Option<i64> = super::ArchiveRow::column(&lease, "lease_until")?;
+        let runner_alive = job.state == JobState::Running && lease_until.is_some_and(|t| t > now());
+        let cancelled = next == JobState::Cancelled;
+        conn.execute(
+            "UPDATE replay_jobs SET state = $1, detail = NULL, \
+             finished_at = CASE WHEN $2 THEN $3 ELSE finished_at END WHERE id = $4",
+            args![next.as_str(), cancelled, now(), id],
+        )
+        .await?;
+        if cancelled {
+            cancel_items(&mut conn, id, runner_alive).await?;
+        }
+        if action == JobAction::Start {
+            // Another job may have taken some of these messages since the plan was made.
+            skip_elsewhere_and_plan(&mut conn, id).await?;
+        }
+        let job = job_in(&mut conn, id).await?;
+        let summary = control_summary(action, &job);
+        let action = format!("job_{}", action.as_str());
+        audit(&mut conn, actor, &action, Some(id), None, &summary).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+}

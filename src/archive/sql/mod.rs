@@ -1,0 +1,81 @@
+//! What both backends share: the time columns, row readers, column lists, the filter
+//! builder, overview arithmetic, and a handle ([`Pool`], [`Tx`], [`Conn`]) that runs the
+//! statements both backends run as they are. The capabilities whose SQL is the same on both
+//! (accounts, the audit log, single replays, replay jobs and their runner's steps) are
+//! implemented here, once, for every [`SqlArchive`]; ingest, reads and search, bulk actions
+//! and the instance name live in `sqlite/` and `postgres/`.
+
+mod accounts;
+mod audit;
+pub mod columns;
+mod db;
+pub mod filter;
+mod jobs;
+mod lease;
+pub mod overview;
+mod replays;
+pub mod rows;
+
+use time::OffsetDateTime;
+
+pub use audit::audit;
+pub(crate) use db::args;
+pub use db::{Arg, Conn, Dialect, Pool, Row};
+pub use jobs::recount;
+pub use rows::ArchiveRow;
+
+use super::{ArchiveError, JobSpec, ReplayEdit};
+
+/// A backend, for the capabilities this module implements once for both: its pool, and what
+/// only it knows how to do (find the messages of a selection: the search engines differ).
+#[async_trait::async_trait]
+pub trait SqlArchive: Send + Sync {
+    /// Its pool (for requests, or for the background work, as this archive was opened).
+    fn db(&self) -> Pool<'_>;
+
+    /// Inserts job `id`'s items, inside the transaction `conn` is in: the messages of the
+    /// spec's selection, with the spec's target or each message's own; how many.
+    async fn freeze_selection(
+        &self,
+        conn: &mut Conn<'_>,
+        id: i64,
+        spec: &JobSpec<'_>,
+    ) -> Result<u64, sqlx::Error>;
+}
+
+/// Milliseconds since the Unix epoch: how every time column is stored.
+pub fn millis(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+pub fn from_millis(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// Now, as a time column.
+pub fn now() -> i64 {
+    millis(OffsetDateTime::now_utc())
+}
+
+/// The error of a stored record `id` whose JSON does not read back.
+pub fn corrupt(id: i64) -> impl Fn(serde_json::Error) -> ArchiveError {
+    move |e| ArchiveError::Corrupt {
+        id,
+        reason: e.to_string(),
+    }
+}
+
+/// The edited headers of a replay, as stored beside its record.
+pub fn edited_headers(
+    message_id: i64,
+    edit: Option<&ReplayEdit>,
+) -> Result<Option<String>, ArchiveError> {
+    edit.and_then(|e| e.headers.as_ref())
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| ArchiveError::Corrupt {
+            id: message_id,
+            reason: e.to_string(),
+        })
+}

@@ -1,0 +1,226 @@
+//! Storing a batch on SQLite: one `BEGIN IMMEDIATE` transaction, numbered rows in a few
+//! multi-row statements, totals kept up to date in the same transaction.
+
+use async_trait::async_trait;
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use super::SqliteArchive;
+use crate::archive::sql::millis;
+use crate::archive::sql::overview::{overview, totals};
+use crate::archive::{
+    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
+    StoreOutcome,
+};
+
+/// How many rows are archived with each fingerprint that a possible copy in the batch has, by
+/// queue (through the `messages_fingerprint` index).
+async fn archived_copies(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    batch: &[PreparedMessage],
+) -> Result<ArchivedCopies, sqlx::Error> {
+    let candidates: Vec<&PreparedMessage> = batch.iter().filter(|m| m.may_be_archived()).collect();
+    let mut archived = ArchivedCopies::new();
+    for chunk in candidates.chunks(ROWS_PER_STATEMENT) {
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint IN (",
+        );
+        let mut list = q.separated(", ");
+        for m in chunk {
+            list.push_bind(&m.fingerprint[..]);
+        }
+        q.push(") GROUP BY queue, fingerprint");
+        for row in q.build().fetch_all(&mut **tx).await? {
+            let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+            if let Ok(fingerprint) = fingerprint.try_into() {
+                archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
+            }
+        }
+    }
+    Ok(archived)
+}
+
+/// Rows per multi-row INSERT: 20 columns each stays far below SQLite's 32,766 parameters.
+const ROWS_PER_STATEMENT: usize = 500;
+
+async fn insert_messages(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of) ",
+    );
+    q.push_values(rows, |mut b, (id, m)| {
+        let msg = &m.message;
+        let first = m.history.first_death.as_ref();
+        let target = m.history.replay_target.as_ref();
+        b.push_bind(*id)
+            .push_bind(&m.fingerprint[..])
+            .push_bind(&msg.queue)
+            .push_bind(millis(msg.received_at))
+            .push_bind(&m.columns.exchange)
+            .push_bind(&m.columns.routing_key)
+            .push_bind(msg.redelivered)
+            .push_bind(&m.columns.message_id)
+            .push_bind(&m.columns.correlation_id)
+            .push_bind(&m.columns.content_type)
+            .push_bind(&m.columns.content_encoding)
+            .push_bind(msg.body.len() as i64)
+            .push_bind(&m.properties_json)
+            .push_bind(&m.headers_json)
+            .push_bind(&m.deaths_json)
+            .push_bind(&m.problems_json)
+            .push_bind(first.map(|f| &f.queue))
+            .push_bind(first.map(|f| &f.reason))
+            .push_bind(first.map(|f| &f.exchange))
+            .push_bind(target.map(|t| &t.exchange))
+            .push_bind(target.map(|t| &t.routing_key))
+            .push_bind(&m.error)
+            .push_bind(m.replay_of);
+    });
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Keeps the sparkline's hourly counts and the failure groups up to date.
+async fn record_overview(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let (hours, groups) = overview(rows);
+    for ((queue, hour), messages) in hours {
+        sqlx::query(
+            "INSERT INTO hourly_counts (queue, hour, messages) VALUES (?, ?, ?) \
+             ON CONFLICT (queue, hour) DO UPDATE SET messages = messages + excluded.messages",
+        )
+        .bind(queue)
+        .bind(hour)
+        .bind(messages)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for ((queue, reason, error), (messages, first, last)) in groups {
+        sqlx::query(
+            "INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (queue, reason, error) DO UPDATE SET messages = messages + excluded.messages, \
+             first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen)",
+        )
+        .bind(queue)
+        .bind(reason)
+        .bind(error)
+        .bind(messages)
+        .bind(first)
+        .bind(last)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Ingest for SqliteArchive {
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
+    /// A redelivered message (or one a failed attempt may have stored: see
+    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
+    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
+    /// anything else is stored, even when identical content is already archived.
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
+        let mut outcome = StoreOutcome::default();
+        // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
+        // fails half-way on a lock upgrade when several consumers write at once.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
+        outcome.duplicates = duplicates;
+        // Holding the write lock, the next ids are ours: number the rows up front so that
+        // messages, bodies and search entries go in as a few multi-row statements.
+        // AUTOINCREMENT's counter, so an id is never reused even after the newest rows are
+        // deleted (an explicit id above it moves it on).
+        let first_id: i64 = sqlx::query_scalar(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), coalesce((SELECT max(id) FROM messages), 0)) + 1",
+        )
+            .fetch_one(&mut *tx)
+            .await?;
+        let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            insert_messages(&mut tx, chunk).await?;
+            let mut bodies =
+                QueryBuilder::<Sqlite>::new("INSERT INTO message_bodies (message_id, body) ");
+            bodies.push_values(chunk, |mut b, (id, m)| {
+                b.push_bind(*id).push_bind(&m.message.body[..]);
+            });
+            bodies.build().execute(&mut *tx).await?;
+            let mut fts = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO messages_fts (rowid, body, ids, headers) ",
+            );
+            fts.push_values(chunk, |mut b, (id, m)| {
+                let t = &m.search_text;
+                b.push_bind(*id)
+                    .push_bind(&t.body)
+                    .push_bind(&t.ids)
+                    .push_bind(&t.headers);
+            });
+            fts.build().execute(&mut *tx).await?;
+            let fields: Vec<(i64, &(String, String))> = chunk
+                .iter()
+                .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+                .collect();
+            // Three parameters a row: 5,000 rows stay under SQLite's 32,766.
+            for fields in fields.chunks(5_000) {
+                let mut q = QueryBuilder::<Sqlite>::new(
+                    "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
+                );
+                q.push_values(fields, |mut b, (id, (name, value))| {
+                    b.push_bind(*id).push_bind(name).push_bind(value);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+        }
+        record_overview(&mut tx, &rows).await?;
+        for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
+            sqlx::query(
+                "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
+                 oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
+            )
+            .bind(queue)
+            .bind(reason)
+            .bind(messages)
+            .bind(oldest)
+            .bind(newest)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (queue, next) in stream_positions(batch) {
+            sqlx::query(
+                "INSERT INTO stream_offsets (queue, next_offset) VALUES (?, ?) \
+                 ON CONFLICT (queue) DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
+            )
+            .bind(queue)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        outcome.inserted = rows.len() as u64;
+        Ok(outcome)
+    }
+
+    /// Where to resume reading a stream DLQ: the offset after the last one archived from it
+    /// (`None`: nothing archived from it as a stream yet).
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_offset FROM stream_offsets WHERE queue = ?")
+                .bind(queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(next.map(|n| n as u64))
+    }
+
+    /// Checks the database would take a write now (not locked by another writer, not a
+    /// read-only replica): consumers take no deliveries before it would.
+    async fn writable(&self) -> Result<(), ArchiveError> {
+        // The write lock, taken and let go (within busy_timeout): what a batch needs first.
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        tx.rollback().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! The SQLite archive: WAL with `synchronous=FULL`, so a committed batch survives power loss.
+//! One file per capability; accounts, the audit log and single replays are the shared ones
+//! (`sql/`).
+
+mod actions;
+mod file;
+mod ingest;
+mod messages;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use async_trait::async_trait;
+use sqlx::{QueryBuilder, Sqlite};
+
+use super::sql::filter::push_freeze;
+use super::sql::{Conn, Pool, SqlArchive};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock};
+
+#[derive(Debug, Clone)]
+pub struct SqliteArchive {
+    pool: SqlitePool,
+}
+
+impl SqliteArchive {
+    pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL syncs the WAL on every commit: an acked message is on disk.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        // Every body is in these files: the owner's alone, before SQLite first writes them.
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let file = (!in_memory).then(|| options.get_filename().to_path_buf());
+        if let Some(file) = &file {
+            file::make_private(file).map_err(sqlx::Error::Io)?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .after_release(|conn, _| Box::pin(release_only_if_idle(conn)))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        if let Some(file) = &file {
+            file::make_private(file).map_err(sqlx::Error::Io)?;
+        }
+        Ok(SqliteArchive { pool })
+    }
+
+    /// The pool, for tests and tools that inspect the file directly.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+/// Whether a connection given back to the pool may be used again: not if it is still in a
+/// transaction. When a write fails with `database or disk is full` (or an I/O error), SQLite
+/// may roll the whole transaction back by itself; the ROLLBACK that sqlx then sends for the
+/// dropped transaction fails ("no transaction is active"), sqlx's count of open transactions
+/// on the connection stays at one, and every later `BEGIN` on it fails ("attempted to call
+/// begin_with at non-zero transaction depth") until the process restarts. Closing such a
+/// connection (which also ends any transaction SQLite did keep) lets every write path recover
+/// as soon as the disk has room again.
+async fn release_only_if_idle(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    // The connection's worker runs commands in order: once the ping returns, the rollback a
+    // dropped transaction queued has been tried.
+    conn.ping().await?;
+    Ok(!conn.is_in_transaction())
+}
+
+#[async_trait]
+impl SqlArchive for SqliteArchive {
+    fn db(&self) -> Pool<'_> {
+        Pool::Sqlite(&self.pool)
+    }
+
+    async fn freeze_selection(
+        &self,
+        conn: &mut Conn<'_>,
+        id: i64,
+        spec: &JobSpec<'_>,
+    ) -> Result<u64, sqlx::Error> {
+        let Conn::Sqlite(conn) = conn else {
+            unreachable!("a SQLite archive's transactions are SQLite's")
+        };
+        let mut q = QueryBuilder::<Sqlite>::new("");
+        push_freeze(&mut q, id, spec);
+        messages::push_selection(&mut q, spec.selection);
+        Ok(q.build().execute(&mut **conn).await?.rows_affected())
+    }
+}
+
+/// Takes the exclusive lock on `path` (created when missing) and writes who holds it; `None`
+/// when another process holds it.
+fn lock_file(path: &std::path::Path, name: &str) -> std::io::Result<Option<NameLock>> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    // For whoever looks: the name and the process that holds it.
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{name}\npid {}", std::process::id())?;
+    Ok(Some(NameLock::File(file)))
+}
+
+#[async_trait]
+impl InstanceLock for SqliteArchive {
+    /// Takes the instance name `name` for this process, if no other live process holds it
+    /// (`Ok(None)` when one does), for as long as the returned lock lasts.
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError> {
+        let options = self.pool.connect_options();
+        let archive = options.get_filename();
+        if archive.as_os_str().is_empty() || archive.as_os_str() == ":memory:" {
+            return Ok(Some(NameLock::Private));
+        }
+        let mut path = archive.as_os_str().to_owned();
+        path.push(".instance.lock");
+        let path = std::path::PathBuf::from(path);
+        lock_file(&path, name).map_err(|source| ArchiveError::InstanceLock {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,262 @@
+//! What the archive can do, one trait per capability, each implemented by both backends.
+//! [`Archive`] is all of them (for the process that wires things up); [`Console`] is what the
+//! web may use: it cannot store deliveries or step a replay job, which are the consumers' and
+//! the job runner's alone.
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use super::{
+    Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, FailureGroup, HourlyCount,
+    ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep, MessageFilter, MessagePage,
+    MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, ReplayEdit,
+    ReplayJob, ReplayRecord, ReplayStart, Role, Selection, StoreOutcome, StoredBody, TokenRecord,
+    TokenSpec, UserRecord,
+};
+use crate::death::ReplayTarget;
+
+/// Storing what the consumers deliver: only the DLQ consumers hold this.
+#[async_trait]
+pub trait Ingest: Send + Sync {
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
+    /// A redelivered message (or one a failed attempt may have stored: see
+    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
+    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
+    /// anything else is stored, even when identical content is already archived.
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
+    /// Where to resume reading a stream DLQ: the offset after the last one archived from it
+    /// (`None`: nothing archived from it as a stream yet).
+    async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError>;
+    /// Checks the database would take a write now (not locked by another writer, not a
+    /// read-only replica): consumers take no deliveries before it would.
+    async fn writable(&self) -> Result<(), ArchiveError>;
+}
+
+/// Reading the archive: lists, search, one message, its body, totals and groups.
+#[async_trait]
+pub trait MessageStore: Send + Sync {
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<MessagePage, ArchiveError>;
+    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError>;
+    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
+    /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
+    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
+    /// Archived messages per DLQ and hour, from `since` on.
+    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
+    /// The largest failure groups, most recent activity first.
+    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// Other records of the same message: the same message-id, the record it is a replayed
+    /// copy of, and the copies of it that died again; newest first.
+    async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
+    /// Checks the database answers.
+    async fn ping(&self) -> Result<(), ArchiveError>;
+}
+
+/// Single replays: recorded before anything is published, once per request key.
+#[async_trait]
+pub trait ReplayLog: Send + Sync {
+    /// Records the start of a single replay, once per request key, before anything is
+    /// published: the decision to publish, its record and its audit entry are one
+    /// transaction. An edit is kept with the record.
+    async fn begin_replay(
+        &self,
+        message_id: i64,
+        request_key: &str,
+        actor: &Actor,
+        target: &ReplayTarget,
+        edit: Option<&ReplayEdit>,
+    ) -> Result<ReplayStart, ArchiveError>;
+    /// Records how the publish ended, sets the message's status from it, and returns the record.
+    async fn finish_replay(
+        &self,
+        replay_id: i64,
+        outcome: Outcome,
+        detail: Option<&str>,
+    ) -> Result<ReplayRecord, ArchiveError>;
+    /// The replays of a message, newest first.
+    async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError>;
+}
+
+/// Replay jobs as users make, follow and control them.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Freezes a selection into a new job (or plan), once per request key: the same key
+    /// returns the job it made before.
+    async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError>;
+    async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError>;
+    /// The newest jobs first.
+    async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError>;
+    /// A job's messages in publishing order, after message id `after`, optionally only those
+    /// with one outcome (`pending` for those still to do).
+    async fn job_items(
+        &self,
+        id: i64,
+        outcome: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<JobItem>, ArchiveError>;
+    /// Start, pause, resume or cancel a job, recorded in the audit log.
+    async fn control_job(
+        &self,
+        id: i64,
+        action: JobAction,
+        actor: &Actor,
+    ) -> Result<ReplayJob, ArchiveError>;
+}
+
+/// The name a runner's instance goes by (`--instance-name`), held by one live process.
+#[async_trait]
+pub trait InstanceLock: Send + Sync {
+    /// Takes the instance name `name` for this process, if no other live process holds it
+    /// (`Ok(None)` when one does), for as long as the returned lock lasts.
+    async fn lock_instance_name(&self, name: &str) -> Result<Option<NameLock>, ArchiveError>;
+}
+
+/// What only the job runner does: claim a job under a lease, step through it, let it go.
+#[async_trait]
+pub trait JobLease: Send + Sync {
+    /// Takes the oldest queued job (or job `only`), or a running one whose runner's lease
+    /// ran out, for `owner` until `lease_ms` from now. A runner that holds its `instance`
+    /// name ([`InstanceLock::lock_instance_name`]) also takes, lease or not, a job whose lease
+    /// another runner of that name holds: an earlier life of this instance, gone, since
+    /// nobody else could hold the name meanwhile.
+    async fn claim_job(
+        &self,
+        owner: &str,
+        instance: Option<&str>,
+        lease_ms: u64,
+        only: Option<i64>,
+    ) -> Result<Option<ReplayJob>, ArchiveError>;
+    /// One transaction: records the outcomes of the last step, renews the lease, and hands
+    /// out the next messages (recorded as `sending` before they are returned).
+    async fn advance_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        outcomes: &[ItemOutcome],
+        next: ChunkLimit,
+    ) -> Result<JobStep, ArchiveError>;
+    /// The runner stops holding the job: `Paused` with the reason (a canary, a missing
+    /// exchange), or `Queued` for another runner (shutdown). Only while `owner` holds it.
+    /// `canary_done`: the canary has been judged and is not run again on resume.
+    async fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        state: JobState,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<(), ArchiveError>;
+    /// Notes what the runner is doing (waiting for a canary, for the broker) and renews its
+    /// lease; `false` when the job is no longer running under `owner`.
+    async fn note_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: u64,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<bool, ArchiveError>;
+    /// Whether the job's canary has been judged (or it has none).
+    async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError>;
+    /// Copies published by the job that came back into an archived DLQ after `since`.
+    async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError>;
+}
+
+/// Bulk actions on a selection, audited: dismiss and purge.
+#[async_trait]
+pub trait Actions: Send + Sync {
+    /// Marks the selected messages resolved without replaying, with a note; returns how many.
+    async fn dismiss(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &Actor,
+    ) -> Result<u64, ArchiveError>;
+    /// Deletes the selected messages from the archive for good — bodies, search entries,
+    /// replay records, totals — except those an unfinished job still holds; returns how
+    /// many. Audited with the note.
+    async fn purge(
+        &self,
+        selection: &Selection,
+        selection_text: &str,
+        note: &str,
+        actor: &Actor,
+    ) -> Result<u64, ArchiveError>;
+}
+
+/// The append-only audit log.
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// The audit log, newest first, before entry id `before`; actors and summaries too
+    /// long for a page are cut (and the entry marked `truncated`).
+    async fn audit_log(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError>;
+    /// Whole entries, oldest first, after entry id `after`: for the export.
+    async fn audit_export(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, ArchiveError>;
+    /// Appends an audit entry that no other change goes with (a login, a failed login).
+    async fn record(&self, actor: &Actor, action: &str, summary: &str) -> Result<(), ArchiveError>;
+}
+
+/// Users, their sessions and API tokens; every change is audited in its transaction.
+#[async_trait]
+pub trait Accounts: Send + Sync {
+    /// Adds a user, or changes the role (and password, when given) of an existing one.
+    async fn put_user(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+        role: Role,
+        by: &Actor,
+    ) -> Result<(), ArchiveError>;
+    /// `false` when there is no such user.
+    async fn set_password(
+        &self,
+        name: &str,
+        password_hash: &str,
+        by: &Actor,
+    ) -> Result<bool, ArchiveError>;
+    /// Removes a user, ends their sessions and revokes the API tokens they own; `false`
+    /// when there was none.
+    async fn remove_user(&self, name: &str, by: &Actor) -> Result<bool, ArchiveError>;
+    async fn user(&self, name: &str) -> Result<Option<UserRecord>, ArchiveError>;
+    async fn users(&self) -> Result<Vec<UserRecord>, ArchiveError>;
+    async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError>;
+    /// The user of a session used within the last `idle_ms` and made within the last
+    /// `max_ms` (any other is ended).
+    async fn session_user(
+        &self,
+        token_hash: &str,
+        idle_ms: u64,
+        max_ms: u64,
+    ) -> Result<Option<UserRecord>, ArchiveError>;
+    async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError>;
+    async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError>;
+    /// The token with this hash, unless revoked (an expired one too: the caller says so).
+    async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError>;
+    /// `false` when there is no such token or it was revoked already.
+    async fn revoke_token(&self, id: i64, by: &Actor) -> Result<bool, ArchiveError>;
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ArchiveError>;
+}
+
+/// What the web may use: everything but storing deliveries and stepping replay jobs.
+pub trait Console: MessageStore + ReplayLog + JobStore + Actions + AuditLog + Accounts {}
+
+impl<T: MessageStore + ReplayLog + JobStore + Actions + AuditLog + Accounts> Console for T {}
+
+/// The whole archive: what `lazarus serve` opens and hands out by capability.
+pub trait Archive: Console + Ingest + JobLease + InstanceLock + 'static {}
+
+impl<T: Console + Ingest + JobLease + InstanceLock + 'static> Archive for T {}

@@ -1,0 +1,317 @@
+//! Which messages a list, an action or a replay is about: the list's filters as every surface
+//! takes them — the list's query string, a form, a JSON body, `lazarus replay`'s flags — and
+//! their validation into the archive's [`MessageFilter`], in one place.
+
+use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::archive::{MessageFilter, MessageStatus, PageRequest, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::search;
+
+/// Filters that do not make sense, with a message that says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSelection(pub String);
+
+/// Query string of the list, as received: everything is validated into a filter with
+/// messages a user can act on.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args)]
+#[serde(default)]
+pub struct ListParams {
+    /// Search, as in the list's search box (words, "phrases", prefix*, field:value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub q: Option<String>,
+    /// Only messages archived from this DLQ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// The queue of the first death (the DLQ itself for messages without history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub first_death_queue: Option<String>,
+    /// The failing consumer's error description (from --error-header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub error: Option<String>,
+    /// Replay-target exchange to select by ("(AMQP default)" for the default exchange).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub exchange: Option<String>,
+    /// Replay-target routing key to select by ("(empty)" for the empty key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub routing_key: Option<String>,
+    /// archived, replayed, replay_failed or dismissed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Content type (application/json also finds application/json; charset=utf-8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub content_type: Option<String>,
+    /// Archived at or after (RFC 3339, e.g. 2026-12-02T09:00:00Z).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Archived before (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(skip)]
+    pub limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(skip)]
+    pub cursor: Option<String>,
+}
+
+/// Empty form fields mean "no filter", as a browser sends them.
+pub fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+impl ListParams {
+    /// The same filters with empty values left out, and without the page (limit, cursor):
+    /// what a selection is, and what links and the audit log show.
+    pub fn filters_only(&self) -> ListParams {
+        let keep = |v: &Option<String>| given(v).map(str::to_owned);
+        ListParams {
+            q: keep(&self.q),
+            queue: keep(&self.queue),
+            reason: keep(&self.reason),
+            first_death_queue: keep(&self.first_death_queue),
+            error: keep(&self.error),
+            exchange: keep(&self.exchange),
+            routing_key: keep(&self.routing_key),
+            status: keep(&self.status),
+            content_type: keep(&self.content_type),
+            since: keep(&self.since),
+            until: keep(&self.until),
+            limit: None,
+            cursor: None,
+        }
+    }
+
+    /// The query string of these filters (empty ones left out), with a page size and cursor.
+    pub fn to_query(&self, cursor: Option<&str>) -> String {
+        let mut params = self.filters_only();
+        params.limit = given(&self.limit).map(str::to_owned);
+        params.cursor = cursor.map(str::to_owned);
+        serde_urlencoded::to_string(&params).expect("strings always encode")
+    }
+
+    /// No stored text holds NUL, and PostgreSQL refuses it in a parameter: a 400 that says
+    /// so, not a database error.
+    fn refuse_nul(&self) -> Result<(), InvalidSelection> {
+        let named = [
+            ("q", &self.q),
+            ("queue", &self.queue),
+            ("reason", &self.reason),
+            ("first_death_queue", &self.first_death_queue),
+            ("error", &self.error),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
+            ("status", &self.status),
+            ("content_type", &self.content_type),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("limit", &self.limit),
+            ("cursor", &self.cursor),
+        ];
+        match named
+            .iter()
+            .find(|(_, v)| v.as_deref().is_some_and(|v| v.contains('\0')))
+        {
+            Some((name, _)) => Err(InvalidSelection(format!(
+                "{name} contains a NUL character (%00), which no archived value holds"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Validates the filters; `business_fields` are the `--field` names `q` may use.
+    pub fn parse(
+        &self,
+        business_fields: &[String],
+    ) -> Result<(MessageFilter, PageRequest), InvalidSelection> {
+        self.refuse_nul()?;
+        let search = search::parse(given(&self.q).unwrap_or(""), business_fields)
+            .map_err(|e| InvalidSelection(e.to_string()))?;
+
+        let time = |name: &str,
+                    v: &Option<String>|
+         -> Result<Option<OffsetDateTime>, InvalidSelection> {
+            given(v)
+                .map(|s| {
+                    // RFC 3339, or what a datetime-local field sends (taken as UTC).
+                    let local = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]");
+                    OffsetDateTime::parse(s, &Rfc3339)
+                        .or_else(|_| time::PrimitiveDateTime::parse(s, local).map(|t| t.assume_utc()))
+                        .map_err(|_| {
+                        InvalidSelection(format!(
+                            "{name} must be an RFC 3339 time such as 2026-12-02T09:00:00Z, not {s:?}"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        let status = given(&self.status)
+            .map(|s| {
+                MessageStatus::parse(s).ok_or_else(|| {
+                    InvalidSelection(format!(
+                        "status must be archived, replayed, replay_failed or dismissed, not {s:?}"
+                    ))
+                })
+            })
+            .transpose()?;
+        let limit = match given(&self.limit) {
+            None => DEFAULT_PAGE_SIZE,
+            Some(s) => s
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+                .ok_or_else(|| {
+                    InvalidSelection(format!(
+                        "limit must be between 1 and {MAX_PAGE_SIZE}, not {s:?}"
+                    ))
+                })?,
+        };
+        let before = given(&self.cursor)
+            .map(|s| {
+                s.parse::<i64>().map_err(|_| {
+                    InvalidSelection(format!("cursor {s:?} is not one this API returned"))
+                })
+            })
+            .transpose()?;
+        let text = |v: &Option<String>| given(v).map(str::to_owned);
+        let filter = MessageFilter {
+            queue: text(&self.queue),
+            reason: text(&self.reason),
+            first_death_queue: text(&self.first_death_queue),
+            error: text(&self.error),
+            exchange: text(&self.exchange),
+            routing_key: text(&self.routing_key),
+            status,
+            since: time("since", &self.since)?,
+            until: time("until", &self.until)?,
+            content_type: text(&self.content_type),
+            text: search.text_query(),
+            terms: search.fields,
+        };
+        Ok((filter, PageRequest { limit, before }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> ListParams {
+        let query = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        serde_urlencoded_from(&query)
+    }
+
+    fn serde_urlencoded_from(query: &str) -> ListParams {
+        serde_urlencoded::from_str(query).unwrap()
+    }
+
+    #[test]
+    fn empty_query_is_newest_default_page() {
+        let (filter, page) = params(&[]).parse(&[]).unwrap();
+        assert_eq!(filter, MessageFilter::default());
+        assert_eq!(
+            page,
+            PageRequest {
+                limit: DEFAULT_PAGE_SIZE,
+                before: None
+            }
+        );
+    }
+
+    #[test]
+    fn filters_are_parsed() {
+        let (filter, page) = params(&[
+            ("queue", "invoices.dlq"),
+            ("reason", "rejected"),
+            ("status", "archived"),
+            ("since", "2026-12-02T09:00:00Z"),
+            ("limit", "10"),
+            ("cursor", "1234"),
+        ])
+        .parse(&[])
+        .unwrap();
+        assert_eq!(filter.queue.as_deref(), Some("invoices.dlq"));
+        assert_eq!(filter.status, Some(MessageStatus::Archived));
+        assert_eq!(filter.since.unwrap().hour(), 9);
+        assert_eq!(
+            page,
+            PageRequest {
+                limit: 10,
+                before: Some(1234)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_get_clear_messages() {
+        for (pairs, expected) in [
+            (vec![("limit", "0")], "limit must be between 1 and 500"),
+            (vec![("limit", "lots")], "limit must be between"),
+            (vec![("cursor", "abc")], "cursor \"abc\" is not one"),
+            (vec![("status", "gone")], "status must be archived"),
+            (
+                vec![("since", "yesterday")],
+                "since must be an RFC 3339 time",
+            ),
+            (vec![("q", "%22open")], "never closed"),
+        ] {
+            let err = params(&pairs).parse(&[]).unwrap_err();
+            assert!(err.to_string().contains(expected), "{err} lacks {expected}");
+        }
+    }
+
+    #[test]
+    fn empty_fields_are_no_filter() {
+        let (filter, _) = params(&[("exchange", ""), ("queue", ""), ("error", "")])
+            .parse(&[])
+            .unwrap();
+        assert_eq!(filter, MessageFilter::default());
+    }
+
+    #[test]
+    fn q_becomes_text_and_terms() {
+        let (filter, _) = params(&[("q", "timeout%20invoice:INV-1")])
+            .parse(&["invoice".into()])
+            .unwrap();
+        assert_eq!(filter.text.unwrap().words, ["timeout"]);
+        assert_eq!(filter.terms[0].value, "INV-1");
+        // Without the business field, `invoice:` is text.
+        let (filter, _) = params(&[("q", "invoice:INV-1")]).parse(&[]).unwrap();
+        assert_eq!(filter.text.unwrap().words, ["invoice:INV-1"]);
+    }
+
+    #[test]
+    fn nul_in_any_filter_is_refused_by_name() {
+        let err = params(&[("routing_key", "a%00b")]).parse(&[]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("routing_key contains a NUL"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn datetime_local_values_are_utc() {
+        let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse(&[]).unwrap();
+        assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
+    }
+}
