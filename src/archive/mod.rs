@@ -29,7 +29,7 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Console, Ingest, InstanceLock, JobLease, JobStore,
-    MessageStore, ReplayLog,
+    MessageSearch, MessageStore, ReplayLog,
 };
 
 #[derive(Debug, thiserror::Error)]

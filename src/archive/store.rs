@@ -32,14 +32,9 @@ pub trait Ingest: Send + Sync {
     async fn writable(&self) -> Result<(), ArchiveError>;
 }
 
-/// Reading the archive: lists, search, one message, its body, totals and groups.
+/// Reading the archive: one message, its body, totals and failure groups.
 #[async_trait]
 pub trait MessageStore: Send + Sync {
-    async fn list_messages(
-        &self,
-        filter: &MessageFilter,
-        page: PageRequest,
-    ) -> Result<MessagePage, ArchiveError>;
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError>;
     async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
     /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
@@ -48,11 +43,22 @@ pub trait MessageStore: Send + Sync {
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
     /// The largest failure groups, most recent activity first.
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// Checks the database answers.
+    async fn ping(&self) -> Result<(), ArchiveError>;
+}
+
+/// Finding messages: lists and search, and the other records of a message, each backend
+/// through its own indexes.
+#[async_trait]
+pub trait MessageSearch: Send + Sync {
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<MessagePage, ArchiveError>;
     /// Other records of the same message: the same message-id, the record it is a replayed
     /// copy of, and the copies of it that died again; newest first.
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
-    /// Checks the database answers.
-    async fn ping(&self) -> Result<(), ArchiveError>;
 }
 
 /// Single replays: recorded before anything is published, once per request key.
@@ -252,9 +258,15 @@ pub trait Accounts: Send + Sync {
 }
 
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
-pub trait Console: MessageStore + ReplayLog + JobStore + Actions + AuditLog + Accounts {}
+pub trait Console:
+    MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
+{
+}
 
-impl<T: MessageStore + ReplayLog + JobStore + Actions + AuditLog + Accounts> Console for T {}
+impl<T> Console for T where
+    T: MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
+{
+}
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
 pub trait Archive: Console + Ingest + JobLease + InstanceLock + 'static {}

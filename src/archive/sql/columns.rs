@@ -14,6 +14,14 @@ macro_rules! summary_columns {
     };
 }
 
+/// What [`summary_from_row`](super::rows::summary_from_row) reads, on `dialect`.
+pub fn summary_columns(dialect: super::Dialect) -> &'static str {
+    match dialect {
+        super::Dialect::Sqlite => SUMMARY_COLUMNS,
+        super::Dialect::Postgres => SUMMARY_WITH_STATUS_TABLE,
+    }
+}
+
 /// What [`summary_from_row`](super::rows::summary_from_row) reads, where the status is a
 /// column of `messages` (SQLite).
 pub const SUMMARY_COLUMNS: &str = summary_columns!("status");

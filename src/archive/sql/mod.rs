@@ -12,6 +12,7 @@ mod db;
 pub mod filter;
 mod jobs;
 mod lease;
+mod messages;
 pub mod overview;
 mod replays;
 pub mod rows;
@@ -22,6 +23,7 @@ pub use audit::audit;
 pub(crate) use db::args;
 pub use db::{Arg, Conn, Dialect, Pool, Row};
 pub use jobs::recount;
+pub use messages::page_of;
 pub use rows::ArchiveRow;
 
 use super::{ArchiveError, JobSpec, ReplayEdit};

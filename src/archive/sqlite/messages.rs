@@ -1,22 +1,17 @@
-//! Reading the archive on SQLite: lists and search through the FTS5 index, one message, its
-//! body, totals, failure groups and related records.
-
-use std::collections::BTreeMap;
+//! Finding messages on SQLite: lists and search through the FTS5 index, and related records.
 
 use async_trait::async_trait;
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
-use time::OffsetDateTime;
+use sqlx::{QueryBuilder, Sqlite};
 
 use super::SqliteArchive;
-use crate::archive::sql::columns::{DETAIL_COLUMNS, SUMMARY_COLUMNS};
+use crate::archive::sql::columns::SUMMARY_COLUMNS;
+use crate::archive::sql::page_of;
 use crate::archive::sql::filter::{push_conditions, StatusIn};
-use crate::archive::sql::rows::{
-    count_from_row, group_from_row, hourly_from_row, message_from_row, summary_from_row,
-};
+use crate::archive::sql::rows::summary_from_row;
+use crate::archive::sql::SqlArchive;
 use crate::archive::{
-    ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessageFilter, MessagePage,
-    MessageStore, MessageSummary, PageRequest, QueueReasonCount, Selection, StoredBody,
-    MAX_PAGE_SIZE,
+    ArchiveError, MessageFilter, MessagePage, MessageSearch, MessageSummary, PageRequest,
+    Selection, MAX_PAGE_SIZE,
 };
 
 /// ` FROM messages ... WHERE ...`: the messages a list filter selects. A text search joins
@@ -46,33 +41,8 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'
     }
 }
 
-/// Business field values of the given messages, by message.
-async fn fields_of(
-    pool: &SqlitePool,
-    ids: &[i64],
-) -> Result<BTreeMap<i64, BTreeMap<String, String>>, sqlx::Error> {
-    let mut out: BTreeMap<i64, BTreeMap<String, String>> = BTreeMap::new();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let mut q = QueryBuilder::<Sqlite>::new(
-        "SELECT message_id, name, value FROM message_fields WHERE message_id IN (",
-    );
-    let mut list = q.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    q.push(")");
-    for row in q.build().fetch_all(pool).await? {
-        out.entry(row.try_get("message_id")?)
-            .or_default()
-            .insert(row.try_get("name")?, row.try_get("value")?);
-    }
-    Ok(out)
-}
-
 #[async_trait]
-impl MessageStore for SqliteArchive {
+impl MessageSearch for SqliteArchive {
     async fn list_messages(
         &self,
         filter: &MessageFilter,
@@ -93,86 +63,7 @@ impl MessageStore for SqliteArchive {
         q.push(format!(" ORDER BY {order} DESC LIMIT "))
             .push_bind(i64::from(limit) + 1);
         let rows = q.build().fetch_all(&self.pool).await?;
-        let mut messages = rows
-            .iter()
-            .map(summary_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
-        let mut fields = fields_of(&self.pool, &ids).await?;
-        for m in &mut messages {
-            m.fields = fields.remove(&m.id).unwrap_or_default();
-        }
-        let next_cursor = if messages.len() > limit as usize {
-            messages.truncate(limit as usize);
-            messages.last().map(|m| m.id.to_string())
-        } else {
-            None
-        };
-        Ok(MessagePage {
-            messages,
-            next_cursor,
-        })
-    }
-
-    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SUMMARY_COLUMNS}, {DETAIL_COLUMNS} FROM messages WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let fields = fields_of(&self.pool, &[id]).await?.remove(&id);
-        message_from_row(&row, fields.unwrap_or_default()).map(Some)
-    }
-
-    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError> {
-        let row = sqlx::query(
-            "SELECT b.body, m.content_type, m.content_encoding FROM messages m JOIN message_bodies b ON b.message_id = m.id WHERE m.id = ?",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            Ok(StoredBody {
-                bytes: row.try_get("body")?,
-                content_type: row.try_get("content_type")?,
-                content_encoding: row.try_get("content_encoding")?,
-            })
-        })
-        .transpose()
-    }
-
-    /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
-    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT queue, reason, messages, oldest_at, newest_at FROM queue_reason_counts ORDER BY queue, reason",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(count_from_row).collect()
-    }
-
-    /// Archived messages per DLQ and hour, from `since` on.
-    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT queue, hour, messages FROM hourly_counts WHERE hour >= ? ORDER BY queue, hour",
-        )
-        .bind(since.unix_timestamp().div_euclid(3600))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(hourly_from_row).collect()
-    }
-
-    /// The largest failure groups, most recent activity first.
-    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT queue, reason, error, messages, first_seen, last_seen FROM failure_groups ORDER BY last_seen DESC LIMIT ?",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(group_from_row).collect()
+        page_of(self.db(), &rows, limit).await
     }
 
     /// Other records of the same message: the same message-id, the record it is a replayed
@@ -205,11 +96,5 @@ impl MessageStore for SqliteArchive {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(summary_from_row).collect()
-    }
-
-    /// Checks the database answers.
-    async fn ping(&self) -> Result<(), ArchiveError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
     }
 }

@@ -1,0 +1,143 @@
+//! Reading one message, its body, the totals and the failure groups: the same on both
+//! backends (lists and search are each backend's own, in `MessageSearch`).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use super::columns::{summary_columns, DETAIL_COLUMNS};
+use super::rows::{
+    count_from_row, group_from_row, hourly_from_row, message_from_row, summary_from_row,
+};
+use super::{args, ArchiveRow, Pool, SqlArchive};
+use crate::archive::{
+    ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessagePage, MessageStore,
+    QueueReasonCount, StoredBody,
+};
+
+/// Business field values of the given messages, by message.
+pub async fn fields_of(
+    db: Pool<'_>,
+    ids: &[i64],
+) -> Result<BTreeMap<i64, BTreeMap<String, String>>, sqlx::Error> {
+    let mut out: BTreeMap<i64, BTreeMap<String, String>> = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let sql = format!(
+        "SELECT message_id, name, value FROM message_fields WHERE {}",
+        db.dialect().in_ids("message_id", 1)
+    );
+    for row in db.fetch_all(&sql, args![ids]).await? {
+        out.entry(row.column("message_id")?)
+            .or_default()
+            .insert(row.column("name")?, row.column("value")?);
+    }
+    Ok(out)
+}
+
+/// A page of the list from its rows (one more than `limit` was asked for: whether there is a
+/// next page), with the messages' business fields.
+pub async fn page_of<R: ArchiveRow>(
+    db: Pool<'_>,
+    rows: &[R],
+    limit: u32,
+) -> Result<MessagePage, ArchiveError> {
+    let mut messages = rows
+        .iter()
+        .map(summary_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
+    let mut fields = fields_of(db, &ids).await?;
+    for m in &mut messages {
+        m.fields = fields.remove(&m.id).unwrap_or_default();
+    }
+    let next_cursor = if messages.len() > limit as usize {
+        messages.truncate(limit as usize);
+        messages.last().map(|m| m.id.to_string())
+    } else {
+        None
+    };
+    Ok(MessagePage {
+        messages,
+        next_cursor,
+    })
+}
+
+#[async_trait]
+impl<T: SqlArchive> MessageStore for T {
+    async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
+        let db = self.db();
+        let sql = format!(
+            "SELECT {}, {DETAIL_COLUMNS} FROM messages WHERE id = $1",
+            summary_columns(db.dialect())
+        );
+        let Some(row) = db.fetch_optional(&sql, args![id]).await? else {
+            return Ok(None);
+        };
+        let fields = fields_of(db, &[id]).await?.remove(&id);
+        message_from_row(&row, fields.unwrap_or_default()).map(Some)
+    }
+
+    async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError> {
+        let row = self
+            .db()
+            .fetch_optional(
+                "SELECT b.body, m.content_type, m.content_encoding FROM messages m \
+                 JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1",
+                args![id],
+            )
+            .await?;
+        row.map(|row| {
+            Ok(StoredBody {
+                bytes: row.column("body")?,
+                content_type: row.column("content_type")?,
+                content_encoding: row.column("content_encoding")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
+        let db = self.db();
+        let d = db.dialect();
+        let sql = format!(
+            "SELECT queue, reason, messages, oldest_at, newest_at FROM queue_reason_counts \
+             ORDER BY {}, {}",
+            d.byte_order("queue"),
+            d.byte_order("reason")
+        );
+        let rows = db.fetch_all(&sql, args![]).await?;
+        rows.iter().map(count_from_row).collect()
+    }
+
+    async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError> {
+        let db = self.db();
+        let sql = format!(
+            "SELECT queue, hour, messages FROM hourly_counts WHERE hour >= $1 ORDER BY {}, hour",
+            db.dialect().byte_order("queue")
+        );
+        let rows = db
+            .fetch_all(&sql, args![since.unix_timestamp().div_euclid(3600)])
+            .await?;
+        rows.iter().map(hourly_from_row).collect()
+    }
+
+    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
+        let rows = self
+            .db()
+            .fetch_all(
+                "SELECT queue, reason, error, messages, first_seen, last_seen FROM failure_groups \
+                 ORDER BY last_seen DESC LIMIT $1",
+                args![i64::from(limit)],
+            )
+            .await?;
+        rows.iter().map(group_from_row).collect()
+    }
+
+    async fn ping(&self) -> Result<(), ArchiveError> {
+        self.db().fetch_all("SELECT 1", args![]).await?;
+        Ok(())
+    }
+}
