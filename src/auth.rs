@@ -10,7 +10,6 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
-use axum::http::Method;
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use sha2::{Digest, Sha256};
 
@@ -101,27 +100,6 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The role a request needs: `None` for public routes (sign-in, health, assets).
-pub fn required_role(method: &Method, path: &str) -> Option<Role> {
-    let public = matches!(path, "/login" | "/logout" | "/healthz" | "/readyz")
-        || path.starts_with("/static/");
-    if public {
-        return None;
-    }
-    let admin = path == "/audit"
-        || path.starts_with("/admin")
-        || path.starts_with("/api/admin")
-        || path.starts_with("/api/audit");
-    if admin {
-        return Some(Role::Admin);
-    }
-    if matches!(*method, Method::GET | Method::HEAD) {
-        Some(Role::Viewer)
-    } else {
-        Some(Role::Operator)
-    }
-}
-
 /// A new random secret: 32 bytes from the OS, URL-safe base64.
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
@@ -140,35 +118,6 @@ pub fn secret_hash(secret: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes_need_the_roles_the_issue_names() {
-        let get = Method::GET;
-        let post = Method::POST;
-        assert_eq!(required_role(&get, "/login"), None);
-        assert_eq!(required_role(&post, "/login"), None);
-        assert_eq!(required_role(&get, "/healthz"), None);
-        assert_eq!(required_role(&get, "/static/lazarus-1.css"), None);
-        assert_eq!(required_role(&get, "/"), Some(Role::Viewer));
-        assert_eq!(required_role(&get, "/api/messages/7"), Some(Role::Viewer));
-        assert_eq!(required_role(&get, "/metrics"), Some(Role::Viewer));
-        assert_eq!(
-            required_role(&post, "/api/messages/7/replay"),
-            Some(Role::Operator)
-        );
-        assert_eq!(
-            required_role(&post, "/messages/select"),
-            Some(Role::Operator)
-        );
-        assert_eq!(
-            required_role(&post, "/replays/3/cancel"),
-            Some(Role::Operator)
-        );
-        assert_eq!(required_role(&get, "/audit"), Some(Role::Admin));
-        assert_eq!(required_role(&get, "/api/audit"), Some(Role::Admin));
-        assert_eq!(required_role(&post, "/api/admin/tokens"), Some(Role::Admin));
-        assert!(Role::Admin > Role::Operator && Role::Operator > Role::Viewer);
-    }
 
     #[test]
     fn passwords_hash_and_verify() {

@@ -31,6 +31,8 @@ pub struct Application {
     state: AppState,
     /// The archive as the consumers and the job runner use it.
     background: Arc<dyn Archive>,
+    /// The archive as HTTP requests reach it (the web's state holds its `Console` side).
+    requests: Arc<dyn Archive>,
     /// RabbitMQ's management API, when `--management-url` names it.
     management: Option<Arc<Management>>,
 }
@@ -84,6 +86,7 @@ impl Application {
             listener,
             state,
             background: archive.background,
+            requests: archive.requests,
             management,
         })
     }
@@ -99,7 +102,7 @@ impl Application {
     }
 
     pub fn archive(&self) -> Arc<dyn Archive> {
-        self.state.archive.clone()
+        self.requests.clone()
     }
 
     /// Runs until `shutdown` resolves, then stops taking deliveries and requests, and

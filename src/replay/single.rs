@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
 use crate::archive::{
-    Actor, Archive, ArchiveError, ArchivedMessage, Outcome, ReplayEdit, ReplayRecord, ReplayStart,
+    Actor, ArchiveError, ArchivedMessage, Console, Outcome, ReplayEdit, ReplayRecord, ReplayStart,
     StoredBody,
 };
 use crate::death::ReplayTarget;
@@ -123,7 +123,7 @@ impl ReplayAnswer {
 
 /// Replays one message once for its request key.
 pub async fn replay_one(
-    archive: Arc<dyn Archive>,
+    archive: Arc<dyn Console>,
     amqp_url: &str,
     request: SingleReplay<'_>,
 ) -> Result<ReplayAnswer, ReplayError> {

@@ -6,26 +6,17 @@ use axum::extract::rejection::{FormRejection, JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Form, Json, Router};
+use axum::{Form, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::auth::Caller;
 use super::html::{filters, render, utc, PageError};
+use super::nav::Nav;
 use super::{AppError, AppState};
 use crate::archive::{AuditEntry, Role, TokenRecord, TokenSpec, UserRecord};
 use crate::auth::{new_secret, secret_hash, MAX_TOKEN_DAYS, TOKEN_DAYS, TOKEN_PREFIX};
 use crate::replay::plan::{SelectionRequest, MAX_NOTE_CHARS};
-
-pub fn api_routes() -> Router<AppState> {
-    Router::new()
-        .route("/admin/users", get(list_users))
-        .route("/admin/tokens", get(list_tokens).post(create_token))
-        .route("/admin/tokens/{id}/revoke", post(revoke_token))
-        .route("/admin/purge", post(purge))
-        .route("/audit.ndjson", get(audit_ndjson))
-}
 
 #[derive(Debug, Deserialize)]
 pub struct TokenRequest {
@@ -114,7 +105,7 @@ async fn make_token(
     })
 }
 
-async fn create_token(
+pub(super) async fn create_token(
     State(state): State<AppState>,
     caller: Caller,
     request: Result<Json<TokenRequest>, JsonRejection>,
@@ -137,7 +128,7 @@ async fn revoke(
     Ok(id)
 }
 
-async fn revoke_token(
+pub(super) async fn revoke_token(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
@@ -146,11 +137,15 @@ async fn revoke_token(
     Ok(Json(json!({ "revoked": id.to_string() })))
 }
 
-async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+pub(super) async fn list_users(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, AppError> {
     Ok(Json(json!({ "users": state.archive.users().await? })))
 }
 
-async fn list_tokens(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+pub(super) async fn list_tokens(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, AppError> {
     Ok(Json(json!({ "tokens": state.archive.tokens().await? })))
 }
 
@@ -165,7 +160,7 @@ pub struct PurgeRequest {
 
 /// Deletes the selected messages for good (retention, data removal requests); the note
 /// says why in the audit log.
-async fn purge(
+pub(super) async fn purge(
     State(state): State<AppState>,
     caller: Caller,
     request: Result<Json<PurgeRequest>, JsonRejection>,
@@ -190,7 +185,7 @@ const EXPORT_PAGE: u32 = 50;
 
 /// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line,
 /// streamed a page at a time (memory stays the same however long the log is).
-async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppError> {
+pub(super) async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppError> {
     /// What the stream yields next.
     enum Next {
         Page(Vec<AuditEntry>),
@@ -241,6 +236,7 @@ async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppErro
 #[derive(Template)]
 #[template(path = "admin.html")]
 pub struct AdminPage {
+    pub nav: Nav,
     pub users: Vec<UserRecord>,
     pub tokens: Vec<TokenRecord>,
     /// A token just created, shown this once.
@@ -265,10 +261,12 @@ impl AdminPage {
 async fn admin_page_with(
     state: &AppState,
     headers: &HeaderMap,
+    nav: Nav,
     new_token: Option<String>,
 ) -> Result<Response, PageError> {
     let page_error = |e: crate::archive::ArchiveError| PageError::new(e, headers);
     Ok(render(&AdminPage {
+        nav,
         users: state.archive.users().await.map_err(page_error)?,
         tokens: state.archive.tokens().await.map_err(page_error)?,
         new_token,
@@ -279,8 +277,9 @@ async fn admin_page_with(
 pub async fn admin_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    nav: Nav,
 ) -> Result<Response, PageError> {
-    admin_page_with(&state, &headers, None).await
+    admin_page_with(&state, &headers, nav, None).await
 }
 
 /// `POST /admin/tokens` from the page: the new token is shown once.
@@ -288,6 +287,7 @@ pub async fn token_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
+    nav: Nav,
     form: Result<Form<TokenRequest>, FormRejection>,
 ) -> Result<Response, PageError> {
     let Form(request) =
@@ -295,7 +295,7 @@ pub async fn token_form(
     let token = make_token(&state, &caller, &request)
         .await
         .map_err(|e| PageError::new(e, &headers))?;
-    admin_page_with(&state, &headers, Some(token.token)).await
+    admin_page_with(&state, &headers, nav, Some(token.token)).await
 }
 
 /// `POST /admin/tokens/{id}/revoke` from the page.

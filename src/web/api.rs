@@ -4,8 +4,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 use serde::{Deserialize, Serialize};
 
@@ -18,15 +17,7 @@ use crate::replay::plan::{check_request_key, check_target, new_request_key};
 use crate::replay::single::{replay_one, ReplayAnswer, SingleReplay};
 use crate::selection::ListParams;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/messages", get(list_messages))
-        .route("/messages/{id}", get(get_message))
-        .route("/messages/{id}/body", get(download_body))
-        .route("/messages/{id}/replay", post(replay_message))
-}
-
-async fn list_messages(
+pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
     params: Result<Query<ListParams>, QueryRejection>,
@@ -84,7 +75,7 @@ struct MessageDetail {
     body: BodyJson,
 }
 
-async fn get_message(
+pub(super) async fn get_message(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
@@ -117,7 +108,7 @@ async fn get_message(
 }
 
 /// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
-async fn download_body(
+pub(super) async fn download_body(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
@@ -165,7 +156,7 @@ pub struct ReplayRequest {
     headers: Option<Table>,
 }
 
-async fn replay_message(
+pub(super) async fn replay_message(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,

@@ -3,8 +3,7 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -14,17 +13,6 @@ use super::{AppError, AppState};
 use crate::archive::{Actor, AuditEntry, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
 use crate::replay::plan::{self, IdValue, JobRequest, SelectionRequest};
 use crate::selection::given;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/replays", get(list_jobs).post(create_job))
-        .route("/replays/{id}", get(get_job))
-        .route("/replays/{id}/items", get(job_items))
-        .route("/replays/{id}/{action}", post(control_job))
-        .route("/messages/dismiss", post(dismiss))
-        .route("/messages/{id}/dismiss", post(dismiss_one))
-        .route("/audit", get(audit_log))
-}
 
 /// Freezes a selection into a plan or job, and wakes the local runner for a job.
 pub async fn create(
@@ -90,7 +78,7 @@ pub fn shown(state: &AppState, role: Role, mut job: ReplayJob) -> ReplayJob {
     job
 }
 
-async fn create_job(
+pub(super) async fn create_job(
     State(state): State<AppState>,
     caller: Caller,
     request: Result<Json<JobRequest>, JsonRejection>,
@@ -100,11 +88,11 @@ async fn create_job(
 }
 
 #[derive(Debug, Serialize)]
-struct JobList {
+pub(super) struct JobList {
     replays: Vec<ReplayJob>,
 }
 
-async fn list_jobs(
+pub(super) async fn list_jobs(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<JobList>, AppError> {
@@ -117,7 +105,7 @@ async fn list_jobs(
     }))
 }
 
-async fn get_job(
+pub(super) async fn get_job(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
@@ -186,13 +174,13 @@ impl ItemParams {
 }
 
 #[derive(Debug, Serialize)]
-struct ItemPage {
+pub(super) struct ItemPage {
     items: Vec<JobItem>,
     /// Pass back as `after` for the next page; `None` on the last one.
     next_after: Option<String>,
 }
 
-async fn job_items(
+pub(super) async fn job_items(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<ItemParams>, QueryRejection>,
@@ -208,7 +196,7 @@ async fn job_items(
     Ok(Json(ItemPage { items, next_after }))
 }
 
-async fn control_job(
+pub(super) async fn control_job(
     State(state): State<AppState>,
     caller: Caller,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -230,7 +218,7 @@ pub struct DismissRequest {
     pub note: String,
 }
 
-async fn dismiss(
+pub(super) async fn dismiss(
     State(state): State<AppState>,
     caller: Caller,
     request: Result<Json<DismissRequest>, JsonRejection>,
@@ -241,12 +229,12 @@ async fn dismiss(
 }
 
 #[derive(Debug, Deserialize)]
-struct NoteRequest {
+pub(super) struct NoteRequest {
     #[serde(default)]
     note: String,
 }
 
-async fn dismiss_one(
+pub(super) async fn dismiss_one(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<String>, PathRejection>,
@@ -289,12 +277,12 @@ impl AuditParams {
 }
 
 #[derive(Debug, Serialize)]
-struct AuditPage {
+pub(super) struct AuditPage {
     entries: Vec<AuditEntry>,
     next_before: Option<String>,
 }
 
-async fn audit_log(
+pub(super) async fn audit_log(
     State(state): State<AppState>,
     params: Result<Query<AuditParams>, QueryRejection>,
 ) -> Result<Json<AuditPage>, AppError> {

@@ -3,10 +3,6 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
-
-use super::AppState;
 
 pub const HTMX: &str = "/static/htmx-2.0.11.min.js";
 pub const CSS: &str = "/static/lazarus-1.css";
@@ -24,33 +20,23 @@ fn asset(content_type: &'static str, bytes: &'static [u8]) -> impl IntoResponse 
     )
 }
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(
-            HTMX,
-            get(|| async {
-                asset(
-                    "text/javascript; charset=utf-8",
-                    include_bytes!("../../static/htmx-2.0.11.min.js"),
-                )
-            }),
-        )
-        .route(
-            CSS,
-            get(|| async {
-                asset(
-                    "text/css; charset=utf-8",
-                    include_bytes!("../../static/lazarus-1.css"),
-                )
-            }),
-        )
-        .route(
-            JS,
-            get(|| async {
-                asset(
-                    "text/javascript; charset=utf-8",
-                    include_bytes!("../../static/lazarus-2.js"),
-                )
-            }),
-        )
+pub(super) async fn htmx() -> impl IntoResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../static/htmx-2.0.11.min.js"),
+    )
+}
+
+pub(super) async fn css() -> impl IntoResponse {
+    asset(
+        "text/css; charset=utf-8",
+        include_bytes!("../../static/lazarus-1.css"),
+    )
+}
+
+pub(super) async fn js() -> impl IntoResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../static/lazarus-2.js"),
+    )
 }

@@ -8,6 +8,7 @@ use axum::response::Response;
 
 use super::api_replays::AuditParams;
 use super::html::{filters, render, utc, PageError};
+use super::nav::Nav;
 use super::{AppError, AppState};
 
 pub struct EntryRow {
@@ -22,6 +23,7 @@ pub struct EntryRow {
 #[derive(Template)]
 #[template(path = "audit.html")]
 pub struct AuditPage {
+    pub nav: Nav,
     pub entries: Vec<EntryRow>,
     pub next_link: Option<String>,
 }
@@ -30,6 +32,7 @@ pub struct AuditPage {
 pub async fn audit_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    nav: Nav,
     params: Result<Query<AuditParams>, QueryRejection>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
@@ -45,6 +48,7 @@ pub async fn audit_page(
         .flatten()
         .map(|e| format!("/audit?before={}", e.id));
     Ok(render(&AuditPage {
+        nav,
         entries: entries
             .into_iter()
             .map(|e| EntryRow {

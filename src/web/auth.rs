@@ -1,22 +1,24 @@
 //! Authentication on every request: who the caller is (session cookie, bearer token,
-//! trusted proxy, or nobody in `--auth none`), whether their role allows the route, and the
-//! page chrome that says who is signed in. Signing in and out is `signin`.
+//! trusted proxy, or nobody in `--auth none`), and whether the route's access allows them.
+//! Signing in and out is `signin`; what the page header shows of the caller is `nav`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use askama::Template;
-use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};
+use axum::extract::{
+    ConnectInfo, FromRequestParts, MatchedPath, OptionalFromRequestParts, Request, State,
+};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
+use super::access::{Access, AccessTable};
 use super::client::{client_ip, from_trusted_proxy};
 use super::html::{is_htmx, PageError};
 use super::{AppError, AppState};
 use crate::archive::{Actor, Role};
-use crate::auth::{check_name, required_role, secret_hash, AuthMode, TOKEN_PREFIX};
+use crate::auth::{check_name, secret_hash, AuthMode, TOKEN_PREFIX};
 
 /// The longest `X-Forwarded-Email` believed.
 const MAX_EMAIL_CHARS: usize = 254;
@@ -210,14 +212,27 @@ fn wants_page(request: &Request) -> bool {
             .is_some_and(|a| a.contains("text/html"))
 }
 
-/// Identifies the caller and checks the route's role; refuses with 401/403 (pages: a
+/// What the matched route needs ([`AccessTable`]): a request that matched no route goes on to
+/// the fallback's 404, open to all; one that matched a route without an access rule, nobody
+/// may make (`None`).
+fn needed(request: &Request) -> Option<Access> {
+    let Some(pattern) = request.extensions().get::<MatchedPath>() else {
+        return Some(Access::Public);
+    };
+    request
+        .extensions()
+        .get::<Arc<AccessTable>>()
+        .and_then(|table| table.needed(request.method(), pattern.as_str()))
+}
+
+/// Identifies the caller and checks the route's access; refuses with 401/403 (pages: a
 /// redirect to sign in, or an error page).
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let needed = required_role(request.method(), request.uri().path());
+    let needed = needed(&request);
     let page = wants_page(&request);
     let headers = request.headers().clone();
     let refuse = |e: AppError| -> Response {
@@ -237,6 +252,18 @@ pub async fn authenticate(
     let caller = match identify(&state, &headers, peer(&request)).await {
         Ok(caller) => caller,
         Err(e) => return refuse(e),
+    };
+    let needed = match needed {
+        Some(needed) => needed,
+        None => {
+            return refuse(AppError::Forbidden(
+                "nobody may use this route: it has no access rule".into(),
+            ))
+        }
+    };
+    let needed = match needed {
+        Access::Public => None,
+        Access::Role(role) => Some(role),
     };
     match (needed, caller) {
         (None, caller) => {
@@ -278,53 +305,7 @@ pub async fn authenticate(
             )))
         }
     }
-    let caller = request.extensions().get::<Caller>().cloned();
-    let response = next.run(request).await;
-    chrome(response, caller.as_ref(), state.auth.mode).await
-}
-
-/// Where a full page leaves room for the signed-in user and the no-auth banner.
-pub const CHROME_SLOT: &str = "<!--chrome-->";
-
-/// Fills the chrome slot of a full HTML page: who is signed in (with sign-out), or the
-/// warning that nobody has to sign in.
-async fn chrome(response: Response, caller: Option<&Caller>, mode: AuthMode) -> Response {
-    let is_html = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/html"));
-    if !is_html {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, super::security::MAX_REQUEST_BYTES * 4).await else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "page too large").into_response();
-    };
-    let html = String::from_utf8_lossy(&bytes);
-    if !html.contains(CHROME_SLOT) {
-        return Response::from_parts(parts, Body::from(bytes));
-    }
-    let fill = ChromePartial {
-        no_auth: mode == AuthMode::None,
-        name: caller.map(|c| c.name.clone()),
-        role: caller.map_or("", |c| c.role.as_str()),
-        session: caller.is_some_and(|c| c.session),
-    }
-    .render()
-    .unwrap_or_default();
-    let mut parts = parts;
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(html.replacen(CHROME_SLOT, &fill, 1)))
-}
-
-#[derive(Template)]
-#[template(path = "partials/chrome.html")]
-struct ChromePartial {
-    no_auth: bool,
-    name: Option<String>,
-    role: &'static str,
-    session: bool,
+    next.run(request).await
 }
 
 #[cfg(test)]

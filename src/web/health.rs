@@ -3,28 +3,23 @@
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::json;
 
 use super::auth::Caller;
 use super::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-}
-
-async fn healthz() -> &'static str {
+pub(super) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// Ready or not, for anyone (a load balancer's probe); which queue and what the database
 /// said only for someone signed in: queue names and database errors tell an outsider
 /// about the systems behind Lazarus.
-async fn readyz(State(state): State<AppState>, caller: Option<Caller>) -> impl IntoResponse {
+pub(super) async fn readyz(
+    State(state): State<AppState>,
+    caller: Option<Caller>,
+) -> impl IntoResponse {
     let database = state.archive.ping().await;
     let ready = database.is_ok() && state.status.all_consuming();
     let code = if ready {
@@ -58,7 +53,7 @@ async fn readyz(State(state): State<AppState>, caller: Option<Caller>) -> impl I
     )
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Archive totals are best effort: a scrape during a database outage still reports ingest.
     let counts = match state.archive.counts().await {
         Ok(counts) => counts,

@@ -7,6 +7,7 @@ use axum::response::{Html, IntoResponse, Response};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use super::nav::Nav;
 use super::AppError;
 
 /// Whether htmx made the request and wants a fragment, not a page. A history restore
@@ -33,6 +34,8 @@ pub fn render<T: Template>(template: &T) -> Response {
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage<'a> {
+    /// The chrome of a page whose caller is not known here: no name, no admin links.
+    nav: Nav,
     title: &'a str,
     message: &'a str,
 }
@@ -73,6 +76,7 @@ impl IntoResponse for PageError {
             render(&ErrorPartial { message: &message })
         } else {
             render(&ErrorPage {
+                nav: Nav::default(),
                 title,
                 message: &message,
             })

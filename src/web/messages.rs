@@ -12,6 +12,7 @@ use super::api::parse_id;
 use super::api_replays::dismiss_selection;
 use super::auth::Caller;
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
+use super::nav::Nav;
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
@@ -73,6 +74,7 @@ fn target_text(m: &MessageSummary) -> String {
 #[derive(Template)]
 #[template(path = "messages.html")]
 pub struct MessagesPage {
+    pub nav: Nav,
     pub form: ListParams,
     /// `since` and `until` as a datetime-local field shows them (UTC).
     pub since_input: String,
@@ -193,6 +195,7 @@ pub async fn list_page(
         status,
         [(header::VARY, "HX-Request")],
         render(&MessagesPage {
+            nav: Nav::new(Some(&caller), state.auth.mode),
             filter_pairs: filter_pairs(&form),
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
@@ -302,6 +305,7 @@ pub struct DeathRow {
 #[derive(Template)]
 #[template(path = "message.html")]
 pub struct MessagePage {
+    pub nav: Nav,
     pub id: String,
     pub summary: MessageSummary,
     pub archived_at: String,
@@ -594,6 +598,7 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?;
     let s = &message.summary;
     let page = MessagePage {
+        nav: Nav::new(Some(&caller), state.auth.mode),
         id: id.clone(),
         archived_at: utc(s.archived_at),
         delivered: format!(

@@ -1,6 +1,7 @@
 //! The HTTP surface: router, shared state and middleware stack in one place. Pages are
 //! server-rendered (askama) with htmx partial updates; `/api` is their JSON twin.
 
+pub mod access;
 mod admin;
 mod api;
 mod api_replays;
@@ -14,6 +15,7 @@ mod html;
 pub mod limits;
 pub mod masking;
 mod messages;
+mod nav;
 mod overview;
 mod payload;
 mod replays;
@@ -26,12 +28,12 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::handler::Handler;
 use axum::middleware;
-use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use tokio::sync::Notify;
 use tower_http::trace::TraceLayer;
 
-use crate::archive::Archive;
+use self::access::{Routes, ADMIN, OPERATOR, PUBLIC, VIEWER};
+use crate::archive::Console;
 use crate::auth::{AuthSettings, Throttle};
 use crate::metrics::Metrics;
 use crate::replay::policy::ExchangePolicy;
@@ -48,7 +50,8 @@ pub const HASH_QUEUE: usize = 64;
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub archive: Arc<dyn Archive>,
+    /// What the web may do with the archive: no storing deliveries, no stepping jobs.
+    pub archive: Arc<dyn Console>,
     pub metrics: Arc<Metrics>,
     pub status: IngestStatus,
     /// The business field names (`--field`) that searches may use.
@@ -72,7 +75,7 @@ pub struct AppState {
 
 impl AppState {
     /// Fresh metrics, status and runner wake-up around an archive; no authentication.
-    pub fn new(archive: Arc<dyn Archive>, business_fields: Vec<String>, amqp_url: &str) -> Self {
+    pub fn new(archive: Arc<dyn Console>, business_fields: Vec<String>, amqp_url: &str) -> Self {
         AppState {
             archive,
             metrics: Arc::new(Metrics::default()),
@@ -98,43 +101,80 @@ impl AppState {
     }
 }
 
+/// Every route with the access it needs (default deny: a route not declared here answers
+/// 403 to everyone).
+fn routes() -> Routes {
+    Routes::default()
+        // Anyone: signing in, probes, assets.
+        .get(PUBLIC, "/login", signin::login_page)
+        .post(
+            PUBLIC,
+            "/login",
+            signin::login.layer(DefaultBodyLimit::max(signin::MAX_LOGIN_FORM_BYTES)),
+        )
+        .post(PUBLIC, "/logout", signin::logout)
+        .get(PUBLIC, "/healthz", health::healthz)
+        .get(PUBLIC, "/readyz", health::readyz)
+        .get(PUBLIC, assets::HTMX, assets::htmx)
+        .get(PUBLIC, assets::CSS, assets::css)
+        .get(PUBLIC, assets::JS, assets::js)
+        // Viewers: reading.
+        .get(VIEWER, "/", overview::overview)
+        .get(VIEWER, "/messages", messages::list_page)
+        .get(VIEWER, "/messages/{id}", messages::detail_page)
+        .get(VIEWER, "/replays", replays::list_page)
+        .get(VIEWER, "/replays/{id}", replays::job_page)
+        .get(VIEWER, "/replays/{id}/progress", replays::progress_partial)
+        .get(VIEWER, "/metrics", health::metrics)
+        .get(VIEWER, "/api/messages", api::list_messages)
+        .get(VIEWER, "/api/messages/{id}", api::get_message)
+        .get(VIEWER, "/api/messages/{id}/body", api::download_body)
+        .get(VIEWER, "/api/replays", api_replays::list_jobs)
+        .get(VIEWER, "/api/replays/{id}", api_replays::get_job)
+        .get(VIEWER, "/api/replays/{id}/items", api_replays::job_items)
+        // Operators: replaying and dismissing.
+        .post(OPERATOR, "/messages/{id}/replay", messages::replay_form)
+        .post(OPERATOR, "/messages/{id}/dismiss", messages::dismiss_form)
+        .post(OPERATOR, "/messages/select", replays::selection_form)
+        .post(OPERATOR, "/replays/{id}/{action}", replays::control_form)
+        .post(OPERATOR, "/api/messages/{id}/replay", api::replay_message)
+        .post(OPERATOR, "/api/replays", api_replays::create_job)
+        .post(
+            OPERATOR,
+            "/api/replays/{id}/{action}",
+            api_replays::control_job,
+        )
+        .post(OPERATOR, "/api/messages/dismiss", api_replays::dismiss)
+        .post(
+            OPERATOR,
+            "/api/messages/{id}/dismiss",
+            api_replays::dismiss_one,
+        )
+        // Admins: users, tokens, purges, the audit log.
+        .get(ADMIN, "/audit", audit::audit_page)
+        .get(ADMIN, "/admin", admin::admin_page)
+        .post(ADMIN, "/admin/tokens", admin::token_form)
+        .post(ADMIN, "/admin/tokens/{id}/revoke", admin::revoke_form)
+        .get(ADMIN, "/api/audit", api_replays::audit_log)
+        .get(ADMIN, "/api/audit.ndjson", admin::audit_ndjson)
+        .get(ADMIN, "/api/admin/users", admin::list_users)
+        .get(ADMIN, "/api/admin/tokens", admin::list_tokens)
+        .post(ADMIN, "/api/admin/tokens", admin::create_token)
+        .post(ADMIN, "/api/admin/tokens/{id}/revoke", admin::revoke_token)
+        .post(ADMIN, "/api/admin/purge", admin::purge)
+}
+
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(overview::overview))
-        .route("/messages", get(messages::list_page))
-        .route("/messages/{id}", get(messages::detail_page))
-        .route("/messages/{id}/replay", post(messages::replay_form))
-        .route("/messages/{id}/dismiss", post(messages::dismiss_form))
-        .route("/messages/select", post(replays::selection_form))
-        .route("/replays", get(replays::list_page))
-        .route("/replays/{id}", get(replays::job_page))
-        .route("/replays/{id}/progress", get(replays::progress_partial))
-        .route("/replays/{id}/{action}", post(replays::control_form))
-        .route("/audit", get(audit::audit_page))
-        .route(
-            "/login",
-            get(signin::login_page)
-                .post(signin::login.layer(DefaultBodyLimit::max(signin::MAX_LOGIN_FORM_BYTES))),
-        )
-        .route("/logout", post(signin::logout))
-        .route("/admin", get(admin::admin_page))
-        .route("/admin/tokens", post(admin::token_form))
-        .route("/admin/tokens/{id}/revoke", post(admin::revoke_form))
-        .merge(assets::routes())
-        .merge(health::routes())
-        .nest(
-            "/api",
-            api::routes()
-                .merge(api_replays::routes())
-                .merge(admin::api_routes()),
-        )
+    let (routes, access) = routes().build();
+    routes
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(security::MAX_REQUEST_BYTES))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
         ))
+        .layer(Extension(access))
         .with_state(state)
         .layer(middleware::from_fn(security::refuse_cross_site))
         .layer(middleware::from_fn(security::time_limit))

@@ -10,6 +10,7 @@ use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
 use super::html::{filters, render, utc, PageError};
+use super::nav::Nav;
 use super::AppState;
 use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;
@@ -55,6 +56,7 @@ pub struct GroupRow {
 #[derive(Template)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {
+    pub nav: Nav,
     pub queues: Vec<QueueRow>,
     pub groups: Vec<GroupRow>,
     /// Risks to a DLQ's messages although it is consumed: (queue, what is wrong).
@@ -64,6 +66,7 @@ pub struct OverviewPage {
 pub async fn overview(
     State(state): State<AppState>,
     headers: HeaderMap,
+    nav: Nav,
 ) -> Result<Response, PageError> {
     let page_error = |e| PageError::new(e, &headers);
     let now = OffsetDateTime::now_utc();
@@ -80,6 +83,7 @@ pub async fn overview(
         .map_err(page_error)?;
     let consumers = state.status.snapshot();
     Ok(render(&OverviewPage {
+        nav,
         queues: queue_rows(&counts, &hourly, &consumers, now),
         groups: groups.iter().map(group_row).collect(),
         warnings: state.status.warnings().into_iter().collect(),

@@ -12,6 +12,7 @@ use super::api::parse_id;
 use super::api_replays::{self, dismiss_selection, find_job, ItemParams, ITEM_OUTCOMES};
 use super::auth::Caller;
 use super::html::{filters, is_htmx, render, utc, PageError};
+use super::nav::Nav;
 use super::{AppError, AppState};
 use crate::archive::{Canary, JobItem, JobState, ReplayJob};
 use crate::death::ReplayTarget;
@@ -251,6 +252,7 @@ impl ItemRow {
 #[derive(Template)]
 #[template(path = "replay.html")]
 pub struct JobPage {
+    pub nav: Nav,
     pub job: JobView,
     pub plan: crate::archive::Plan,
     pub outcome_filter: String,
@@ -295,6 +297,7 @@ pub async fn job_page(
             )
         });
     Ok(render(&JobPage {
+        nav: Nav::new(Some(&caller), state.auth.mode),
         job: JobView::new(&job),
         plan: job.plan.clone(),
         outcome_filter: outcome.unwrap_or_default().to_owned(),
@@ -344,6 +347,7 @@ pub async fn control_form(
 #[derive(Template)]
 #[template(path = "replays.html")]
 pub struct JobsPage {
+    pub nav: Nav,
     pub jobs: Vec<JobView>,
 }
 
@@ -362,6 +366,7 @@ pub async fn list_page(
         .map(|job| api_replays::shown(&state, caller.role, job))
         .collect();
     Ok(render(&JobsPage {
+        nav: Nav::new(Some(&caller), state.auth.mode),
         jobs: jobs.iter().map(JobView::new).collect(),
     }))
 }

@@ -14,6 +14,7 @@ use super::auth::{cookie, peer};
 use super::client::client_ip;
 use super::error::{with_retry_after, RETRY_AFTER_SECS};
 use super::html::{render, PageError};
+use super::nav::Nav;
 use super::AppState;
 use crate::archive::Actor;
 use crate::auth::{
@@ -27,6 +28,7 @@ pub const MAX_LOGIN_FORM_BYTES: usize = 8 * 1024;
 #[derive(Template)]
 #[template(path = "login.html")]
 pub struct LoginPage {
+    pub nav: Nav,
     pub next: String,
     pub error: Option<String>,
 }
@@ -60,6 +62,7 @@ pub async fn login_page(
         return Redirect::to("/").into_response();
     }
     render(&LoginPage {
+        nav: Nav::new(None, state.auth.mode),
         next: safe_next(query.next.as_deref()),
         error: None,
     })
@@ -116,10 +119,12 @@ pub async fn login(State(state): State<AppState>, request: Request) -> Response 
         }
     };
     let next = safe_next(form.next.as_deref());
+    let mode = state.auth.mode;
     let again = |status: StatusCode, error: String| {
         (
             status,
             render(&LoginPage {
+                nav: Nav::new(None, mode),
                 next: next.clone(),
                 error: Some(error),
             }),

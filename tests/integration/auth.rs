@@ -162,6 +162,11 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
         page.text().contains("vera · viewer"),
         "the page says who is signed in"
     );
+    // ... and is offered no link to what only admins may open.
+    assert!(
+        !page.text().contains(r#"href="/audit""#) && !page.text().contains(r#"href="/admin""#),
+        "a viewer's page links to the audit log or admin page"
+    );
     let replay = as_user(
         &app,
         &vera,
@@ -271,7 +276,12 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
     assert!(entries
         .iter()
         .any(|e| e["action"] == "login" && e["actor"] == "ada"));
-    assert_eq!(as_user(&app, &ada, "GET", "/admin", None).await.status, 200);
+    let admin_page = as_user(&app, &ada, "GET", "/admin", None).await;
+    assert_eq!(admin_page.status, 200);
+    assert!(
+        admin_page.text().contains(r#"href="/audit""#),
+        "an admin's pages link to the audit log"
+    );
     let ndjson = as_user(&app, &ada, "GET", "/api/audit.ndjson", None).await;
     assert_eq!(ndjson.status, 200);
     assert!(ndjson

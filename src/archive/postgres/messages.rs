@@ -7,8 +7,8 @@ use sqlx::{Postgres, QueryBuilder};
 use super::search;
 use super::PostgresArchive;
 use crate::archive::sql::columns::SUMMARY_WITH_STATUS_TABLE as SUMMARY;
-use crate::archive::sql::page_of;
 use crate::archive::sql::filter::{push_conditions, StatusIn};
+use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
 use crate::archive::sql::SqlArchive;
 use crate::archive::{

@@ -5,8 +5,8 @@ use sqlx::{QueryBuilder, Sqlite};
 
 use super::SqliteArchive;
 use crate::archive::sql::columns::SUMMARY_COLUMNS;
-use crate::archive::sql::page_of;
 use crate::archive::sql::filter::{push_conditions, StatusIn};
+use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
 use crate::archive::sql::SqlArchive;
 use crate::archive::{
