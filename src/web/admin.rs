@@ -2,15 +2,15 @@
 //! and the audit log as NDJSON for export.
 
 use askama::Template;
-use axum::extract::rejection::{FormRejection, JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::{Form, Json};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::auth::Caller;
+use super::extract::{AppForm, AppJson, TokenId};
 use super::html::{filters, render, utc, PageError};
 use super::nav::Nav;
 use super::{AppError, AppState};
@@ -108,18 +108,12 @@ async fn make_token(
 pub(super) async fn create_token(
     State(state): State<AppState>,
     caller: Caller,
-    request: Result<Json<TokenRequest>, JsonRejection>,
+    AppJson(request): AppJson<TokenRequest>,
 ) -> Result<Json<NewToken>, AppError> {
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     Ok(Json(make_token(&state, &caller, &request).await?))
 }
 
-async fn revoke(
-    state: &AppState,
-    caller: &Caller,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<i64, AppError> {
-    let (_, id) = super::api::parse_id(id)?;
+async fn revoke(state: &AppState, caller: &Caller, id: i64) -> Result<i64, AppError> {
     if !state.archive.revoke_token(id, &caller.actor()).await? {
         return Err(AppError::NotFound(format!(
             "no API token {id} to revoke (or it was revoked already)"
@@ -131,7 +125,7 @@ async fn revoke(
 pub(super) async fn revoke_token(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    TokenId { id, .. }: TokenId,
 ) -> Result<Json<serde_json::Value>, AppError> {
     let id = revoke(&state, &caller, id).await?;
     Ok(Json(json!({ "revoked": id.to_string() })))
@@ -163,9 +157,8 @@ pub struct PurgeRequest {
 pub(super) async fn purge(
     State(state): State<AppState>,
     caller: Caller,
-    request: Result<Json<PurgeRequest>, JsonRejection>,
+    AppJson(request): AppJson<PurgeRequest>,
 ) -> Result<Json<serde_json::Value>, AppError> {
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let note = request.note.trim();
     if note.is_empty() || note.chars().count() > MAX_NOTE_CHARS {
         return Err(AppError::BadRequest(format!(
@@ -288,10 +281,8 @@ pub async fn token_form(
     headers: HeaderMap,
     caller: Caller,
     nav: Nav,
-    form: Result<Form<TokenRequest>, FormRejection>,
+    AppForm(request): AppForm<TokenRequest>,
 ) -> Result<Response, PageError> {
-    let Form(request) =
-        form.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
     let token = make_token(&state, &caller, &request)
         .await
         .map_err(|e| PageError::new(e, &headers))?;
@@ -303,7 +294,7 @@ pub async fn revoke_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    TokenId { id, .. }: TokenId,
 ) -> Result<Response, PageError> {
     revoke(&state, &caller, id)
         .await

@@ -1,7 +1,6 @@
 //! The JSON API over the archive: list with filters and keyset pages, one message, its body.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -9,6 +8,7 @@ use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
+use super::extract::{AppJson, AppQuery, MessageId};
 use super::{AppError, AppState};
 use crate::amqp::headers::Table;
 use crate::archive::{ArchivedMessage, MessagePage, ReplayEdit, ReplayRecord};
@@ -20,9 +20,8 @@ use crate::selection::ListParams;
 pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
-    params: Result<Query<ListParams>, QueryRejection>,
+    AppQuery(params): AppQuery<ListParams>,
 ) -> Result<Json<MessagePage>, AppError> {
-    let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (filter, page) = params.parse(&state.business_fields)?;
     state.masking.check_search(caller.role, &filter)?;
     let mut page = state.archive.list_messages(&filter, page).await?;
@@ -30,16 +29,6 @@ pub(super) async fn list_messages(
         state.masking.fields(caller.role, &mut m.fields);
     }
     Ok(Json(page))
-}
-
-/// Ids are opaque to clients; anything that is not one of ours is simply not found.
-pub(super) fn parse_id(id: Result<Path<String>, PathRejection>) -> Result<(String, i64), AppError> {
-    let Path(id) = id
-        .map_err(|e| AppError::NotFound(format!("no archived message there: {}", e.body_text())))?;
-    match id.parse() {
-        Ok(numeric) => Ok((id, numeric)),
-        Err(_) => Err(not_found(&id)),
-    }
 }
 
 fn not_found(id: &str) -> AppError {
@@ -78,9 +67,11 @@ struct MessageDetail {
 pub(super) async fn get_message(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
 ) -> Result<impl IntoResponse, AppError> {
-    let (id, numeric) = parse_id(id)?;
     let mut message = state
         .archive
         .get_message(numeric)
@@ -111,9 +102,11 @@ pub(super) async fn get_message(
 pub(super) async fn download_body(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
 ) -> Result<impl IntoResponse, AppError> {
-    let (id, numeric) = parse_id(id)?;
     let permit = state.bodies.acquire().await?;
     let body = state
         .archive
@@ -159,11 +152,9 @@ pub struct ReplayRequest {
 pub(super) async fn replay_message(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
-    request: Result<Json<ReplayRequest>, JsonRejection>,
+    MessageId { id: numeric, .. }: MessageId,
+    AppJson(request): AppJson<ReplayRequest>,
 ) -> Result<(axum::http::StatusCode, Json<ReplayRecord>), AppError> {
-    let (_, numeric) = parse_id(id)?;
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let key = request.request_key.unwrap_or_else(new_request_key);
     check_request_key(&key)?;
     if let Some(target) = &request.target {

@@ -1,14 +1,13 @@
 //! The JSON API of bulk actions: replay plans and jobs (create, follow, pause, resume,
 //! cancel, per-message outcomes), dismissals, and the audit log.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::api::parse_id;
 use super::auth::Caller;
+use super::extract::{AppJson, AppQuery, JobActionPath, JobId, MessageId};
 use super::{AppError, AppState};
 use crate::archive::{Actor, AuditEntry, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
 use crate::replay::plan::{self, IdValue, JobRequest, SelectionRequest};
@@ -81,9 +80,8 @@ pub fn shown(state: &AppState, role: Role, mut job: ReplayJob) -> ReplayJob {
 pub(super) async fn create_job(
     State(state): State<AppState>,
     caller: Caller,
-    request: Result<Json<JobRequest>, JsonRejection>,
+    AppJson(request): AppJson<JobRequest>,
 ) -> Result<Json<ReplayJob>, AppError> {
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     Ok(Json(create(&state, request, &caller.actor()).await?))
 }
 
@@ -108,9 +106,8 @@ pub(super) async fn list_jobs(
 pub(super) async fn get_job(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    JobId { id, .. }: JobId,
 ) -> Result<Json<ReplayJob>, AppError> {
-    let (_, id) = parse_id(id)?;
     let job = find_job(&state, id).await?;
     Ok(Json(shown(&state, caller.role, job)))
 }
@@ -182,11 +179,9 @@ pub(super) struct ItemPage {
 
 pub(super) async fn job_items(
     State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-    params: Result<Query<ItemParams>, QueryRejection>,
+    JobId { id, .. }: JobId,
+    AppQuery(params): AppQuery<ItemParams>,
 ) -> Result<Json<ItemPage>, AppError> {
-    let (_, id) = parse_id(id)?;
-    let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (outcome, after, limit) = params.parse()?;
     find_job(&state, id).await?;
     let items = state.archive.job_items(id, outcome, after, limit).await?;
@@ -199,13 +194,8 @@ pub(super) async fn job_items(
 pub(super) async fn control_job(
     State(state): State<AppState>,
     caller: Caller,
-    path: Result<Path<(String, String)>, PathRejection>,
+    JobActionPath { id, action }: JobActionPath,
 ) -> Result<Json<ReplayJob>, AppError> {
-    let Path((id, action)) =
-        path.map_err(|e| AppError::NotFound(format!("no replay job there: {}", e.body_text())))?;
-    let id = id
-        .parse()
-        .map_err(|_| AppError::NotFound(format!("no replay job with id {id:?}")))?;
     Ok(Json(control(&state, id, &action, &caller.actor()).await?))
 }
 
@@ -221,9 +211,8 @@ pub struct DismissRequest {
 pub(super) async fn dismiss(
     State(state): State<AppState>,
     caller: Caller,
-    request: Result<Json<DismissRequest>, JsonRejection>,
+    AppJson(request): AppJson<DismissRequest>,
 ) -> Result<Json<serde_json::Value>, AppError> {
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let n = dismiss_selection(&state, &request.selection, &request.note, &caller.actor()).await?;
     Ok(Json(json!({ "dismissed": n })))
 }
@@ -237,11 +226,12 @@ pub(super) struct NoteRequest {
 pub(super) async fn dismiss_one(
     State(state): State<AppState>,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
-    request: Result<Json<NoteRequest>, JsonRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
+    AppJson(request): AppJson<NoteRequest>,
 ) -> Result<Json<serde_json::Value>, AppError> {
-    let (id, numeric) = parse_id(id)?;
-    let Json(request) = request.map_err(|e| AppError::BadRequest(e.body_text()))?;
     state
         .archive
         .get_message(numeric)
@@ -284,9 +274,8 @@ pub(super) struct AuditPage {
 
 pub(super) async fn audit_log(
     State(state): State<AppState>,
-    params: Result<Query<AuditParams>, QueryRejection>,
+    AppQuery(params): AppQuery<AuditParams>,
 ) -> Result<Json<AuditPage>, AppError> {
-    let Query(params) = params.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let (before, limit) = params.parse()?;
     let entries = state.archive.audit_log(before, limit).await?;
     let next_before = (entries.len() == limit as usize)

@@ -1,12 +1,12 @@
 //! The audit log page: every replay, edit, job action and dismissal, newest first.
 
 use askama::Template;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::api_replays::AuditParams;
+use super::extract::AppQuery;
 use super::html::{filters, render, utc, PageError};
 use super::nav::Nav;
 use super::{AppError, AppState};
@@ -33,10 +33,9 @@ pub async fn audit_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     nav: Nav,
-    params: Result<Query<AuditParams>, QueryRejection>,
+    AppQuery(params): AppQuery<AuditParams>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let Query(params) = params.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
     let (before, limit) = params.parse().map_err(page_error)?;
     let entries = state
         .archive

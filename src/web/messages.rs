@@ -2,15 +2,14 @@
 //! page (properties, typed headers, death timeline, replay target, payload viewer).
 
 use askama::Template;
-use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
-use super::api::parse_id;
 use super::api_replays::dismiss_selection;
 use super::auth::Caller;
+use super::extract::{AppForm, AppQuery, MessageId};
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::nav::Nav;
 use super::payload::{self, PayloadView};
@@ -127,10 +126,8 @@ pub async fn list_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    params: Result<Query<ListParams>, QueryRejection>,
+    AppQuery(form): AppQuery<ListParams>,
 ) -> Result<Response, PageError> {
-    let Query(form) =
-        params.map_err(|e| PageError::new(AppError::BadRequest(e.body_text()), &headers))?;
     let parsed = form
         .parse(&state.business_fields)
         .map_err(AppError::from)
@@ -420,12 +417,13 @@ pub async fn replay_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
-    form: Result<Form<ReplayForm>, FormRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
+    AppForm(form): AppForm<ReplayForm>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let (id, numeric) = parse_id(id).map_err(page_error)?;
-    let Form(form) = form.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
     let target = ReplayTarget {
         exchange: form.exchange.trim().to_owned(),
         routing_key: form.routing_key.trim().to_owned(),
@@ -483,12 +481,13 @@ pub async fn dismiss_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
-    form: Result<Form<DismissForm>, FormRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
+    AppForm(form): AppForm<DismissForm>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let (id, numeric) = parse_id(id).map_err(page_error)?;
-    let Form(form) = form.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
     state
         .archive
         .get_message(numeric)
@@ -546,10 +545,12 @@ pub async fn detail_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let (id, numeric) = parse_id(id).map_err(page_error)?;
     let not_found = || {
         page_error(AppError::NotFound(format!(
             "no archived message with id {id:?}"

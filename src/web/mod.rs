@@ -10,6 +10,7 @@ mod audit;
 pub mod auth;
 mod client;
 mod error;
+mod extract;
 mod health;
 mod html;
 pub mod limits;

@@ -3,14 +3,13 @@
 
 use askama::Template;
 use axum::body::Bytes;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::api::parse_id;
 use super::api_replays::{self, dismiss_selection, find_job, ItemParams, ITEM_OUTCOMES};
 use super::auth::Caller;
+use super::extract::{AppQuery, JobActionPath, JobId};
 use super::html::{filters, is_htmx, render, utc, PageError};
 use super::nav::Nav;
 use super::{AppError, AppState};
@@ -272,12 +271,10 @@ pub async fn job_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    id: Result<Path<String>, PathRejection>,
-    params: Result<Query<ItemParams>, QueryRejection>,
+    JobId { id, .. }: JobId,
+    AppQuery(params): AppQuery<ItemParams>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let (_, id) = parse_id(id).map_err(page_error)?;
-    let Query(params) = params.map_err(|e| page_error(AppError::BadRequest(e.body_text())))?;
     let (outcome, after, limit) = params.parse().map_err(page_error)?;
     let job = find_job(&state, id).await.map_err(page_error)?;
     let job = api_replays::shown(&state, caller.role, job);
@@ -311,10 +308,9 @@ pub async fn job_page(
 pub async fn progress_partial(
     State(state): State<AppState>,
     headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
+    JobId { id, .. }: JobId,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let (_, id) = parse_id(id).map_err(page_error)?;
     let job = find_job(&state, id).await.map_err(page_error)?;
     Ok(render(&ProgressPartial {
         job: JobView::new(&job),
@@ -326,13 +322,9 @@ pub async fn control_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    path: Result<Path<(String, String)>, PathRejection>,
+    JobActionPath { id, action }: JobActionPath,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let Path((id, action)) = path.map_err(|e| page_error(AppError::NotFound(e.body_text())))?;
-    let id: i64 = id
-        .parse()
-        .map_err(|_| page_error(AppError::NotFound(format!("no replay job with id {id:?}"))))?;
     let job = api_replays::control(&state, id, &action, &caller.actor())
         .await
         .map_err(page_error)?;
