@@ -15,6 +15,8 @@ mod health;
 mod html;
 pub mod limits;
 pub mod masking;
+mod message;
+mod message_actions;
 mod messages;
 mod nav;
 mod overview;
@@ -122,7 +124,7 @@ fn routes() -> Routes {
         // Viewers: reading.
         .get(VIEWER, "/", overview::overview)
         .get(VIEWER, "/messages", messages::list_page)
-        .get(VIEWER, "/messages/{id}", messages::detail_page)
+        .get(VIEWER, "/messages/{id}", message::detail_page)
         .get(VIEWER, "/replays", replays::list_page)
         .get(VIEWER, "/replays/{id}", replays::job_page)
         .get(VIEWER, "/replays/{id}/progress", replays::progress_partial)
@@ -134,8 +136,16 @@ fn routes() -> Routes {
         .get(VIEWER, "/api/replays/{id}", api_replays::get_job)
         .get(VIEWER, "/api/replays/{id}/items", api_replays::job_items)
         // Operators: replaying and dismissing.
-        .post(OPERATOR, "/messages/{id}/replay", messages::replay_form)
-        .post(OPERATOR, "/messages/{id}/dismiss", messages::dismiss_form)
+        .post(
+            OPERATOR,
+            "/messages/{id}/replay",
+            message_actions::replay_form,
+        )
+        .post(
+            OPERATOR,
+            "/messages/{id}/dismiss",
+            message_actions::dismiss_form,
+        )
         .post(OPERATOR, "/messages/select", replays::selection_form)
         .post(OPERATOR, "/replays/{id}/{action}", replays::control_form)
         .post(OPERATOR, "/api/messages/{id}/replay", api::replay_message)

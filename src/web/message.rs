@@ -1,0 +1,372 @@
+//! One message's page: properties, typed headers, death timeline, replay target, payload
+//! viewer, past replays and related records.
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
+
+use super::auth::Caller;
+use super::extract::MessageId;
+use super::html::{filters, human_bytes, render, utc, PageError};
+use super::messages::{target_text, Row};
+use super::nav::Nav;
+use super::payload::{self, PayloadView};
+use super::{AppError, AppState};
+use crate::amqp::headers::{AmqpValue, Table};
+use crate::archive::{ArchivedMessage, MessageSummary, ReplayRecord};
+use crate::death::ReplayTarget;
+use crate::replay::plan::new_request_key;
+
+/// A header (or a nested entry) as a row of the headers table.
+pub struct HeaderRow {
+    pub depth: usize,
+    pub name: String,
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Nested tables and arrays become indented rows under their parent.
+pub fn header_rows(table: &Table) -> Vec<HeaderRow> {
+    let mut rows = Vec::new();
+    for (name, v) in table {
+        push_value(&mut rows, 0, name.describe(), v);
+    }
+    rows
+}
+
+fn push_value(rows: &mut Vec<HeaderRow>, depth: usize, name: String, v: &AmqpValue) {
+    let text = match v {
+        AmqpValue::Boolean(b) => b.to_string(),
+        AmqpValue::ShortShortInt(n) => n.to_string(),
+        AmqpValue::ShortShortUint(n) => n.to_string(),
+        AmqpValue::ShortInt(n) => n.to_string(),
+        AmqpValue::ShortUint(n) => n.to_string(),
+        AmqpValue::LongInt(n) => n.to_string(),
+        AmqpValue::LongUint(n) => n.to_string(),
+        AmqpValue::LongLongInt(n) => n.to_string(),
+        AmqpValue::Float(f) => f.0.to_string(),
+        AmqpValue::Double(f) => f.0.to_string(),
+        AmqpValue::Decimal { scale, value } => decimal(*scale, *value),
+        AmqpValue::ShortString(s) => s.describe(),
+        AmqpValue::LongString(b) | AmqpValue::ByteArray(b) => {
+            match (v, std::str::from_utf8(&b.0)) {
+                (AmqpValue::LongString(_), Ok(s)) => s.to_owned(),
+                _ => format!("{} (base64)", BASE64.encode(&b.0)),
+            }
+        }
+        AmqpValue::Timestamp(t) => match time::OffsetDateTime::from_unix_timestamp(*t as i64) {
+            Ok(at) => format!("{t} ({})", utc(at)),
+            Err(_) => t.to_string(),
+        },
+        AmqpValue::Void => String::new(),
+        AmqpValue::Array(items) => format!("{} items", items.len()),
+        AmqpValue::Table(t) => format!("{} entries", t.len()),
+        AmqpValue::Encoded(bytes) => format!(
+            "nested more than {} levels deep: {} bytes, shown collapsed, kept and replayed byte for byte",
+            crate::amqp::headers::MAX_DEPTH,
+            bytes.len()
+        ),
+    };
+    rows.push(HeaderRow {
+        depth: depth.min(4),
+        name,
+        kind: v.type_name(),
+        value: text,
+    });
+    match v {
+        AmqpValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                push_value(rows, depth + 1, format!("[{i}]"), item);
+            }
+        }
+        AmqpValue::Table(t) => {
+            for (k, item) in t {
+                push_value(rows, depth + 1, k.describe(), item);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn decimal(scale: u8, value: u32) -> String {
+    let digits = value.to_string();
+    let scale = scale as usize;
+    if scale == 0 {
+        return digits;
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{int}.{frac}")
+}
+
+pub struct DeathRow {
+    pub queue: String,
+    pub reason: String,
+    pub count: i64,
+    pub exchange: String,
+    pub routing_keys: String,
+    pub time: Option<String>,
+    pub original_expiration: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+pub struct MessagePage {
+    pub nav: Nav,
+    pub id: String,
+    pub summary: MessageSummary,
+    pub archived_at: String,
+    pub delivered: String,
+    pub properties: Vec<(&'static str, String)>,
+    pub headers: Option<Vec<HeaderRow>>,
+    pub deaths: Vec<DeathRow>,
+    pub target: String,
+    pub problems: Vec<String>,
+    pub payload: PayloadView,
+    pub size: String,
+    pub related: Vec<Row>,
+    /// One key per rendered page: a double click replays once.
+    pub request_key: String,
+    pub target_exchange: String,
+    pub target_routing_key: String,
+    pub replays: Vec<ReplayRow>,
+    /// The body as text to edit before a replay; `None` when it is binary, encoded or large.
+    pub editable_body: Option<String>,
+    /// The headers to edit, as typed JSON, death headers left out.
+    pub editable_headers: String,
+    pub status_note: Option<String>,
+}
+
+/// The largest body the edit form offers.
+const MAX_EDITABLE_BODY: usize = 256 * 1024;
+
+fn editable_body(message: &ArchivedMessage, bytes: &[u8]) -> Option<String> {
+    if message.summary.content_encoding.is_some() || bytes.len() > MAX_EDITABLE_BODY {
+        return None;
+    }
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+fn editable_headers(message: &ArchivedMessage) -> String {
+    let kept: Table = message
+        .headers
+        .iter()
+        .flatten()
+        .filter(|(name, _)| !crate::death::is_death_header(name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::to_string_pretty(&kept).expect("tables serialize")
+}
+
+/// A past replay as the detail page lists it.
+pub struct ReplayRow {
+    pub requested_at: String,
+    pub actor: String,
+    pub target: String,
+    pub outcome: String,
+    pub detail: String,
+    pub edited: bool,
+}
+
+impl ReplayRow {
+    pub(super) fn new(r: &ReplayRecord) -> Self {
+        ReplayRow {
+            requested_at: utc(r.requested_at),
+            actor: r.actor.clone(),
+            target: ReplayTarget::label(&r.target),
+            outcome: r.outcome.clone(),
+            detail: r.detail.clone().unwrap_or_default(),
+            edited: r.edited,
+        }
+    }
+}
+
+fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
+    let p = &m.properties;
+    let text = |v: &Option<crate::amqp::headers::Bytes>| v.as_ref().map(|b| b.describe());
+    [
+        ("content-type", text(&p.content_type)),
+        ("content-encoding", text(&p.content_encoding)),
+        (
+            "delivery-mode",
+            p.delivery_mode
+                .map(|d| format!("{d}{}", if d == 2 { " (persistent)" } else { "" })),
+        ),
+        ("priority", p.priority.map(|v| v.to_string())),
+        ("correlation-id", text(&p.correlation_id)),
+        ("reply-to", text(&p.reply_to)),
+        ("expiration", text(&p.expiration)),
+        ("message-id", text(&p.message_id)),
+        (
+            "timestamp",
+            p.timestamp
+                .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t as i64).ok())
+                .map(utc),
+        ),
+        ("type", text(&p.kind)),
+        ("user-id", text(&p.user_id)),
+        ("app-id", text(&p.app_id)),
+        ("cluster-id", text(&p.cluster_id)),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect()
+}
+
+/// `/messages/{id}`: everything about one archived message.
+pub async fn detail_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    caller: Caller,
+    MessageId {
+        id: numeric,
+        raw: id,
+    }: MessageId,
+) -> Result<Response, PageError> {
+    let page_error = |e: AppError| PageError::new(e, &headers);
+    let not_found = || {
+        page_error(AppError::NotFound(format!(
+            "no archived message with id {id:?}"
+        )))
+    };
+    let mut message = state
+        .archive
+        .get_message(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(not_found)?;
+    state
+        .masking
+        .fields(caller.role, &mut message.summary.fields);
+    // A few bodies at a time are loaded, decoded and rendered, off the async threads.
+    let permit = state.bodies.acquire().await.map_err(page_error)?;
+    let stored = state
+        .archive
+        .get_body(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?
+        .ok_or_else(not_found)?;
+    let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
+    let (payload, editable_body) = state
+        .bodies
+        .run_with(permit, move || {
+            let body = masking.body(role, stored);
+            let payload = payload::view(
+                &body.bytes,
+                body.content_type.as_deref(),
+                body.content_encoding.as_deref(),
+            );
+            (payload, editable_body(&archived, &body.bytes))
+        })
+        .await
+        .map_err(page_error)?;
+    let replays = state
+        .archive
+        .replays_of(numeric)
+        .await
+        .map_err(|e| page_error(e.into()))?;
+    let related = state
+        .archive
+        .related(&message.summary)
+        .await
+        .map_err(|e| page_error(e.into()))?;
+    let s = &message.summary;
+    let page = MessagePage {
+        nav: Nav::new(Some(&caller), state.auth.mode),
+        id: id.clone(),
+        archived_at: utc(s.archived_at),
+        delivered: format!(
+            "{} → {}{}",
+            if message.delivered_exchange.is_empty() {
+                "(AMQP default)"
+            } else {
+                &message.delivered_exchange
+            },
+            message.delivered_routing_key,
+            if message.redelivered {
+                " (redelivered)"
+            } else {
+                ""
+            }
+        ),
+        properties: properties(&message),
+        headers: message.headers.as_ref().map(header_rows),
+        deaths: s
+            .deaths
+            .iter()
+            .map(|d| DeathRow {
+                queue: d.queue.clone(),
+                reason: d.reason.clone(),
+                count: d.count,
+                exchange: if d.exchange.is_empty() {
+                    "(AMQP default)".into()
+                } else {
+                    d.exchange.clone()
+                },
+                routing_keys: d.routing_keys.join(", "),
+                time: d.time.map(utc),
+                original_expiration: d.original_expiration.clone(),
+            })
+            .collect(),
+        target: target_text(s),
+        problems: message.death_problems.clone(),
+        payload,
+        size: human_bytes(s.body_size),
+        related: related.iter().map(|m| Row::new(m, &[])).collect(),
+        request_key: new_request_key(),
+        target_exchange: s
+            .replay_target
+            .as_ref()
+            .map(|t| t.exchange.clone())
+            .unwrap_or_default(),
+        target_routing_key: s
+            .replay_target
+            .as_ref()
+            .map(|t| t.routing_key.clone())
+            .unwrap_or_default(),
+        replays: replays.iter().map(ReplayRow::new).collect(),
+        editable_body,
+        editable_headers: editable_headers(&message),
+        status_note: message.status_note.clone(),
+        summary: s.clone(),
+    };
+    Ok(render(&page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_read_as_numbers() {
+        assert_eq!(decimal(2, 12345), "123.45");
+        assert_eq!(decimal(3, 5), "0.005");
+        assert_eq!(decimal(0, 7), "7");
+    }
+
+    #[test]
+    fn nested_headers_are_indented_rows() {
+        let t = Table::from([(
+            "outer".to_owned(),
+            AmqpValue::Table(Table::from([(
+                "inner".to_owned(),
+                AmqpValue::Array(vec![AmqpValue::Void]),
+            )])),
+        )]);
+        let rows = header_rows(&t);
+        let shape: Vec<(usize, &str, &str)> = rows
+            .iter()
+            .map(|r| (r.depth, r.name.as_str(), r.kind))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0, "outer", "table"),
+                (1, "inner", "array"),
+                (2, "[0]", "void")
+            ]
+        );
+    }
+}
