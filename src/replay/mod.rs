@@ -7,4 +7,5 @@ pub mod cli;
 pub mod job;
 pub mod plan;
 pub mod policy;
+mod runner;
 pub mod single;

@@ -1,0 +1,455 @@
+//! One runner working one job: steps handed out by the archive and published on a confirm
+//! channel, the next step fetched while the current one is in flight, outcomes recorded,
+//! the rate kept, the canary judged, and the job let go when it is paused, cancelled, taken
+//! over or the process shuts down. (Its crash safety is described in `job`.)
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::job::{canary_verdict, item_outcome, not_sent, step_size, unreadable, RunnerSettings};
+use crate::amqp::connection::{connect, Backoff};
+use crate::amqp::publisher::{Publisher, ReplayMessage};
+use crate::archive::{
+    Archive, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, OutgoingMessage, ReplayJob,
+};
+
+/// Why a runner stopped working on a job.
+enum Stop {
+    /// The job is not running here any more (completed, paused, cancelled, taken over).
+    Left,
+    /// The process is shutting down: hand the job back.
+    Shutdown,
+}
+
+pub(super) struct Runner<'a> {
+    archive: &'a dyn Archive,
+    settings: &'a RunnerSettings,
+    shutdown: &'a CancellationToken,
+    publisher: Option<Publisher>,
+}
+
+impl<'a> Runner<'a> {
+    pub(super) fn new(
+        archive: &'a dyn Archive,
+        settings: &'a RunnerSettings,
+        shutdown: &'a CancellationToken,
+    ) -> Self {
+        Runner {
+            archive,
+            settings,
+            shutdown,
+            publisher: None,
+        }
+    }
+
+    pub(super) async fn run(mut self, job: ReplayJob) {
+        let id = job.id;
+        tracing::info!(job = id, owner = %self.settings.owner, "running replay job");
+        let stop = self.publish(&job).await;
+        if let Some(publisher) = self.publisher.take() {
+            publisher.close().await;
+        }
+        if let Stop::Shutdown = stop {
+            let detail = (self.settings.on_shutdown == JobState::Paused)
+                .then_some("interrupted: resume it to go on");
+            let _ = self
+                .archive
+                .release_job(
+                    id,
+                    &self.settings.owner,
+                    self.settings.on_shutdown,
+                    detail,
+                    false,
+                )
+                .await;
+        }
+        tracing::info!(job = id, "replay job left this runner");
+    }
+
+    /// Waits `delay`, renewing the lease with `detail`; `Err` when the job stopped here.
+    async fn wait(&self, id: i64, delay: Duration, detail: Option<&str>) -> Result<(), Stop> {
+        let until = Instant::now() + delay;
+        loop {
+            let noted = self
+                .archive
+                .note_job(
+                    id,
+                    &self.settings.owner,
+                    self.settings.lease_ms(),
+                    detail,
+                    false,
+                )
+                .await;
+            if let Ok(false) = noted {
+                return Err(Stop::Left);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            let slice = (until - now).min(Duration::from_millis(250));
+            tokio::select! {
+                _ = tokio::time::sleep(slice) => {}
+                _ = self.shutdown.cancelled() => return Err(Stop::Shutdown),
+            }
+        }
+    }
+
+    /// A publisher on a live connection, reconnecting with backoff while the broker is away.
+    async fn publisher(&mut self, id: i64) -> Result<&Publisher, Stop> {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        while self.publisher.is_none() {
+            let opened = match connect(&self.settings.amqp_url, "lazarus replay job").await {
+                Ok(connection) => Publisher::open(connection).await,
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok(publisher) => self.publisher = Some(publisher),
+                Err(e) => {
+                    tracing::warn!(job = id, error = %e, "replay job waits for RabbitMQ");
+                    let detail = format!("waiting for RabbitMQ: {e}");
+                    self.wait(id, backoff.next_delay(), Some(&detail)).await?;
+                }
+            }
+        }
+        Ok(self.publisher.as_ref().expect("just opened"))
+    }
+
+    /// Checks every target exchange of the job exists; pauses the job when one does not.
+    async fn check_exchanges(&mut self, job: &ReplayJob) -> Result<(), Stop> {
+        let exchanges: std::collections::BTreeSet<&str> = job
+            .plan
+            .targets
+            .iter()
+            .map(|t| t.exchange.as_str())
+            .filter(|e| self.settings.policy.allows(e))
+            .collect();
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let mut pending: Vec<&str> = exchanges.into_iter().collect();
+        while let Some(&exchange) = pending.first() {
+            let exists = self
+                .publisher(job.id)
+                .await?
+                .exchange_exists(exchange)
+                .await;
+            match exists {
+                Ok(true) => {
+                    pending.remove(0);
+                }
+                Ok(false) => {
+                    let reason = format!(
+                        "exchange {exchange:?} does not exist, so nothing more was published. \
+                         Create it (or replay to another target), then resume, or cancel the job."
+                    );
+                    let _ = self
+                        .archive
+                        .release_job(
+                            job.id,
+                            &self.settings.owner,
+                            JobState::Paused,
+                            Some(&reason),
+                            false,
+                        )
+                        .await;
+                    return Err(Stop::Left);
+                }
+                Err(e) => {
+                    // The broker went away mid-check: check the same exchange again.
+                    self.publisher = None;
+                    let detail = format!("waiting for RabbitMQ: {e}");
+                    self.wait(job.id, backoff.next_delay(), Some(&detail))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the messages bound for an exchange the policy does not allow: they fail
+    /// unpublished, with the reason.
+    fn refuse_outside_policy(&self, mut messages: Vec<OutgoingMessage>) -> Vec<OutgoingMessage> {
+        for m in &mut messages {
+            if let Err(why) = self.settings.policy.check(&m.target.exchange) {
+                m.unreadable.get_or_insert(why);
+            }
+        }
+        messages
+    }
+
+    /// Hands out, publishes and records until the job is done or stops here.
+    async fn publish(&mut self, job: &ReplayJob) -> Stop {
+        match self.publish_steps(job).await {
+            Ok(()) => Stop::Left,
+            Err(stop) => stop,
+        }
+    }
+
+    async fn publish_steps(&mut self, job: &ReplayJob) -> Result<(), Stop> {
+        let id = job.id;
+        self.check_exchanges(job).await?;
+        let canary = match job.canary {
+            Some(c) if !self.archive.canary_done(id).await.unwrap_or(true) => Some(c),
+            _ => None,
+        };
+        let attempted = job.counts.published + job.counts.problems();
+        let mut canary_left = canary.map(|c| (i64::from(c.count) - attempted).max(0));
+        // Copies that die again are counted from the job's start; the wait runs from when
+        // this runner finished publishing the canary (in full after a takeover).
+        let canary_since = job.started_at.unwrap_or_else(OffsetDateTime::now_utc);
+        let mut canary_published = Instant::now();
+        let step = step_size(job.rate_per_sec, self.settings.window);
+        let mut started = Instant::now();
+        let mut sent: u64 = 0;
+        // Outcomes of the last published step, not yet recorded.
+        let mut outcomes: Vec<ItemOutcome> = Vec::new();
+        // Handed out (recorded as `sending`) while the last step was published; not yet sent.
+        let mut in_hand: Vec<OutgoingMessage> = Vec::new();
+        loop {
+            if self.shutdown.is_cancelled() {
+                // What was handed out but never sent goes back to be done.
+                outcomes.extend(in_hand.drain(..).map(|m| not_sent(m.message_id)));
+                self.advance(id, &outcomes, 0).await?;
+                return Err(Stop::Shutdown);
+            }
+            if canary_left == Some(0) && in_hand.is_empty() {
+                self.advance(id, &outcomes, 0).await?;
+                outcomes.clear();
+                let canary = canary.expect("a canary is set");
+                let wait = Duration::from_secs(u64::from(canary.wait_secs))
+                    .saturating_sub(canary_published.elapsed());
+                self.judge_canary(id, canary, canary_since, wait).await?;
+                canary_left = None;
+            }
+            if in_hand.is_empty() {
+                let limit = match canary_left {
+                    Some(left) => step.min(left as u32),
+                    None => step,
+                };
+                match self.advance(id, &outcomes, limit).await? {
+                    JobStep::Publish(messages) => in_hand = self.refuse_outside_policy(messages),
+                    JobStep::Stop(state) => {
+                        tracing::info!(job = id, state = state.as_str(), "replay job stopped");
+                        return Ok(());
+                    }
+                }
+                outcomes.clear();
+                if in_hand.is_empty() {
+                    continue;
+                }
+            }
+            if let Some(rate) = job.rate_per_sec.filter(|r| *r > 0) {
+                let ahead = Duration::from_secs_f64(sent as f64 / f64::from(rate));
+                // After a wait (a canary, a broker outage) the time lost is not made up
+                // in a burst: at most a second's worth of backlog is kept.
+                let now = Instant::now();
+                if started + ahead + Duration::from_secs(1) < now {
+                    started = now - ahead;
+                }
+                let due = started + ahead;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = self.shutdown.cancelled() => {}
+                }
+            }
+            let current = std::mem::take(&mut in_hand);
+            sent += current.len() as u64;
+            if let Some(left) = canary_left.as_mut() {
+                *left = (*left - current.len() as i64).max(0);
+            }
+            // The next step is handed out (and the last one's outcomes recorded) while this
+            // one is published: the confirm window never waits for the database.
+            let next_limit = match canary_left {
+                Some(left) => step.min(left as u32),
+                None => step,
+            };
+            let window = self.settings.window;
+            let job_tag = id.to_string();
+            let batch: Vec<ReplayMessage<'_>> = current
+                .iter()
+                .filter(|m| m.unreadable.is_none())
+                .map(|m| to_replay(m, &job_tag))
+                .collect();
+            self.publisher(id).await?;
+            let (archive, settings) = (self.archive, self.settings);
+            let mut publisher = self.publisher.take().expect("connected above");
+            let mut blocked = publisher.blocked();
+            let mut published: Vec<ItemOutcome> = current
+                .iter()
+                .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
+                .collect();
+            let publish = publisher.publish_all(batch, window, |message_id, o| {
+                published.push(item_outcome(message_id, o))
+            });
+            let hand_out = async {
+                let needed = next_limit > 0 || !outcomes.is_empty();
+                match needed {
+                    true => Some(self.advance(id, &outcomes, next_limit).await),
+                    false => None,
+                }
+            };
+            // A step can wait on the broker (a memory or disk alarm blocks publishers):
+            // the lease is renewed meanwhile, so no other runner takes the job over, and
+            // the job says what it waits for.
+            let renew = async {
+                loop {
+                    let detail = blocked.borrow_and_update().as_ref().map(|reason| {
+                        format!(
+                            "waiting: RabbitMQ blocks publishing ({reason}); the job goes on \
+                             once the broker's resource alarm clears"
+                        )
+                    });
+                    let _ = archive
+                        .note_job(
+                            id,
+                            &settings.owner,
+                            settings.lease_ms(),
+                            detail.as_deref(),
+                            false,
+                        )
+                        .await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(settings.lease / 3) => {}
+                        _ = blocked.changed() => {}
+                    }
+                }
+            };
+            let next = tokio::select! {
+                (_, next) = async { tokio::join!(publish, hand_out) } => next,
+                _ = renew => unreachable!("renewing never ends"),
+            };
+            self.publisher = Some(publisher);
+            outcomes = published;
+            for o in outcomes.iter().filter(|o| !o.retry) {
+                self.settings.metrics.replayed(o.outcome.as_str(), 1);
+            }
+            if canary_left.is_some() {
+                canary_published = Instant::now();
+            }
+            match next {
+                None => {}
+                Some(Ok(JobStep::Publish(messages))) => {
+                    in_hand = self.refuse_outside_policy(messages)
+                }
+                Some(Ok(JobStep::Stop(_)) | Err(Stop::Left)) => {
+                    // Paused, cancelled or taken over: what was published is still recorded.
+                    let _ = self.advance(id, &outcomes, 0).await;
+                    tracing::info!(job = id, "replay job stopped");
+                    return Ok(());
+                }
+                Some(Err(stop)) => return Err(stop),
+            }
+            if outcomes.iter().any(|o| o.retry) {
+                // The channel or connection broke: those go out again on a new one.
+                tracing::warn!(job = id, "replay publisher lost its channel; reconnecting");
+                if let Some(publisher) = self.publisher.take() {
+                    publisher.close().await;
+                }
+            }
+        }
+    }
+
+    /// Records outcomes and takes the next messages, retrying while the database is away
+    /// (the outcomes stay in hand).
+    async fn advance(
+        &self,
+        id: i64,
+        outcomes: &[ItemOutcome],
+        messages: u32,
+    ) -> Result<JobStep, Stop> {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let limit = ChunkLimit {
+            messages,
+            bytes: self.settings.step_bytes,
+        };
+        loop {
+            match self
+                .archive
+                .advance_job(
+                    id,
+                    &self.settings.owner,
+                    self.settings.lease_ms(),
+                    outcomes,
+                    limit,
+                )
+                .await
+            {
+                Ok(JobStep::Stop(_)) if messages == 0 => return Err(Stop::Left),
+                Ok(step) => return Ok(step),
+                Err(e) => {
+                    tracing::warn!(job = id, error = %e, "cannot record replay progress; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    /// Waits the canary's time, then counts the copies that died again.
+    async fn judge_canary(
+        &mut self,
+        id: i64,
+        canary: Canary,
+        since: OffsetDateTime,
+        wait: Duration,
+    ) -> Result<(), Stop> {
+        let detail = format!(
+            "canary: waiting {} s to see whether the first {} replayed copies die again",
+            canary.wait_secs, canary.count
+        );
+        self.wait(id, wait, Some(&detail)).await?;
+        let deaths = loop {
+            match self.archive.canary_deaths(id, since).await {
+                Ok(n) => break n,
+                Err(e) => {
+                    tracing::warn!(job = id, error = %e, "cannot count canary deaths; retrying");
+                    self.wait(id, Duration::from_secs(1), Some(&detail)).await?;
+                }
+            }
+        };
+        tracing::info!(job = id, deaths, "canary judged");
+        match canary_verdict(&canary, deaths) {
+            Some(reason) => {
+                let _ = self
+                    .archive
+                    .release_job(
+                        id,
+                        &self.settings.owner,
+                        JobState::Paused,
+                        Some(&reason),
+                        true,
+                    )
+                    .await;
+                Err(Stop::Left)
+            }
+            None => {
+                let noted = self
+                    .archive
+                    .note_job(
+                        id,
+                        &self.settings.owner,
+                        self.settings.lease_ms(),
+                        None,
+                        true,
+                    )
+                    .await;
+                match noted {
+                    Ok(false) => Err(Stop::Left),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+fn to_replay<'m>(m: &'m OutgoingMessage, job: &'m str) -> ReplayMessage<'m> {
+    ReplayMessage {
+        archive_id: m.message_id,
+        properties: &m.properties,
+        headers: m.headers.as_ref(),
+        body: &m.body,
+        target: &m.target,
+        job: Some(job),
+    }
+}
