@@ -396,3 +396,239 @@ impl Step {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ACTIONS: [JobAction; 4] = [
+        JobAction::Start,
+        JobAction::Pause,
+        JobAction::Resume,
+        JobAction::Cancel,
+    ];
+    const STATES: [JobState; 6] = [
+        JobState::Planned,
+        JobState::Queued,
+        JobState::Running,
+        JobState::Paused,
+        JobState::Cancelled,
+        JobState::Completed,
+    ];
+
+    /// Every (action, state) pair, written out: the state it leads to, or `None` (refused).
+    fn documented() -> Vec<(JobAction, JobState, Option<JobState>)> {
+        use JobAction::*;
+        use JobState::*;
+        vec![
+            (Start, Planned, Some(Queued)),
+            (Start, Queued, None),
+            (Start, Running, None),
+            (Start, Paused, None),
+            (Start, Cancelled, None),
+            (Start, Completed, None),
+            (Pause, Planned, None),
+            (Pause, Queued, Some(Paused)),
+            (Pause, Running, Some(Paused)),
+            (Pause, Paused, None),
+            (Pause, Cancelled, None),
+            (Pause, Completed, None),
+            (Resume, Planned, None),
+            (Resume, Queued, None),
+            (Resume, Running, None),
+            (Resume, Paused, Some(Queued)),
+            (Resume, Cancelled, None),
+            (Resume, Completed, None),
+            (Cancel, Planned, Some(Cancelled)),
+            (Cancel, Queued, Some(Cancelled)),
+            (Cancel, Running, Some(Cancelled)),
+            (Cancel, Paused, Some(Cancelled)),
+            (Cancel, Cancelled, None),
+            (Cancel, Completed, None),
+        ]
+    }
+
+    #[test]
+    fn the_table_covers_every_pair_once() {
+        let table = documented();
+        for action in ACTIONS {
+            for state in STATES {
+                let rows = table
+                    .iter()
+                    .filter(|(a, s, _)| *a == action && *s == state)
+                    .count();
+                assert_eq!(rows, 1, "{action:?} on {state:?}");
+            }
+        }
+        assert_eq!(table.len(), ACTIONS.len() * STATES.len());
+    }
+
+    #[test]
+    fn next_state_takes_each_allowed_pair_to_its_documented_state() {
+        for (action, state, next) in documented() {
+            let Some(next) = next else { continue };
+            match next_state(7, action, state) {
+                Ok(got) => assert_eq!(got, next, "{action:?} on {state:?}"),
+                Err(e) => panic!("{action:?} on {state:?} is allowed, got {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn next_state_refuses_every_other_pair_naming_the_job_and_its_state() {
+        for (action, state, next) in documented() {
+            if next.is_some() {
+                continue;
+            }
+            let message = match next_state(7, action, state) {
+                Err(ArchiveError::Conflict(message)) => message,
+                other => panic!("{action:?} on {state:?}: expected a conflict, got {other:?}"),
+            };
+            assert!(
+                message.starts_with(&format!("replay job 7 is {}: ", state.as_str())),
+                "{action:?} on {state:?}: {message}"
+            );
+            let says = match action {
+                JobAction::Start => "cannot be started",
+                JobAction::Pause => "cannot be paused",
+                JobAction::Resume => "cannot be resumed",
+                JobAction::Cancel => "cannot be cancelled",
+            };
+            assert!(message.contains(says), "{action:?} on {state:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn final_states_take_no_action_and_every_other_state_can_be_cancelled() {
+        for state in STATES {
+            let allowed = ACTIONS
+                .iter()
+                .filter(|a| next_state(1, **a, state).is_ok())
+                .count();
+            assert_eq!(state.is_final(), allowed == 0, "{state:?}");
+            assert_eq!(
+                next_state(1, JobAction::Cancel, state).is_ok(),
+                !state.is_final(),
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn states_and_actions_read_back_from_their_names() {
+        for state in STATES {
+            assert_eq!(JobState::parse(state.as_str()), Some(state));
+        }
+        for action in ACTIONS {
+            assert_eq!(JobAction::parse(action.as_str()), Some(action));
+        }
+        assert_eq!(JobState::parse("sending"), None);
+        assert_eq!(JobAction::parse("restart"), None);
+    }
+
+    fn outcome(
+        message_id: i64,
+        outcome: Outcome,
+        detail: Option<&str>,
+        retry: bool,
+    ) -> ItemOutcome {
+        ItemOutcome {
+            message_id,
+            outcome,
+            detail: detail.map(str::to_owned),
+            retry,
+        }
+    }
+
+    #[test]
+    fn sort_outcomes_groups_final_outcomes_by_outcome_and_detail_and_sets_retries_apart() {
+        let outcomes = [
+            outcome(1, Outcome::Published, None, false),
+            outcome(2, Outcome::Failed, Some("channel closed"), true),
+            outcome(3, Outcome::Published, None, false),
+            outcome(4, Outcome::Unroutable, Some("NO_ROUTE"), false),
+            outcome(5, Outcome::Failed, Some("x"), false),
+            outcome(6, Outcome::Failed, Some("y"), false),
+            outcome(7, Outcome::Published, None, true),
+            outcome(8, Outcome::Unroutable, Some("NO_ROUTE"), false),
+            outcome(9, Outcome::Nacked, None, false),
+            outcome(10, Outcome::Failed, None, false),
+        ];
+        let (retry, groups) = sort_outcomes(&outcomes);
+        // A retry is to do again, whatever outcome it came with.
+        assert_eq!(retry, vec![2, 7]);
+        let groups: Vec<_> = groups.into_iter().collect();
+        assert_eq!(
+            groups,
+            vec![
+                ((Outcome::Published, None), vec![1, 3]),
+                ((Outcome::Unroutable, Some("NO_ROUTE")), vec![4, 8]),
+                ((Outcome::Nacked, None), vec![9]),
+                ((Outcome::Failed, None), vec![10]),
+                ((Outcome::Failed, Some("x")), vec![5]),
+                ((Outcome::Failed, Some("y")), vec![6]),
+            ]
+        );
+    }
+
+    #[test]
+    fn sort_outcomes_of_nothing_is_nothing() {
+        let (retry, groups) = sort_outcomes(&[]);
+        assert!(retry.is_empty() && groups.is_empty());
+        let only_retries = [outcome(1, Outcome::Failed, None, true)];
+        let (retry, groups) = sort_outcomes(&only_retries);
+        assert_eq!(retry, vec![1]);
+        assert!(groups.is_empty());
+    }
+
+    #[test]
+    fn each_outcome_counts_in_its_own_column() {
+        assert_eq!(count_column(Outcome::Published), "published");
+        assert_eq!(count_column(Outcome::Unroutable), "unroutable");
+        assert_eq!(count_column(Outcome::Nacked), "nacked");
+        assert_eq!(count_column(Outcome::Failed), "failed");
+        // The column is named as the item's outcome is.
+        for o in [
+            Outcome::Published,
+            Outcome::Unroutable,
+            Outcome::Nacked,
+            Outcome::Failed,
+        ] {
+            assert_eq!(count_column(o), o.as_str());
+        }
+    }
+
+    #[test]
+    fn a_step_settles_replayed_since_as_skipped_and_given_up_as_failed() {
+        let step = Step {
+            send: vec![1, 4],
+            replayed_since: vec![2, 5],
+            given_up: vec![3],
+        };
+        let [replayed, given_up] = step.settled();
+        assert_eq!(replayed.ids, &[2, 5]);
+        assert_eq!(replayed.outcome, "skipped");
+        assert_eq!(replayed.detail, REPLAYED_SINCE);
+        // Their status is what made them skipped: left as it is.
+        assert_eq!(replayed.status, None);
+        assert_eq!(given_up.ids, &[3]);
+        assert_eq!(given_up.outcome, "failed");
+        assert_eq!(given_up.outcome, count_column(Outcome::Failed));
+        assert_eq!(given_up.detail, GIVEN_UP);
+        assert_eq!(given_up.status, Some(MessageStatus::ReplayFailed));
+        // What is sent is never settled in the same step.
+        for settled in step.settled() {
+            assert!(settled.ids.iter().all(|id| !step.send.contains(id)));
+        }
+        assert!(
+            GIVEN_UP.contains(&format!(" {MAX_ATTEMPTS} times")),
+            "{GIVEN_UP:?} says how many attempts MAX_ATTEMPTS allows"
+        );
+    }
+
+    #[test]
+    fn an_empty_step_settles_nothing() {
+        let step = Step::default();
+        assert!(step.settled().iter().all(|s| s.ids.is_empty()));
+    }
+}
