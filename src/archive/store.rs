@@ -167,7 +167,8 @@ pub trait JobLease: Send + Sync {
         detail: Option<&str>,
         canary_done: bool,
     ) -> Result<bool, ArchiveError>;
-    /// Whether the job's canary has been judged (or it has none).
+    /// Whether the job's canary has been judged (`false` until then; the runner asks only of
+    /// jobs that have one).
     async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError>;
     /// Copies published by the job that came back into an archived DLQ after `since`.
     async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError>;

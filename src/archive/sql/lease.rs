@@ -22,8 +22,7 @@ use crate::archive::{
 const LEASE_GONE: &str = "(coalesce(lease_until, 0) < $1 \
      OR (lease_instance = $2 AND lease_owner IS DISTINCT FROM $3))";
 
-/// Renews the lease if `owner` still runs the job; otherwise the job's state now (and the
-/// lease is let go).
+/// Renews the lease if `owner` still runs the job; otherwise the job's state now.
 async fn renew(
     conn: &mut Conn<'_>,
     id: i64,
@@ -40,12 +39,6 @@ async fn renew(
     if renewed == 1 {
         return Ok(None);
     }
-    conn.execute(
-        "UPDATE replay_jobs SET lease_owner = NULL, lease_until = NULL \
-         WHERE id = $1 AND lease_owner = $2",
-        args![id, owner],
-    )
-    .await?;
     let row = conn
         .fetch_one("SELECT state FROM replay_jobs WHERE id = $1", args![id])
         .await?;
@@ -289,11 +282,26 @@ impl<T: SqlArchive> JobLease for T {
         .await?;
         record_outcomes(&mut conn, id, outcomes).await?;
         if let Some(state) = renew(&mut conn, id, owner, lease_ms).await? {
+            // Asking for more means a step is still in flight: after a cancel, the runner
+            // settles it next, asking for nothing more; then what is left is cancelled.
+            let step_out = state == JobState::Cancelled && next.messages > 0;
             if state == JobState::Cancelled {
-                // Asking for more means a step is still in flight: the runner settles it next,
-                // with nothing more to ask for; then what is left is settled as cancelled.
-                cancel_items(&mut conn, id, next.messages > 0).await?;
+                cancel_items(&mut conn, id, step_out).await?;
             }
+            // Until then it keeps the lease: should it die first, the lease runs out and the
+            // next claim settles what it had out (an owner let go would be passed over).
+            let (sql, lease_until) = match step_out {
+                true => (
+                    "UPDATE replay_jobs SET lease_until = $1 WHERE id = $2 AND lease_owner = $3",
+                    Some(now() + lease_ms as i64),
+                ),
+                false => (
+                    "UPDATE replay_jobs SET lease_owner = NULL, lease_until = $1 \
+                     WHERE id = $2 AND lease_owner = $3",
+                    None,
+                ),
+            };
+            conn.execute(sql, args![lease_until, id, owner]).await?;
             tx.commit().await?;
             return Ok(JobStep::Stop(state));
         }

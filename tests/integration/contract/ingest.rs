@@ -1,0 +1,200 @@
+//! Ingest and reading: a stored batch, the totals it adds to, redeliveries not stored twice.
+
+use lazarus::amqp::headers::AmqpValue;
+use lazarus::archive::{MessageStatus, MessageSummary, QueueReasonCount};
+use lazarus::death::ReplayTarget;
+
+use crate::helpers::*;
+
+use super::*;
+
+on_both_backends!(a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice);
+async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice() {
+    let (_dir, archive) = archive().await;
+    let archive = &*archive;
+    let base = now();
+    let earlier = base - time::Duration::hours(2);
+    let expired = Death {
+        reason: "expired",
+        ..REJECTED
+    };
+    let batch = vec![
+        at(
+            with_error(delivery("orders.dlq", "a1", Some(REJECTED)), "boom"),
+            earlier,
+        ),
+        with_error(delivery("orders.dlq", "a2", Some(REJECTED)), "boom"),
+        delivery("orders.dlq", "a3", Some(REJECTED)),
+        delivery("orders.dlq", "b1", None),
+        at(delivery("orders.dlq", "b2", None), earlier),
+        delivery("billing.dlq", "c1", Some(expired)),
+    ];
+    assert_eq!(store(archive, batch.clone()).await, (6, 0));
+
+    let count = |queue: &str, reason: &str, messages, oldest, newest| QueueReasonCount {
+        queue: queue.into(),
+        reason: reason.into(),
+        messages,
+        oldest,
+        newest,
+    };
+    let mut counts = archive.counts().await.unwrap();
+    counts.sort_by(|a, b| (&a.queue, &a.reason).cmp(&(&b.queue, &b.reason)));
+    assert_eq!(
+        counts,
+        vec![
+            count("billing.dlq", "expired", 1, base, base),
+            count("orders.dlq", "none", 2, earlier, base),
+            count("orders.dlq", "rejected", 3, earlier, base),
+        ]
+    );
+
+    let hourly: Vec<_> = archive
+        .hourly_counts(base - time::Duration::hours(3))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.queue, h.hour, h.messages))
+        .collect();
+    let (h, h2) = (hour_of(base), hour_of(earlier));
+    assert_eq!(
+        hourly,
+        vec![
+            ("billing.dlq".into(), h, 1),
+            ("orders.dlq".into(), h2, 2),
+            ("orders.dlq".into(), h, 3),
+        ]
+    );
+    let recent = archive
+        .hourly_counts(base - time::Duration::minutes(59))
+        .await
+        .unwrap();
+    assert!(recent.iter().all(|c| c.hour == h), "{recent:?}");
+
+    let mut groups: Vec<_> = archive
+        .failure_groups(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| {
+            (
+                g.queue,
+                g.reason,
+                g.error,
+                g.messages,
+                g.first_seen,
+                g.last_seen,
+            )
+        })
+        .collect();
+    groups.sort();
+    let group = |q: &str, r: &str, e: &str, n, first, last| {
+        (q.to_owned(), r.to_owned(), e.to_owned(), n, first, last)
+    };
+    assert_eq!(
+        groups,
+        vec![
+            group("orders.dlq", "none", "", 2, earlier, base),
+            group("work", "expired", "", 1, base, base),
+            group("work", "rejected", "", 1, base, base),
+            group("work", "rejected", "boom", 2, earlier, base),
+        ]
+    );
+    assert_eq!(archive.failure_groups(1).await.unwrap().len(), 1);
+
+    // One message back whole: its delivery, history, target and body.
+    let orders = listed(archive, "orders.dlq").await;
+    assert_eq!(orders.len(), 5);
+    let a2 = orders
+        .iter()
+        .find(|m| m.message_id.as_deref() == Some("a2"))
+        .unwrap();
+    let message = archive.get_message(a2.id).await.unwrap().unwrap();
+    assert_eq!(&message.summary, a2);
+    assert_eq!(message.summary.status, MessageStatus::Archived);
+    assert_eq!(
+        message.summary.replay_target,
+        Some(ReplayTarget {
+            exchange: "orders".into(),
+            routing_key: "order.created".into()
+        })
+    );
+    let first = message.summary.first_death.as_ref().unwrap();
+    assert_eq!(
+        (first.queue.as_str(), first.reason.as_str()),
+        ("work", "rejected")
+    );
+    assert_eq!(
+        (
+            message.delivered_exchange.as_str(),
+            message.delivered_routing_key.as_str()
+        ),
+        ("dlx", "work")
+    );
+    assert!(!message.redelivered);
+    assert_eq!(message.headers, batch[1].headers);
+    assert_eq!(message.properties, batch[1].properties);
+    let body = archive.get_body(a2.id).await.unwrap().unwrap();
+    assert_eq!(body.bytes, batch[1].body);
+    assert_eq!(body.content_type.as_deref(), Some("application/json"));
+    let b1 = orders
+        .iter()
+        .find(|m| m.message_id.as_deref() == Some("b1"))
+        .unwrap();
+    assert_eq!(
+        (b1.first_death.as_ref(), b1.replay_target.as_ref()),
+        (None, None)
+    );
+    assert!(archive.get_message(i64::MAX).await.unwrap().is_none());
+    assert!(archive.get_body(i64::MAX).await.unwrap().is_none());
+
+    // A redelivered byte-identical copy of a3 is a3 (a lost ack): skipped, however often it
+    // comes back, broker delivery counters or not.
+    let mut again = batch[2].clone();
+    again.redelivered = true;
+    assert_eq!(store(archive, vec![again.clone()]).await, (0, 1));
+    let mut counted = again.clone();
+    counted
+        .headers
+        .as_mut()
+        .unwrap()
+        .insert("x-delivery-count", AmqpValue::LongLongInt(2));
+    assert_eq!(store(archive, vec![counted]).await, (0, 1));
+    // A first delivery of the same content is another message.
+    assert_eq!(store(archive, vec![batch[2].clone()]).await, (1, 0));
+    // Two rows now stand for two copies; a third copy in the same batch is new.
+    assert_eq!(
+        store(archive, vec![again.clone(), again.clone(), again]).await,
+        (1, 2)
+    );
+    let rejected = archive
+        .counts()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.queue == "orders.dlq" && c.reason == "rejected")
+        .unwrap();
+    assert_eq!(rejected.messages, 5);
+
+    // The list pages through all of them, newest first, each once; the copies of a3 are
+    // related records of it.
+    let orders = listed(archive, "orders.dlq").await;
+    assert_eq!(orders.len(), 7);
+    assert!(orders.windows(2).all(|w| w[0].id < w[1].id));
+    let a3: Vec<&MessageSummary> = orders
+        .iter()
+        .filter(|m| m.message_id.as_deref() == Some("a3"))
+        .collect();
+    assert_eq!(a3.len(), 3);
+    let related: Vec<i64> = archive
+        .related(a3[0])
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert!(
+        related.contains(&a3[1].id) && related.contains(&a3[2].id),
+        "{related:?}"
+    );
+}
