@@ -2,7 +2,7 @@
 //! and a request for a route nobody declared access for is refused (default deny). The table
 //! is built with the router, from the same declarations, so the two cannot drift apart.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::handler::Handler;
@@ -32,18 +32,25 @@ pub const ADMIN: Access = Access::Role(Role::Admin);
 #[derive(Debug, Default)]
 pub struct AccessTable {
     routes: HashMap<(Method, &'static str), Access>,
+    /// Every declared route pattern (with any method).
+    patterns: HashSet<&'static str>,
 }
 
 impl AccessTable {
     /// What `method` on the route `pattern` needs; `None`: nothing was declared, so nobody
-    /// may use it. `HEAD` is answered as `GET` is.
+    /// may use it. `HEAD` is answered as `GET` is. A method no declaration names on a
+    /// declared route reaches no handler (the router answers 405), so it needs nothing.
     pub fn needed(&self, method: &Method, pattern: &str) -> Option<Access> {
         let method = if method == Method::HEAD {
             &Method::GET
         } else {
             method
         };
-        self.routes.get(&(method.clone(), pattern)).copied()
+        match self.routes.get(&(method.clone(), pattern)) {
+            Some(access) => Some(*access),
+            None if self.patterns.contains(pattern) => Some(Access::Public),
+            None => None,
+        }
     }
 }
 
@@ -86,6 +93,7 @@ impl Routes {
     {
         let filter = MethodFilter::try_from(method.clone()).expect("GET and POST filter");
         let previous = self.table.routes.insert((method, path), access);
+        self.table.patterns.insert(path);
         assert!(previous.is_none(), "{path} is declared twice");
         self.router = self.router.route(path, on(filter, handler));
         self
@@ -126,7 +134,11 @@ mod tests {
         assert_eq!(table.needed(&post, "/api/admin/tokens"), Some(ADMIN));
         // Not declared: refused, whatever the role.
         assert_eq!(table.needed(&get, "/audit/anything"), None);
-        assert_eq!(table.needed(&Method::DELETE, "/api/messages/{id}"), None);
-        assert_eq!(table.needed(&post, "/"), None);
+        assert_eq!(table.needed(&get, "/api/admin/anything"), None);
+        // A method the route does not take reaches no handler: the router's 405, for anyone.
+        assert_eq!(
+            table.needed(&Method::DELETE, "/api/messages/{id}"),
+            Some(PUBLIC)
+        );
     }
 }

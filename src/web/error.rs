@@ -1,7 +1,7 @@
 //! One mapping from failures to HTTP answers: a clear message for the caller, internals
 //! only in the log.
 
-use axum::http::{StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
@@ -25,6 +25,9 @@ pub enum AppError {
     Forbidden(String),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// The route takes other methods.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// A dependency (the broker) is unreachable.
     #[error("{0}")]
     Unavailable(String),
@@ -74,6 +77,7 @@ impl AppError {
             AppError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
             AppError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m.clone()),
             AppError::Forbidden(m) => (StatusCode::FORBIDDEN, m.clone()),
+            AppError::MethodNotAllowed(m) => (StatusCode::METHOD_NOT_ALLOWED, m.clone()),
             AppError::Unavailable(m) | AppError::Busy(m) => {
                 (StatusCode::SERVICE_UNAVAILABLE, m.clone())
             }
@@ -133,4 +137,8 @@ impl IntoResponse for AppError {
 
 pub async fn not_found(uri: Uri) -> AppError {
     AppError::NotFound(format!("no route for {}", uri.path()))
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> AppError {
+    AppError::MethodNotAllowed(format!("{} does not take {method}", uri.path()))
 }

@@ -180,6 +180,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, access) = routes().build();
     routes
         .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(security::MAX_REQUEST_BYTES))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -621,6 +621,8 @@ async fn malformed_requests_to_every_route_get_a_4xx_with_a_message() {
         ),
         ("POST", "/api/admin/tokens/abc/revoke", None),
         ("GET", "/nowhere", None),
+        ("DELETE", "/api/messages/1", None),
+        ("PUT", "/api/replays", Some((json, "{}"))),
     ];
     for (method, path, body) in cases {
         let r = http_with(app.addr, method, path, &[], body).await;
