@@ -1,8 +1,8 @@
 //! The PostgreSQL archive: for many DLQs, months of failures, and several Lazarus instances
 //! sharing one database. A commit is durable before anything is acked (`synchronous_commit`
-//! is on by default); a batch goes in as one statement, an `UNNEST` insert per table. One
-//! file per capability; accounts, the audit log and single replays are the shared ones
-//! (`sql/`).
+//! is on by default); a batch goes in as one statement, an `UNNEST` insert per table. What
+//! only PostgreSQL does is here (opening with bounded sessions, ingest, search, dismiss and
+//! purge, the instance name); what both backends do the same way is in `sql/`.
 
 mod actions;
 mod ingest;
@@ -11,14 +11,11 @@ mod search;
 
 use std::time::Duration;
 
-use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::Connection;
-use sqlx::{PgConnection, PgPool, Postgres};
-
 use async_trait::async_trait;
 use sha2::Digest;
-use sqlx::QueryBuilder;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, QueryBuilder};
 
 use super::sql::filter::push_freeze;
 use super::sql::{Conn, Pool, SqlArchive};

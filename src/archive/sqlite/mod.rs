@@ -1,6 +1,6 @@
 //! The SQLite archive: WAL with `synchronous=FULL`, so a committed batch survives power loss.
-//! One file per capability; accounts, the audit log and single replays are the shared ones
-//! (`sql/`).
+//! What only SQLite does is here (opening, ingest, search, dismiss and purge, the instance
+//! name); what both backends do the same way is in `sql/`.
 
 mod actions;
 mod file;
@@ -10,11 +10,9 @@ mod messages;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
-
 use async_trait::async_trait;
-use sqlx::{QueryBuilder, Sqlite};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::sql::filter::push_freeze;
 use super::sql::{Conn, Pool, SqlArchive};
