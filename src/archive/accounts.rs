@@ -1,5 +1,5 @@
-//! Who may do what, as every backend stores it: roles, users, API tokens, and the actor an
-//! audit entry names.
+//! Who may do what, as every backend stores it: roles, users, API tokens, the actor an
+//! audit entry names, and when a session ends (pure).
 
 use serde::Serialize;
 use time::OffsetDateTime;

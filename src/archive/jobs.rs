@@ -1,5 +1,6 @@
-//! Replay jobs, dismissals and the audit log as every backend stores them: the frozen
-//! selection and its plan, job states and counts, per-message outcomes, audit entries.
+//! Replay jobs as every backend stores them — the frozen selection and its plan, job states
+//! and counts, per-message outcomes, audit entries — and their rules (pure): which action
+//! takes a job where, how a step's outcomes are recorded.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;

@@ -1,5 +1,6 @@
-//! The archive: the [`Archive`] trait every backend implements, the records it stores and
-//! returns, list filters and keyset pages. The backend is chosen from the database URL.
+//! The archive: what it can do (`store`, one trait per capability), the records it stores and
+//! returns (`model`, `record`, `jobs`, `accounts`), and its two backends (`sqlite`,
+//! `postgres`, with what they share in `sql`), chosen from the database URL here.
 
 mod accounts;
 mod audit_text;
