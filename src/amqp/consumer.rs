@@ -366,9 +366,10 @@ fn delivery_limit_warning(what: &str) -> String {
     )
 }
 
-/// Asks the management API for the DLQ's delivery limit (again while the broker has not
-/// gathered its policy yet) and reports a finite one on `/readyz`, the overview and the log.
-/// A management API that does not answer is logged, and ingest goes on regardless.
+/// Asks the management API for the DLQ's delivery limit, again every few seconds while the
+/// broker has not gathered its policy yet or the API does not answer (a loaded broker's
+/// statistics and answers can lag by tens of seconds), and reports a finite one on `/readyz`,
+/// the overview and the log. Ingest never waits for it.
 async fn check_delivery_limit(
     management: Arc<Management>,
     queue: String,
@@ -376,10 +377,13 @@ async fn check_delivery_limit(
     status: IngestStatus,
     shutdown: CancellationToken,
 ) {
-    if status.warnings().contains_key(&queue) {
-        return; // Said already (on an earlier connection, or by its delivery counts).
-    }
-    for _ in 0..12 {
+    /// Five minutes of asking, then the delivery counts are the only warning.
+    const ATTEMPTS: u32 = 60;
+    let mut failed_before = false;
+    for _ in 0..ATTEMPTS {
+        if status.warnings().contains_key(&queue) {
+            return; // Said already (on an earlier connection, or by its delivery counts).
+        }
         match management.queue(&queue).await {
             Ok(info) => match info.delivery_limit(broker_major) {
                 DeliveryLimit::Unlimited => return,
@@ -394,10 +398,11 @@ async fn check_delivery_limit(
                 }
                 DeliveryLimit::NotYetKnown => {}
             },
-            Err(e) => {
-                tracing::warn!(queue, error = %e, "could not read the DLQ's delivery limit");
-                return;
+            Err(e) if !failed_before => {
+                failed_before = true;
+                tracing::warn!(queue, error = %e, "could not read the DLQ's delivery limit; asking again");
             }
+            Err(e) => tracing::debug!(queue, error = %e, "could not read the DLQ's delivery limit"),
         }
         tokio::select! {
             _ = sleep(Duration::from_secs(5)) => {}
