@@ -39,6 +39,21 @@ pub fn decompress(
     }))
 }
 
+/// Whether a body is text to edit as it is: valid UTF-8, and its `content-encoding` (if any)
+/// does not transform its bytes. kombu and Celery put the charset there (`utf-8`), Java
+/// publishers too (`UTF-8`); gzip, deflate and any encoding not known to be a charset make
+/// the stored bytes something other than the text.
+pub fn edits_as_text(bytes: &[u8], content_encoding: Option<&str>) -> bool {
+    let transformed = content_encoding.is_some_and(|e| {
+        let e = e.trim().to_ascii_lowercase();
+        !matches!(
+            e.as_str(),
+            "" | "identity" | "utf-8" | "utf8" | "us-ascii" | "ascii"
+        )
+    });
+    !transformed && std::str::from_utf8(bytes).is_ok()
+}
+
 /// The `charset` parameter of a content type, lower-cased.
 pub fn charset(content_type: &str) -> Option<String> {
     content_type.split(';').skip(1).find_map(|param| {
@@ -142,6 +157,23 @@ mod tests {
         );
         assert!(decompress(b"nope", Some("gzip"), 10).is_err());
         assert_eq!(decompress(b"x", Some("br"), 10).unwrap(), None);
+    }
+
+    #[test]
+    fn a_charset_in_content_encoding_leaves_text_editable() {
+        for encoding in [
+            None,
+            Some("utf-8"),
+            Some("UTF-8"),
+            Some(" utf8 "),
+            Some("identity"),
+        ] {
+            assert!(edits_as_text(b"{\"n\": 1}", encoding), "{encoding:?}");
+        }
+        for encoding in ["gzip", "deflate", "br", "binary", "latin1"] {
+            assert!(!edits_as_text(b"{}", Some(encoding)), "{encoding}");
+        }
+        assert!(!edits_as_text(b"caf\xe9", Some("utf-8")), "not UTF-8");
     }
 
     #[test]

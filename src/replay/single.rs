@@ -60,7 +60,8 @@ pub fn check_edit(
     let Some(body) = &edit.body else {
         return Ok(());
     };
-    if message.summary.content_encoding.is_some() || std::str::from_utf8(&original.bytes).is_err() {
+    let encoding = message.summary.content_encoding.as_deref();
+    if !crate::body::edits_as_text(&original.bytes, encoding) {
         return Err(ReplayError::InvalidEdit(
             "only text and JSON bodies can be edited; this one is encoded or binary".into(),
         ));

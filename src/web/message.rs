@@ -143,7 +143,8 @@ pub struct MessagePage {
 const MAX_EDITABLE_BODY: usize = 256 * 1024;
 
 fn editable_body(message: &ArchivedMessage, bytes: &[u8]) -> Option<String> {
-    if message.summary.content_encoding.is_some() || bytes.len() > MAX_EDITABLE_BODY {
+    let encoding = message.summary.content_encoding.as_deref();
+    if bytes.len() > MAX_EDITABLE_BODY || !crate::body::edits_as_text(bytes, encoding) {
         return None;
     }
     String::from_utf8(bytes.to_vec()).ok()

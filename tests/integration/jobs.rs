@@ -505,6 +505,79 @@ async fn edit_and_replay_publishes_the_edit_and_keeps_the_original() {
     t.cleanup().await;
 }
 
+on_both_backends!(a_body_whose_content_encoding_names_its_charset_is_edited_as_text);
+/// kombu and Celery send `content_encoding: utf-8`, Java publishers `UTF-8`: such a body is
+/// text, and Edit & replay takes it (page and API); a real transfer encoding does not.
+async fn a_body_whose_content_encoding_names_its_charset_is_edited_as_text() {
+    let (t, app, queue, dlq) = archived_bare("charset", 0).await;
+    let props = |id: &str, encoding: &str| json_props(id).with_content_encoding(encoding.into());
+    let celery = br#"{"task": "tasks.add", "args": [1, 2]}"#;
+    t.publish("", &dlq, celery, props("celery", "utf-8")).await;
+    t.publish("", &dlq, b"{\"java\": true}", props("java", "UTF-8"))
+        .await;
+    t.publish("", &dlq, b"not really gzip", props("gzip", "gzip"))
+        .await;
+    app.wait_for_archived(3, Duration::from_secs(20)).await;
+    let id = |message_id: &'static str| {
+        let app = &app;
+        let dlq = &dlq;
+        async move {
+            app.detail_by_message_id(dlq, message_id).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (celery_id, java_id, gzip_id) = (id("celery").await, id("java").await, id("gzip").await);
+
+    let page = app.get(&format!("/messages/{celery_id}")).await.text();
+    assert!(
+        page.contains("<textarea name=\"body\""),
+        "the edit form is offered"
+    );
+    assert!(page.contains("tasks.add"));
+    let gzip_page = app.get(&format!("/messages/{gzip_id}")).await.text();
+    assert!(!gzip_page.contains("<textarea name=\"body\""));
+
+    let target = json!({"exchange": "", "routing_key": queue});
+    for (id, body) in [
+        (&celery_id, r#"{"task": "tasks.add", "args": [2, 2]}"#),
+        (&java_id, r#"{"java": "fixed"}"#),
+    ] {
+        let edited = app
+            .post_json(
+                &format!("/api/messages/{id}/replay"),
+                json!({"target": target, "body": body}),
+                200,
+            )
+            .await;
+        assert_eq!(edited["outcome"], "published", "{edited}");
+        let got = t
+            .channel
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+            .expect("the edited copy arrived");
+        assert_eq!(got.delivery.data, body.as_bytes());
+    }
+    let refused = app
+        .post_json(
+            &format!("/api/messages/{gzip_id}/replay"),
+            json!({"target": target, "body": "{}"}),
+            400,
+        )
+        .await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("encoded or binary"),
+        "{refused}"
+    );
+    assert_eq!(t.depth(&queue).await, 0);
+    t.cleanup().await;
+}
+
 const JOB_SIZE: usize = 20_000;
 
 on_both_backends!(a_20000_message_job_survives_a_closed_connection_and_a_sigkill);
