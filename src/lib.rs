@@ -7,6 +7,7 @@ pub mod amqp;
 pub mod archive;
 pub mod auth;
 pub mod body;
+pub mod cjk;
 pub mod config;
 pub mod death;
 pub mod demo;

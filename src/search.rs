@@ -109,12 +109,19 @@ impl Search {
             && self.fields.is_empty()
     }
 
-    /// The text to find, for the archive's full-text index (`None`: no text to find).
+    /// The text to find, for the archive's full-text index (`None`: no text to find). CJK
+    /// runs are asked for as the bigrams the index holds ([`crate::cjk`]); a lone CJK letter
+    /// as the start of one.
     pub fn text_query(&self) -> Option<TextQuery> {
+        let indexed = |s: &String| crate::cjk::bigrams(s).into_owned();
+        let (lone, words): (Vec<&String>, Vec<&String>) = self
+            .words
+            .iter()
+            .partition(|w| crate::cjk::is_lone_letter(w));
         let text = TextQuery {
-            phrases: self.phrases.clone(),
-            words: self.words.clone(),
-            prefixes: self.prefixes.clone(),
+            phrases: self.phrases.iter().map(indexed).collect(),
+            words: words.into_iter().map(indexed).collect(),
+            prefixes: self.prefixes.iter().chain(lone).map(indexed).collect(),
         };
         (!text.is_empty()).then_some(text)
     }
@@ -227,14 +234,16 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
 
 /// A word as typed, outer punctuation trimmed. Inner punctuation stays: FTS5 reads the
 /// quoted `INV-2026-00042` as the phrase of its three tokens, in order. A trailing `*` asks
-/// for a prefix, of at least [`MIN_PREFIX_CHARS`] letters or digits.
+/// for a prefix, of at least [`MIN_PREFIX_CHARS`] letters or digits, or one CJK letter (each
+/// says as much as a word: `死*` expands only to the bigrams starting with it).
 fn push_text(search: &mut Search, token: &str) -> Result<(), SearchError> {
     let core = token.trim_matches(|c: char| !c.is_alphanumeric());
     if core.is_empty() {
         return Ok(());
     }
     if token.ends_with('*') {
-        if core.chars().filter(|c| c.is_alphanumeric()).count() < MIN_PREFIX_CHARS {
+        let letters = core.chars().filter(|c| c.is_alphanumeric()).count();
+        if letters < MIN_PREFIX_CHARS && !core.chars().any(crate::cjk::is_cjk) {
             return Err(SearchError::ShortPrefix(core.to_owned()));
         }
         search.prefixes.push(core.to_owned());
@@ -408,6 +417,24 @@ mod tests {
         let s = parse(q, &fields()).unwrap();
         let again = s.to_string();
         assert_eq!(parse(&again, &fields()).unwrap(), s, "{again}");
+    }
+
+    #[test]
+    fn cjk_runs_are_asked_for_as_phrases_of_bigrams() {
+        let s = parse(r#"死信 "测试死信" 消息队列* 单 order queue:q"#, &[]).unwrap();
+        let text = s.text_query().unwrap();
+        assert_eq!(text.words, [" 死信 ", "order"]);
+        assert_eq!(text.phrases, [" 测试 试死 死信 "]);
+        assert_eq!(text.prefixes, [" 消息 息队 队列 ", " 单 "]);
+        assert_eq!(
+            text.fts5(),
+            r#"" 测试 试死 死信 " " 死信 " "order" " 消息 息队 队列 "* " 单 "*"#
+        );
+        assert!(parse("死*", &[]).is_ok(), "one CJK letter is prefix enough");
+        assert_eq!(
+            s.to_string(),
+            r#"死信 单 order 消息队列* "测试死信" queue:q"#
+        );
     }
 
     #[test]

@@ -141,6 +141,11 @@ impl Application {
             &tracker,
         )
         .await;
+        tracker.spawn(reindex_search(
+            self.background.clone(),
+            ctx.rules.clone(),
+            token.clone(),
+        ));
         tracker.spawn(job::run(
             self.background.clone(),
             self.config
@@ -181,6 +186,51 @@ impl Application {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
+/// Brings the search index of messages archived by an earlier version up to date, a batch at
+/// a time beside ingest and requests, until nothing is left (at once, on an archive that is
+/// up to date). A failing database is waited out.
+async fn reindex_search(
+    archive: Arc<dyn Archive>,
+    rules: archive::IngestRules,
+    shutdown: CancellationToken,
+) {
+    const BATCH: u32 = 500;
+    let (mut rewritten, mut worked, mut reported) = (0u64, false, std::time::Instant::now());
+    while !shutdown.is_cancelled() {
+        let pause = match archive.reindex_batch(&rules, BATCH).await {
+            Ok(None) => {
+                if worked {
+                    tracing::info!(rewritten, "search index up to date");
+                }
+                return;
+            }
+            Ok(Some(progress)) => {
+                worked = true;
+                rewritten += progress.rewritten;
+                if reported.elapsed() >= Duration::from_secs(10) {
+                    tracing::info!(
+                        done_through = progress.done_through,
+                        last_id = progress.last_id,
+                        rewritten,
+                        "reindexing messages archived before search found CJK text"
+                    );
+                    reported = std::time::Instant::now();
+                }
+                // Leaves the database to ingest and requests between batches.
+                Duration::from_millis(5)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reindexing search failed; trying again in 30 s");
+                Duration::from_secs(30)
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -218,10 +218,12 @@ fn search_text(
         }
         body = &body[..end];
     }
+    // CJK runs as bigrams, so that any part of one can be searched for.
+    let indexed = |text: &str| crate::cjk::bigrams(&column_text(text)).into_owned();
     SearchText {
-        body: column_text(body).into_owned(),
-        ids: column_text(&ids.join("\n")).into_owned(),
-        headers: column_text(&headers).into_owned(),
+        body: indexed(body),
+        ids: indexed(&ids.join("\n")),
+        headers: indexed(&headers),
     }
 }
 

@@ -8,10 +8,10 @@ use time::OffsetDateTime;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, FailureGroup, HourlyCount,
-    ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep, MessageFilter, MessagePage,
-    MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, ReplayEdit,
-    ReplayJob, ReplayRecord, ReplayStart, Role, Selection, StoreOutcome, StoredBody, TokenRecord,
-    TokenSpec, UserRecord,
+    IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep, MessageFilter,
+    MessagePage, MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount,
+    ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, Role, Selection, StoreOutcome, StoredBody,
+    TokenRecord, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -258,6 +258,30 @@ pub trait Accounts: Send + Sync {
     async fn tokens(&self) -> Result<Vec<TokenRecord>, ArchiveError>;
 }
 
+/// Bringing the search index of messages archived by an earlier version up to date, in the
+/// background and in small batches (CJK bigrams came after the first archives did).
+#[async_trait]
+pub trait Reindex: Send + Sync {
+    /// Derives the search text of up to `limit` messages not reindexed yet, with `rules`, and
+    /// rewrites the index entries it changes; `None` once nothing is left to do.
+    async fn reindex_batch(
+        &self,
+        rules: &IngestRules,
+        limit: u32,
+    ) -> Result<Option<ReindexProgress>, ArchiveError>;
+}
+
+/// What the search index still has to catch up with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReindexProgress {
+    /// Messages up to this id are done.
+    pub done_through: i64,
+    /// The newest message archived before the index changed: later ones are indexed anew.
+    pub last_id: i64,
+    /// Index entries this batch rewrote.
+    pub rewritten: u64,
+}
+
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
 pub trait Console:
     MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
@@ -270,6 +294,6 @@ impl<T> Console for T where
 }
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
-pub trait Archive: Console + Ingest + JobLease + InstanceLock + 'static {}
+pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + 'static {}
 
-impl<T: Console + Ingest + JobLease + InstanceLock + 'static> Archive for T {}
+impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + 'static> Archive for T {}

@@ -357,3 +357,87 @@ async fn search_finds_words_phrases_fields_and_explains_mistakes() {
     let (status, _, _) = pages.get("/api/messages?q=%22oops", false).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+on_both_backends!(search_finds_chinese_japanese_and_korean_inside_longer_text);
+/// CJK text has no spaces between words: any run of two or more of its characters is found
+/// inside longer text, in order, mixed with Latin words and fields; one character finds the
+/// text where it starts a pair — the same on both backends, through the page and the API.
+async fn search_finds_chinese_japanese_and_korean_inside_longer_text() {
+    let note = |id: &str, invoice: &str, note: &str| {
+        let body = format!(r#"{{"invoice_id": "{invoice}", "note": "{note}"}}"#);
+        dead_letter(id, body.as_bytes(), &[])
+    };
+    let pages = Pages::with(vec![
+        note("m-zh", "INV-1", "测试死信消息：订单ABC123处理失败"),
+        note("m-zh2", "INV-2", "死亡信号"),
+        note("m-ja", "INV-3", "カード決済エラーが発生しました"),
+        note("m-ko", "INV-4", "결제실패 주문 처리"),
+        note("m-en", "INV-5", "dead letter test"),
+    ])
+    .await;
+    let ids = ["m-zh2", "m-zh", "m-ja", "m-ko", "m-en"];
+    let found = |html: &str| -> Vec<&str> {
+        let mut hits: Vec<&str> = ids
+            .iter()
+            .filter(|id| html.contains(&format!(">{id}<")))
+            .copied()
+            .collect();
+        hits.sort();
+        hits
+    };
+    let pages = &pages;
+    let search = |q: &str| {
+        let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+        async move { pages.get(&format!("/messages?q={q}"), true).await.1 }
+    };
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("死信", &["m-zh"], "two characters inside a run"),
+        ("死信消", &["m-zh"], "three"),
+        ("测试死信消息", &["m-zh"], "the whole run of six"),
+        ("信死", &[], "in order only"),
+        ("信号", &["m-zh2"], "at the end of a run"),
+        ("死", &["m-zh", "m-zh2"], "one character starts a pair"),
+        ("处理失败", &["m-zh"], "after Latin letters in the same run"),
+        ("订单ABC123处理", &["m-zh"], "CJK and Latin in one word"),
+        ("ABC123", &["m-zh"], "the Latin part alone"),
+        ("\"消息 订单\"", &["m-zh"], "a phrase across punctuation"),
+        ("死信 INV-1", &["m-zh"], "with a Latin word"),
+        ("死信 dead", &[], "every word must match"),
+        (
+            "死信 invoice:INV-1 queue:orders.dlq",
+            &["m-zh"],
+            "with fields",
+        ),
+        (
+            "死信 invoice:INV-2",
+            &[],
+            "with a field that does not match",
+        ),
+        ("決済", &["m-ja"], "Japanese kanji"),
+        (
+            "エラー",
+            &["m-ja"],
+            "Japanese katakana with a long vowel mark",
+        ),
+        ("発生しました", &["m-ja"], "kanji and hiragana"),
+        ("결제", &["m-ko"], "Korean inside a word"),
+        ("실패 주문", &["m-ko"], "Korean words"),
+        ("消息*", &["m-zh"], "a CJK prefix"),
+    ];
+    for (q, expected, what) in cases {
+        assert_eq!(found(&search(q).await), *expected, "{what}: {q}");
+    }
+    // The page shows the search as typed.
+    assert!(search("死信").await.contains("死信"));
+    // The API speaks the same language.
+    let (status, json, _) = pages.get("/api/messages?q=%E6%AD%BB%E4%BF%A1", false).await;
+    assert_eq!(status, StatusCode::OK);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let listed: Vec<&str> = json["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["m-zh"]);
+}

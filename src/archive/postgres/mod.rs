@@ -18,8 +18,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, QueryBuilder};
 
 use super::sql::filter::push_freeze;
-use super::sql::{Conn, Pool, SqlArchive};
-use super::{ArchiveError, InstanceLock, JobSpec, NameLock};
+use super::sql::{args, Conn, Pool, SqlArchive};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText};
 
 #[derive(Debug, Clone)]
 pub struct PostgresArchive {
@@ -126,6 +126,22 @@ fn bounded_pool() -> PgPoolOptions {
 impl SqlArchive for PostgresArchive {
     fn db(&self) -> Pool<'_> {
         Pool::Postgres(&self.pool)
+    }
+
+    async fn rewrite_search(
+        &self,
+        conn: &mut Conn<'_>,
+        entries: &[(i64, SearchText)],
+    ) -> Result<(), sqlx::Error> {
+        for (id, text) in entries {
+            let document = search::document(text);
+            conn.execute(
+                "UPDATE messages SET search = $2::tsvector WHERE id = $1",
+                args![*id, &document],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn freeze_selection(

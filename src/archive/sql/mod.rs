@@ -14,6 +14,7 @@ mod jobs;
 mod lease;
 mod messages;
 pub mod overview;
+mod reindex;
 mod replays;
 pub mod rows;
 
@@ -26,7 +27,7 @@ pub use jobs::recount;
 pub use messages::page_of;
 pub use rows::ArchiveRow;
 
-use super::{ArchiveError, JobSpec, ReplayEdit};
+use super::{ArchiveError, JobSpec, ReplayEdit, SearchText};
 
 /// A backend, for the capabilities this module implements once for both: its pool, and what
 /// only it knows how to do (find the messages of a selection: the search engines differ).
@@ -34,6 +35,14 @@ use super::{ArchiveError, JobSpec, ReplayEdit};
 pub trait SqlArchive: Send + Sync {
     /// Its pool (for requests, or for the background work, as this archive was opened).
     fn db(&self) -> Pool<'_>;
+
+    /// Replaces the search index entries of the given messages, inside the transaction `conn`
+    /// is in; a message deleted meanwhile gets none.
+    async fn rewrite_search(
+        &self,
+        conn: &mut Conn<'_>,
+        entries: &[(i64, SearchText)],
+    ) -> Result<(), sqlx::Error>;
 
     /// Inserts job `id`'s items, inside the transaction `conn` is in: the messages of the
     /// spec's selection, with the spec's target or each message's own; how many.

@@ -15,8 +15,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::sql::filter::push_freeze;
-use super::sql::{Conn, Pool, SqlArchive};
-use super::{ArchiveError, InstanceLock, JobSpec, NameLock};
+use super::sql::{args, Conn, Pool, SqlArchive};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText};
 
 #[derive(Debug, Clone)]
 pub struct SqliteArchive {
@@ -76,6 +76,24 @@ async fn release_only_if_idle(conn: &mut sqlx::SqliteConnection) -> Result<bool,
 impl SqlArchive for SqliteArchive {
     fn db(&self) -> Pool<'_> {
         Pool::Sqlite(&self.pool)
+    }
+
+    async fn rewrite_search(
+        &self,
+        conn: &mut Conn<'_>,
+        entries: &[(i64, SearchText)],
+    ) -> Result<(), sqlx::Error> {
+        for (id, text) in entries {
+            conn.execute("DELETE FROM messages_fts WHERE rowid = $1", args![*id])
+                .await?;
+            conn.execute(
+                "INSERT INTO messages_fts (rowid, body, ids, headers) \
+                 SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM messages WHERE id = $1)",
+                args![*id, &text.body, &text.ids, &text.headers],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn freeze_selection(

@@ -9,6 +9,7 @@ mod audit;
 mod ingest;
 mod jobs;
 mod lease;
+mod reindex;
 mod replays;
 
 use std::sync::{Arc, LazyLock};

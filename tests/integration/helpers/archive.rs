@@ -157,3 +157,18 @@ pub async fn count_rows(database_url: &str, sql: &str) -> i64 {
         counted(n)
     }
 }
+
+/// Runs statements on an archive from outside the process that writes it: how a test makes
+/// an archive as an earlier version left it.
+pub async fn execute_sql(database_url: &str, sql: &str) {
+    use sqlx::{Connection, Executor};
+    if database_url.starts_with("sqlite://") {
+        let mut conn = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+        conn.execute(sql).await.unwrap();
+        let _ = conn.close().await;
+    } else {
+        let mut conn = sqlx::PgConnection::connect(database_url).await.unwrap();
+        conn.execute(sql).await.unwrap();
+        let _ = conn.close().await;
+    }
+}

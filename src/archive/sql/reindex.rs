@@ -1,0 +1,117 @@
+//! Reindexing messages archived before the search index last changed, one algorithm for both
+//! backends: a cursor row per index version (`search_reindex`, made by the migration that
+//! changed the index) walks the messages up to the newest one archived then; each batch's
+//! search text is derived again as ingest derives it, and only the entries that differ from
+//! before (here: those holding CJK, now as bigrams) are written, by the backend
+//! ([`SqlArchive::rewrite_search`]).
+
+use async_trait::async_trait;
+
+use super::columns::{summary_columns, DETAIL_COLUMNS};
+use super::rows::message_from_row;
+use super::{args, ArchiveRow, SqlArchive};
+use crate::archive::{
+    ArchiveError, IncomingMessage, IngestRules, PreparedMessage, Reindex, ReindexProgress,
+    SearchText,
+};
+
+#[async_trait]
+impl<T: SqlArchive> Reindex for T {
+    async fn reindex_batch(
+        &self,
+        rules: &IngestRules,
+        limit: u32,
+    ) -> Result<Option<ReindexProgress>, ArchiveError> {
+        let db = self.db();
+        let Some(cursor) = db
+            .fetch_optional(
+                "SELECT version, next_id, last_id FROM search_reindex ORDER BY version LIMIT 1",
+                args![],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let version: i64 = cursor.column("version")?;
+        let (next_id, last_id): (i64, i64) = (cursor.column("next_id")?, cursor.column("last_id")?);
+        if next_id > last_id {
+            db.execute(
+                "DELETE FROM search_reindex WHERE version = $1",
+                args![version],
+            )
+            .await?;
+            return Ok(Some(ReindexProgress {
+                done_through: last_id,
+                last_id,
+                rewritten: 0,
+            }));
+        }
+        let sql = format!(
+            "SELECT {}, {DETAIL_COLUMNS}, \
+             (SELECT body FROM message_bodies WHERE message_id = messages.id) AS body \
+             FROM messages WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
+            summary_columns(db.dialect())
+        );
+        let rows = db
+            .fetch_all(&sql, args![next_id, last_id, i64::from(limit.max(1))])
+            .await?;
+        let done_through = match rows.last() {
+            Some(row) => row.column("id")?,
+            None => last_id,
+        };
+        // Derived outside the transaction: it is the slow part, and SQLite's writers wait.
+        let mut changed: Vec<(i64, SearchText)> = Vec::new();
+        for row in &rows {
+            let stored = message_from_row(row, Default::default())?;
+            let body: Option<Vec<u8>> = row.column("body")?;
+            let id = stored.summary.id;
+            let text = search_text(stored, body.unwrap_or_default(), rules);
+            if indexed_differently(&text) {
+                changed.push((id, text));
+            }
+        }
+        let mut tx = db.begin().await?;
+        let mut conn = tx.conn();
+        self.rewrite_search(&mut conn, &changed).await?;
+        conn.execute(
+            "UPDATE search_reindex SET next_id = $1 WHERE version = $2 AND next_id < $1",
+            args![done_through + 1, version],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(ReindexProgress {
+            done_through,
+            last_id,
+            rewritten: changed.len() as u64,
+        }))
+    }
+}
+
+/// The search text ingest would derive for a stored message today.
+fn search_text(
+    stored: crate::archive::ArchivedMessage,
+    body: Vec<u8>,
+    rules: &IngestRules,
+) -> SearchText {
+    let message = IncomingMessage {
+        queue: stored.summary.queue,
+        exchange: stored.delivered_exchange,
+        routing_key: stored.delivered_routing_key,
+        redelivered: stored.redelivered,
+        properties: stored.properties,
+        headers: stored.headers,
+        body,
+        received_at: stored.summary.archived_at,
+        decode_problems: Vec::new(),
+        stream_offset: None,
+    };
+    PreparedMessage::with_rules(message, rules).search_text
+}
+
+/// Whether an earlier index held this text otherwise: before version 1, CJK runs were single
+/// tokens.
+fn indexed_differently(text: &SearchText) -> bool {
+    [&text.body, &text.ids, &text.headers]
+        .iter()
+        .any(|part| part.chars().any(crate::cjk::is_cjk))
+}

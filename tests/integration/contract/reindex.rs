@@ -1,0 +1,141 @@
+//! Reindex: an archive whose search index was made before CJK runs were indexed as bigrams is
+//! brought up to date in batches, rewriting only the entries that change, on both backends.
+
+use lazarus::archive::IngestRules;
+
+use super::*;
+
+/// The message-ids `q` finds.
+async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
+    let search = lazarus::search::parse(q, &[]).unwrap();
+    let filter = MessageFilter {
+        text: search.text_query(),
+        ..Default::default()
+    };
+    let page = archive
+        .list_messages(
+            &filter,
+            PageRequest {
+                limit: 50,
+                before: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = page
+        .messages
+        .into_iter()
+        .filter_map(|m| m.message_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// An archive as an earlier version left it: three messages, the CJK runs of two indexed as
+/// single words, and the migration's cursor over all three.
+async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    let with_body = |name: &str, body: &str| {
+        let mut m = delivery("q", name, None);
+        m.body = body.as_bytes().to_vec();
+        m
+    };
+    store(
+        &*archive,
+        vec![
+            with_body("zh", r#"{"note": "测试死信消息"}"#),
+            with_body("en", r#"{"note": "dead letter"}"#),
+            with_body("ko", r#"{"note": "결제실패"}"#),
+        ],
+    )
+    .await;
+    assert_eq!(found(&*archive, "死信").await, ["zh"]);
+    let old_entry = |message: &str, text: &str| {
+        match url.starts_with("sqlite://") {
+        true => format!(
+            "DELETE FROM messages_fts WHERE rowid = (SELECT id FROM messages WHERE message_id = '{message}'); \
+             INSERT INTO messages_fts (rowid, body, ids, headers) \
+             SELECT id, 'note {text}', '{message}', '' FROM messages WHERE message_id = '{message}';"
+        ),
+        false => format!(
+            "UPDATE messages SET search = 'note:1 {text}:2 {message}:4'::tsvector \
+             WHERE message_id = '{message}';"
+        ),
+    }
+    };
+    execute_sql(
+        &url,
+        &format!(
+            "{}{}UPDATE search_reindex SET next_id = 1, last_id = (SELECT max(id) FROM messages);",
+            old_entry("zh", "测试死信消息"),
+            old_entry("ko", "결제실패"),
+        ),
+    )
+    .await;
+    assert!(found(&*archive, "死信").await.is_empty(), "the old index");
+    assert!(found(&*archive, "测试死信消息").await.is_empty());
+    (dir, url, archive)
+}
+
+on_both_backends!(an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches);
+async fn an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches() {
+    let (_dir, url, archive) = old_archive().await;
+    // Two messages a batch: two batches, then the cursor is done and gone.
+    let rules = IngestRules::default();
+    let mut rewritten = 0;
+    let mut batches = 0;
+    while let Some(progress) = archive.reindex_batch(&rules, 2).await.unwrap() {
+        rewritten += progress.rewritten;
+        batches += 1;
+        assert!(batches <= 3, "{progress:?}");
+    }
+    assert_eq!(
+        (batches, rewritten),
+        (3, 2),
+        "only the CJK entries are rewritten"
+    );
+    assert_eq!(
+        count_rows(&url, "SELECT COUNT(*) FROM search_reindex").await,
+        0
+    );
+    assert_eq!(found(&*archive, "死信").await, ["zh"]);
+    assert_eq!(found(&*archive, "실패").await, ["ko"]);
+    assert_eq!(
+        found(&*archive, "dead").await,
+        ["en"],
+        "the others as they were"
+    );
+    assert_eq!(found(&*archive, "note").await, ["en", "ko", "zh"]);
+    assert!(archive.reindex_batch(&rules, 2).await.unwrap().is_none());
+}
+
+on_both_backends!(lazarus_serve_reindexes_an_old_archive_in_the_background);
+async fn lazarus_serve_reindexes_an_old_archive_in_the_background() {
+    let (_dir, url, _) = old_archive().await;
+    let app = TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone()).await;
+    let start = Instant::now();
+    // Found, and the cursor gone (a batch after the last one removes it).
+    loop {
+        let listed = app.json("/api/messages?q=%E6%AD%BB%E4%BF%A1", 200).await;
+        let done = count_rows(&url, "SELECT COUNT(*) FROM search_reindex").await == 0;
+        if listed["messages"].as_array().unwrap().len() == 1 && done {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never reindexed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+on_both_backends!(a_new_archive_has_nothing_to_reindex);
+async fn a_new_archive_has_nothing_to_reindex() {
+    let (_dir, archive) = archive().await;
+    let rules = IngestRules::default();
+    // The migration's cursor over no messages: done at the first call, gone at the second.
+    let first = archive.reindex_batch(&rules, 500).await.unwrap();
+    assert_eq!(first.map(|p| p.rewritten), Some(0));
+    assert!(archive.reindex_batch(&rules, 500).await.unwrap().is_none());
+    store(&*archive, vec![delivery("q", "中文", None)]).await;
+    assert!(archive.reindex_batch(&rules, 500).await.unwrap().is_none());
+}
