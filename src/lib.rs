@@ -21,5 +21,6 @@ pub mod search;
 pub mod selection;
 pub mod startup;
 pub mod status;
+pub mod structured;
 pub mod telemetry;
 pub mod web;

@@ -1,6 +1,7 @@
 //! Fuzzes what arrives from outside: frame payloads through the wire decoders, header
 //! tables (as the archive stores them, typed JSON) through the x-death decoder and the
-//! wire encoding, and search text through the parser.
+//! wire encoding, search text through the parser (and its CJK bigrams), and body bytes
+//! through the MessagePack, CBOR and kombu-compression decoders.
 #![no_main]
 
 use lazarus::amqp::headers::Table;
@@ -23,5 +24,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let text = String::from_utf8_lossy(data);
-    let _ = lazarus::search::parse(&text, &["invoice".to_owned()]);
+    if let Ok(search) = lazarus::search::parse(&text, &["invoice".to_owned()]) {
+        let _ = search.text_query();
+    }
+    let _ = lazarus::cjk::bigrams(&text);
+    use lazarus::body::{text as body_text, Encoding};
+    for content_type in ["application/x-msgpack", "application/cbor"] {
+        let _ = body_text(data, &Encoding::new(Some(content_type), None), 1 << 16);
+    }
+    let kombu = Encoding::default().with_compression(Some("application/x-gzip"));
+    let _ = body_text(data, &kombu, 1 << 16);
 });

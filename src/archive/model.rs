@@ -137,6 +137,27 @@ pub struct StoredBody {
     pub bytes: Vec<u8>,
     pub content_type: Option<String>,
     pub content_encoding: Option<String>,
+    /// kombu's `compression` header.
+    pub compression: Option<String>,
+}
+
+impl StoredBody {
+    pub fn encoding(&self) -> crate::body::Encoding<'_> {
+        crate::body::Encoding::new(
+            self.content_type.as_deref(),
+            self.content_encoding.as_deref(),
+        )
+        .with_compression(self.compression.as_deref())
+    }
+}
+
+impl ArchivedMessage {
+    /// How its body's bytes become its content.
+    pub fn encoding(&self) -> crate::body::Encoding<'_> {
+        let s = &self.summary;
+        crate::body::Encoding::new(s.content_type.as_deref(), s.content_encoding.as_deref())
+            .with_compression(crate::body::compression_header(self.headers.as_ref()))
+    }
 }
 
 /// Filters of the message list; every field narrows the result.

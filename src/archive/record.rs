@@ -210,7 +210,8 @@ fn search_text(
     if let Some(h) = &message.headers {
         header_text(h, &mut headers);
     }
-    let mut body = body_text.unwrap_or_default();
+    let unescaped = json_unescaped(body_text.unwrap_or_default());
+    let mut body = &*unescaped;
     if body.len() > INDEXED_BODY_BYTES {
         let mut end = INDEXED_BODY_BYTES;
         while !body.is_char_boundary(end) {
@@ -224,6 +225,19 @@ fn search_text(
         body: indexed(body),
         ids: indexed(&ids.join("\n")),
         headers: indexed(&headers),
+    }
+}
+
+/// JSON whose strings escape what is not ASCII (`"\u652f\u4ed8"`, as Python's `json.dumps`
+/// and so kombu and Celery write it by default) as the characters they stand for, so that
+/// its words are indexed as words; any other text as it is.
+fn json_unescaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("\\u") {
+        return text.into();
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value) => value.to_string().into(),
+        Err(_) => text.into(),
     }
 }
 
@@ -292,12 +306,10 @@ impl PreparedMessage {
         };
         let content_type = MessageProperties::text(&p.content_type);
         let content_encoding = MessageProperties::text(&p.content_encoding);
-        let text = crate::body::text(
-            &message.body,
-            content_type.as_deref(),
-            content_encoding.as_deref(),
-            limit,
-        );
+        let encoding =
+            crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
+                .with_compression(crate::body::compression_header(message.headers.as_ref()));
+        let text = crate::body::text(&message.body, &encoding, limit);
         let fields = extract_fields(text.as_deref(), &rules.fields);
         let search_text = if rules.masks.is_empty() {
             search_text(&message, text.as_deref(), &fields)
@@ -305,14 +317,10 @@ impl PreparedMessage {
             // Masked values are not indexed, so no word search can reveal them: the body is
             // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
             let masks = crate::masking::Pointers::new(&rules.masks);
-            let masked = crate::body::whole_text(
-                &message.body,
-                content_type.as_deref(),
-                content_encoding.as_deref(),
-                crate::masking::MAX_MASKED_BODY,
-            )
-            .ok()
-            .and_then(|t| crate::masking::mask_json(&t, &masks));
+            let masked =
+                crate::body::whole_text(&message.body, &encoding, crate::masking::MAX_MASKED_BODY)
+                    .ok()
+                    .and_then(|t| crate::masking::mask_json(&t, &masks));
             let indexed: Vec<(String, String)> = fields
                 .iter()
                 .filter(|(name, _)| {
@@ -637,6 +645,19 @@ mod tests {
         ] {
             assert!(bad.parse::<BusinessField>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn escaped_json_is_indexed_as_the_characters_it_stands_for() {
+        let mut m = message();
+        m.body = br#"{"note": "\u652f\u4ed8\u5931\u8d25 Z\u00fcrich"}"#.to_vec();
+        let p = PreparedMessage::new(m);
+        assert!(
+            p.search_text.body.contains("支付 付失 失败"),
+            "{:?}",
+            p.search_text
+        );
+        assert!(p.search_text.body.contains("Zürich"));
     }
 
     #[test]

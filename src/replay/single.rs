@@ -60,8 +60,7 @@ pub fn check_edit(
     let Some(body) = &edit.body else {
         return Ok(());
     };
-    let encoding = message.summary.content_encoding.as_deref();
-    if !crate::body::edits_as_text(&original.bytes, encoding) {
+    if !crate::body::edits_as_text(&original.bytes, &message.encoding()) {
         return Err(ReplayError::InvalidEdit(
             "only text and JSON bodies can be edited; this one is encoded or binary".into(),
         ));

@@ -26,6 +26,7 @@ fn withheld(why: &str) -> StoredBody {
         bytes: format!("(withheld: {why})").into_bytes(),
         content_type: Some("text/plain".into()),
         content_encoding: None,
+        compression: None,
     }
 }
 
@@ -55,12 +56,7 @@ impl Masking {
         if !self.applies(role) {
             return body;
         }
-        let text = whole_text(
-            &body.bytes,
-            body.content_type.as_deref(),
-            body.content_encoding.as_deref(),
-            MAX_MASKED_BODY,
-        );
+        let text = whole_text(&body.bytes, &body.encoding(), MAX_MASKED_BODY);
         let text = match text {
             Ok(text) => text,
             Err(NotText::TooLarge) => {
@@ -78,6 +74,7 @@ impl Masking {
                 bytes: masked.into_bytes(),
                 content_type: Some("application/json".into()),
                 content_encoding: None,
+                compression: None,
             },
             // What is not JSON cannot be masked, so viewers do not see it.
             None => withheld("masking is configured and this body is not JSON"),
@@ -159,11 +156,24 @@ mod tests {
             bytes: bytes.to_vec(),
             content_type: content_type.map(str::to_owned),
             content_encoding: encoding.map(str::to_owned),
+            compression: None,
         }
     }
 
     fn shown(m: &Masking, body: StoredBody) -> String {
         String::from_utf8(m.body(Role::Viewer, body).bytes).unwrap()
+    }
+
+    #[test]
+    fn messagepack_bodies_are_masked_as_the_json_they_stand_for() {
+        let m = Masking::new(&["/card".into()], &[]);
+        // {"card": "4111", "n": 1} in MessagePack.
+        let body = b"\x82\xa4card\xa44111\xa1n\x01";
+        let seen = shown(
+            &m,
+            stored(body, Some("application/x-msgpack"), Some("binary")),
+        );
+        assert_eq!(seen, r#"{"card":"***","n":1}"#);
     }
 
     #[test]

@@ -143,8 +143,7 @@ pub struct MessagePage {
 const MAX_EDITABLE_BODY: usize = 256 * 1024;
 
 fn editable_body(message: &ArchivedMessage, bytes: &[u8]) -> Option<String> {
-    let encoding = message.summary.content_encoding.as_deref();
-    if bytes.len() > MAX_EDITABLE_BODY || !crate::body::edits_as_text(bytes, encoding) {
+    if bytes.len() > MAX_EDITABLE_BODY || !crate::body::edits_as_text(bytes, &message.encoding()) {
         return None;
     }
     String::from_utf8(bytes.to_vec()).ok()
@@ -254,11 +253,7 @@ pub async fn detail_page(
         .bodies
         .run_with(permit, move || {
             let body = masking.body(role, stored);
-            let payload = payload::view(
-                &body.bytes,
-                body.content_type.as_deref(),
-                body.content_encoding.as_deref(),
-            );
+            let payload = payload::view(&body.bytes, &body.encoding());
             (payload, editable_body(&archived, &body.bytes))
         })
         .await

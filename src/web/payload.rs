@@ -1,6 +1,7 @@
-//! The payload viewer (pure): bodies decoded as their headers say (gzip/deflate, charset),
-//! JSON pretty-printed and split into highlight tokens, binary as a hex dump — always cut to
-//! a size a page can hold. Everything here is text for the template to escape.
+//! The payload viewer (pure): bodies decoded as their headers say (gzip/deflate or kombu's
+//! compression, charset; MessagePack and CBOR as JSON), JSON pretty-printed and split into
+//! highlight tokens, binary as a hex dump — always cut to a size a page can hold. Everything
+//! here is text for the template to escape.
 
 use crate::body;
 
@@ -47,11 +48,8 @@ pub struct PayloadView {
     pub notes: Vec<String>,
 }
 
-pub fn view(
-    body: &[u8],
-    content_type: Option<&str>,
-    content_encoding: Option<&str>,
-) -> PayloadView {
+pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
+    let content_type = encoding.content_type;
     let mut notes = Vec::new();
     if body.is_empty() {
         return PayloadView {
@@ -61,7 +59,7 @@ pub fn view(
             notes,
         };
     }
-    let (bytes, complete) = match body::decompress(body, content_encoding, JSON_LIMIT) {
+    let (bytes, complete) = match body::decompress(body, encoding, JSON_LIMIT) {
         Ok(Some(decoded)) => {
             notes.push(format!(
                 "{}-decoded from {} stored bytes",
@@ -80,6 +78,26 @@ pub fn view(
             return hex_view(body, notes);
         }
     };
+    if let Some(format) = crate::structured::Format::of(content_type) {
+        let decoded = match complete {
+            true => crate::structured::to_json(&bytes, format),
+            false => Err(format!(
+                "{} larger than {} MiB decoded is not decoded",
+                format.name(),
+                JSON_LIMIT / (1024 * 1024)
+            )),
+        };
+        return match decoded {
+            Ok(value) => {
+                notes.push(format!("{}, shown as JSON", format.name()));
+                json_view(&value, notes)
+            }
+            Err(e) => {
+                notes.push(format!("{e}: the bytes are shown"));
+                hex_view(&bytes, notes)
+            }
+        };
+    }
     let charset = content_type
         .and_then(body::charset)
         .unwrap_or_else(|| "utf-8".into());
@@ -96,14 +114,7 @@ pub fn view(
         || matches!(text.trim_start().chars().next(), Some('{' | '['));
     if looks_json && complete && text.len() <= JSON_LIMIT {
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-            let pretty = serde_json::to_string_pretty(&value).expect("a parsed value serialises");
-            let (shown, truncated) = cut(&pretty);
-            return PayloadView {
-                kind: PayloadKind::Json,
-                tokens: highlight(shown),
-                truncated,
-                notes,
-            };
+            return json_view(&value, notes);
         }
         notes.push("declared or shaped like JSON, but does not parse: shown as text".into());
     }
@@ -115,6 +126,18 @@ pub fn view(
             text: shown.to_owned(),
         }],
         truncated: cut_here || !complete,
+        notes,
+    }
+}
+
+/// A JSON value pretty-printed and highlighted, cut to what a page holds.
+fn json_view(value: &serde_json::Value, notes: Vec<String>) -> PayloadView {
+    let pretty = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    let (shown, truncated) = cut(&pretty);
+    PayloadView {
+        kind: PayloadKind::Json,
+        tokens: highlight(shown),
+        truncated,
         notes,
     }
 }
@@ -230,8 +253,7 @@ mod tests {
     fn json_is_pretty_printed_in_its_own_key_order_and_highlighted() {
         let v = view(
             br#"{"z":1,"a":"x","ok":true,"n":null,"neg":-2.5e3}"#,
-            Some("application/json"),
-            None,
+            &body::Encoding::new(Some("application/json"), None),
         );
         assert_eq!(v.kind, PayloadKind::Json);
         assert!(shown(&v).starts_with("{\n  \"z\": 1,"), "{}", shown(&v));
@@ -244,7 +266,7 @@ mod tests {
 
     #[test]
     fn keys_with_escaped_quotes_stay_one_token() {
-        let v = view(br#"{"a\"b": "c\\"}"#, None, None);
+        let v = view(br#"{"a\"b": "c\\"}"#, &body::Encoding::new(None, None));
         assert_eq!(
             v.tokens.iter().find(|t| t.class == "j-key").unwrap().text,
             r#""a\"b""#
@@ -257,8 +279,7 @@ mod tests {
         gz.write_all(br#"{"invoice_id":"INV-1"}"#).unwrap();
         let v = view(
             &gz.finish().unwrap(),
-            Some("application/json"),
-            Some("gzip"),
+            &body::Encoding::new(Some("application/json"), Some("gzip")),
         );
         assert_eq!(v.kind, PayloadKind::Json);
         assert!(shown(&v).contains("INV-1"));
@@ -267,22 +288,28 @@ mod tests {
 
     #[test]
     fn broken_gzip_falls_back_to_hex_with_a_note() {
-        let v = view(b"not gzip at all", None, Some("gzip"));
+        let v = view(b"not gzip at all", &body::Encoding::new(None, Some("gzip")));
         assert_eq!(v.kind, PayloadKind::Hex);
         assert!(v.notes[0].contains("does not decode"));
     }
 
     #[test]
     fn declared_charset_is_honoured() {
-        let v = view(b"Caf\xe9", Some("text/plain; charset=ISO-8859-1"), None);
+        let v = view(
+            b"Caf\xe9",
+            &body::Encoding::new(Some("text/plain; charset=ISO-8859-1"), None),
+        );
         assert_eq!(shown(&v), "Café");
-        let v = view(b"Caf\xe9", Some("text/plain"), None);
+        let v = view(b"Caf\xe9", &body::Encoding::new(Some("text/plain"), None));
         assert_eq!(v.kind, PayloadKind::Hex);
     }
 
     #[test]
     fn binary_is_a_hex_dump() {
-        let v = view(&[0, 1, 0xff, b'A'], Some("application/octet-stream"), None);
+        let v = view(
+            &[0, 1, 0xff, b'A'],
+            &body::Encoding::new(Some("application/octet-stream"), None),
+        );
         assert_eq!(
             shown(&v),
             "00000000  00 01 ff 41                                      |...A|\n"
@@ -292,23 +319,32 @@ mod tests {
     #[test]
     fn big_bodies_are_cut_for_the_page() {
         let big = "é".repeat(DISPLAY_LIMIT);
-        let v = view(big.as_bytes(), Some("text/plain"), None);
+        let v = view(
+            big.as_bytes(),
+            &body::Encoding::new(Some("text/plain"), None),
+        );
         assert!(v.truncated);
         assert!(shown(&v).len() <= DISPLAY_LIMIT);
         let huge = vec![7u8; 5 * 1024 * 1024];
-        let v = view(&huge, None, None);
+        let v = view(&huge, &body::Encoding::new(None, None));
         assert!(v.truncated && shown(&v).len() < 400 * 1024);
     }
 
     #[test]
     fn invalid_json_is_text_with_a_note() {
-        let v = view(b"{not json", Some("application/json"), None);
+        let v = view(
+            b"{not json",
+            &body::Encoding::new(Some("application/json"), None),
+        );
         assert_eq!(v.kind, PayloadKind::Text);
         assert_eq!(v.notes.len(), 1);
     }
 
     #[test]
     fn empty_is_empty() {
-        assert_eq!(view(b"", None, None).kind, PayloadKind::Empty);
+        assert_eq!(
+            view(b"", &body::Encoding::new(None, None)).kind,
+            PayloadKind::Empty
+        );
     }
 }

@@ -21,6 +21,7 @@ mod limits;
 mod lost_acks;
 mod masks;
 mod pages;
+mod producers;
 mod reconnect;
 mod replay;
 mod replay_policy;

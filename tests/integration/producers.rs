@@ -1,0 +1,141 @@
+//! Bodies as real producers write them, published by the real library: kombu (Celery's
+//! transport) with `compression='zlib'` and with the `msgpack` serializer. Each is archived,
+//! shown decoded, found by its words and business fields, and replayed byte for byte.
+//! Needs Python 3 with kombu and msgpack (`pip install kombu msgpack`; `.ci/run` does).
+
+use std::process::Command;
+use std::time::Duration;
+
+use lapin::options::BasicGetOptions;
+use serde_json::json;
+
+use crate::helpers::*;
+
+/// Publishes with kombu into `queue` on the default exchange: (message-id, serializer,
+/// compression, body) each.
+fn kombu_publish(
+    url: &str,
+    queue: &str,
+    messages: &[(&str, &str, Option<&str>, serde_json::Value)],
+) {
+    let script = r#"
+import json, sys
+from kombu import Connection, Producer
+url, queue, messages = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with Connection(url) as conn:
+    producer = Producer(conn.channel())
+    for message_id, serializer, compression, body in messages:
+        producer.publish(body, routing_key=queue, serializer=serializer,
+                         compression=compression, message_id=message_id)
+"#;
+    let messages = serde_json::to_string(&messages).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", script, url, queue, &messages])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "kombu could not publish (pip install kombu msgpack): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+on_both_backends!(kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them);
+async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them() {
+    let p = unique("kombu");
+    let (dlq, work) = (format!("{p}.dlq"), format!("{p}.work"));
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    t.queue(&work, Default::default()).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.fields = vec!["invoice=/invoice".parse().unwrap()];
+    })
+    .await;
+    // kombu takes the vhost after the last slash, as it is: `/` for the default one.
+    let url = amqp_url().replace("%2f", "/");
+    kombu_publish(
+        &url,
+        &dlq,
+        &[
+            (
+                "zlib-1",
+                "json",
+                Some("zlib"),
+                json!({"task": "tasks.charge", "invoice": "INV-77", "note": "支付失败 card declined"}),
+            ),
+            (
+                "msgpack-1",
+                "msgpack",
+                None,
+                json!({"task": "tasks.refund", "invoice": "INV-78", "amount": 12.5}),
+            ),
+        ],
+    );
+    app.wait_for_archived(2, Duration::from_secs(20)).await;
+    let zlib = app.detail_by_message_id(&dlq, "zlib-1").await;
+    let msgpack = app.detail_by_message_id(&dlq, "msgpack-1").await;
+    let id = |m: &serde_json::Value| m["id"].as_str().unwrap().to_owned();
+    let (zlib_id, msgpack_id) = (id(&zlib), id(&msgpack));
+    assert_eq!(zlib["fields"]["invoice"], "INV-77", "{zlib}");
+    assert_eq!(msgpack["fields"]["invoice"], "INV-78", "{msgpack}");
+
+    // Found by words of the decoded bodies, and by business fields.
+    let found = |q: &'static str| {
+        let app = &app;
+        let dlq = &dlq;
+        async move {
+            let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+            let listed = app
+                .json(&format!("/api/messages?queue={dlq}&q={q}"), 200)
+                .await;
+            let mut ids: Vec<String> = listed["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["message_id"].as_str().unwrap().to_owned())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(found("declined").await, ["zlib-1"]);
+    assert_eq!(found("支付失败").await, ["zlib-1"]);
+    assert_eq!(found("tasks.refund").await, ["msgpack-1"]);
+    assert_eq!(found("invoice:INV-78").await, ["msgpack-1"]);
+
+    // Shown decoded, saying how.
+    let page = app.get(&format!("/messages/{zlib_id}")).await.text();
+    assert!(page.contains("zlib-decoded"), "the note");
+    assert!(page.contains("tasks.charge"));
+    let page = app.get(&format!("/messages/{msgpack_id}")).await.text();
+    assert!(page.contains("MessagePack, shown as JSON"));
+    assert!(page.contains("tasks.refund"));
+    assert!(
+        !page.contains("<textarea name=\"body\""),
+        "binary: not edited as text"
+    );
+
+    // Replayed as archived: the compressed and the msgpack bytes, the compression header.
+    for id in [&zlib_id, &msgpack_id] {
+        let replayed = app
+            .post_json(
+                &format!("/api/messages/{id}/replay"),
+                json!({"target": {"exchange": "", "routing_key": work}}),
+                200,
+            )
+            .await;
+        assert_eq!(replayed["outcome"], "published", "{replayed}");
+        let got = t
+            .channel
+            .basic_get(work.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+            .expect("the copy arrived");
+        assert_eq!(got.delivery.data, app.body(id).await, "byte for byte");
+        if id == &zlib_id {
+            let headers = got.delivery.properties.headers().clone().unwrap();
+            assert!(headers.inner().contains_key("compression"));
+        }
+    }
+    t.cleanup().await;
+}
