@@ -12,6 +12,8 @@ pub struct Encoding<'a> {
     pub content_type: Option<&'a str>,
     pub content_encoding: Option<&'a str>,
     pub compression: Option<&'a str>,
+    /// The `type` property: RabbitMQ 4 marks AMQP 1.0 bodies `amqp-1.0`.
+    pub message_type: Option<&'a str>,
 }
 
 impl<'a> Encoding<'a> {
@@ -20,6 +22,14 @@ impl<'a> Encoding<'a> {
             content_type,
             content_encoding,
             compression: None,
+            message_type: None,
+        }
+    }
+
+    pub fn with_message_type(self, message_type: Option<&'a str>) -> Self {
+        Encoding {
+            message_type,
+            ..self
         }
     }
 
@@ -196,7 +206,7 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
 /// Decompressed bytes as text: MessagePack and CBOR as the JSON they stand for (only whole:
 /// a cut one does not decode), anything else in its charset.
 fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<String> {
-    match crate::structured::Format::of(encoding.content_type) {
+    match crate::structured::Format::of(encoding.content_type, encoding.message_type) {
         Some(_) if cut => None,
         Some(format) => crate::structured::to_json(bytes, format)
             .ok()

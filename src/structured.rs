@@ -1,11 +1,14 @@
-//! MessagePack and CBOR bodies as JSON values (pure), so that the viewer, search, business
-//! fields and masks treat them as the JSON they stand for (Celery's `msgpack` serializer,
-//! `application/x-msgpack`, `application/cbor`). Decoding is bounded: nesting depth, and no
+//! MessagePack, CBOR and AMQP 1.0 bodies as JSON values (pure), so that the viewer, search,
+//! business fields and masks treat them as the JSON they stand for (Celery's `msgpack`
+//! serializer, `application/x-msgpack`, `application/cbor`, and what RabbitMQ 4 marks `type:
+//! amqp-1.0`, in `amqp10`). Decoding is bounded: nesting depth, and no
 //! allocation larger than the bytes left, whatever a length prefix claims. Byte strings
 //! become hex strings, extension types `{"ext": type, "hex": …}`, non-text map keys their
 //! JSON text.
 
 use serde_json::{Map, Number, Value};
+
+mod amqp10;
 
 /// Deepest nesting decoded (serde_json reads the text back with a limit of 128).
 pub const MAX_DEPTH: usize = 100;
@@ -15,11 +18,16 @@ pub const MAX_DEPTH: usize = 100;
 pub enum Format {
     MessagePack,
     Cbor,
+    /// AMQP 1.0 body sections, as RabbitMQ 4 passes them to 0-9-1 consumers.
+    Amqp10,
 }
 
 impl Format {
-    /// The format a content type names, if it is one of these.
-    pub fn of(content_type: Option<&str>) -> Option<Format> {
+    /// The format a message's content type or its `type` property names, if one of these.
+    pub fn of(content_type: Option<&str>, message_type: Option<&str>) -> Option<Format> {
+        if message_type.is_some_and(|t| t.eq_ignore_ascii_case("amqp-1.0")) {
+            return Some(Format::Amqp10);
+        }
         let essence = content_type?.split(';').next()?.trim().to_ascii_lowercase();
         match essence.as_str() {
             "application/x-msgpack" | "application/msgpack" | "application/vnd.msgpack" => {
@@ -34,6 +42,7 @@ impl Format {
         match self {
             Format::MessagePack => "MessagePack",
             Format::Cbor => "CBOR",
+            Format::Amqp10 => "AMQP 1.0",
         }
     }
 }
@@ -44,6 +53,7 @@ pub fn to_json(bytes: &[u8], format: Format) -> Result<Value, String> {
     let value = match format {
         Format::MessagePack => reader.msgpack(0),
         Format::Cbor => reader.cbor(0),
+        Format::Amqp10 => amqp10::sections(&mut reader),
     }
     .map_err(|e| format!("{} does not decode: {e}", format.name()))?;
     if reader.at != bytes.len() {
@@ -326,15 +336,16 @@ mod tests {
     #[test]
     fn formats_come_from_the_content_type() {
         assert_eq!(
-            Format::of(Some("application/x-msgpack")),
+            Format::of(Some("application/x-msgpack"), None),
             Some(Format::MessagePack)
         );
         assert_eq!(
-            Format::of(Some("Application/CBOR; x=1")),
+            Format::of(Some("Application/CBOR; x=1"), None),
             Some(Format::Cbor)
         );
-        assert_eq!(Format::of(Some("application/json")), None);
-        assert_eq!(Format::of(None), None);
+        assert_eq!(Format::of(None, Some("amqp-1.0")), Some(Format::Amqp10));
+        assert_eq!(Format::of(Some("application/json"), None), None);
+        assert_eq!(Format::of(None, Some("order.created")), None);
     }
 
     #[test]

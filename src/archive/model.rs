@@ -139,6 +139,8 @@ pub struct StoredBody {
     pub content_encoding: Option<String>,
     /// kombu's `compression` header.
     pub compression: Option<String>,
+    /// The `type` property (`amqp-1.0` marks an AMQP 1.0 body).
+    pub message_type: Option<String>,
 }
 
 impl StoredBody {
@@ -148,6 +150,7 @@ impl StoredBody {
             self.content_encoding.as_deref(),
         )
         .with_compression(self.compression.as_deref())
+        .with_message_type(self.message_type.as_deref())
     }
 }
 
@@ -157,6 +160,7 @@ impl ArchivedMessage {
         let s = &self.summary;
         crate::body::Encoding::new(s.content_type.as_deref(), s.content_encoding.as_deref())
             .with_compression(crate::body::compression_header(self.headers.as_ref()))
+            .with_message_type(self.properties.kind.as_ref().and_then(|k| k.as_str()))
     }
 }
 

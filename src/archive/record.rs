@@ -308,7 +308,8 @@ impl PreparedMessage {
         let content_encoding = MessageProperties::text(&p.content_encoding);
         let encoding =
             crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
-                .with_compression(crate::body::compression_header(message.headers.as_ref()));
+                .with_compression(crate::body::compression_header(message.headers.as_ref()))
+                .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()));
         let text = crate::body::text(&message.body, &encoding, limit);
         let fields = extract_fields(text.as_deref(), &rules.fields);
         let search_text = if rules.masks.is_empty() {

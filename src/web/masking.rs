@@ -27,6 +27,7 @@ fn withheld(why: &str) -> StoredBody {
         content_type: Some("text/plain".into()),
         content_encoding: None,
         compression: None,
+        message_type: None,
     }
 }
 
@@ -75,6 +76,7 @@ impl Masking {
                 content_type: Some("application/json".into()),
                 content_encoding: None,
                 compression: None,
+                message_type: None,
             },
             // What is not JSON cannot be masked, so viewers do not see it.
             None => withheld("masking is configured and this body is not JSON"),
@@ -157,6 +159,7 @@ mod tests {
             content_type: content_type.map(str::to_owned),
             content_encoding: encoding.map(str::to_owned),
             compression: None,
+            message_type: None,
         }
     }
 

@@ -78,7 +78,7 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
             return hex_view(body, notes);
         }
     };
-    if let Some(format) = crate::structured::Format::of(content_type) {
+    if let Some(format) = crate::structured::Format::of(content_type, encoding.message_type) {
         let decoded = match complete {
             true => crate::structured::to_json(&bytes, format),
             false => Err(format!(

@@ -1,7 +1,8 @@
 //! Bodies as real producers write them, published by the real library: kombu (Celery's
-//! transport) with `compression='zlib'` and with the `msgpack` serializer. Each is archived,
-//! shown decoded, found by its words and business fields, and replayed byte for byte.
-//! Needs Python 3 with kombu and msgpack (`pip install kombu msgpack`; `.ci/run` does).
+//! transport) with `compression='zlib'` and with the `msgpack` serializer, and an AMQP 1.0
+//! client (python-qpid-proton) on RabbitMQ 4. Each is archived, shown decoded, found by its
+//! words and business fields, and replayed byte for byte. Needs Python 3 with kombu, msgpack
+//! and python-qpid-proton (`pip install kombu msgpack python-qpid-proton`; `.ci/run` does).
 
 use std::process::Command;
 use std::time::Duration;
@@ -138,4 +139,129 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
         }
     }
     t.cleanup().await;
+}
+
+/// Sends `messages` (message-id, body) over AMQP 1.0 to the queue `queue` of the default vhost
+/// of the broker whose AMQP 0-9-1 URL is `url`.
+fn amqp10_send(url: &str, queue: &str, messages: &[(&str, serde_json::Value)]) {
+    let script = r#"
+import json, sys
+from proton import Message
+from proton.utils import BlockingConnection
+url, queue, messages = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+conn = BlockingConnection(url, allowed_mechs="PLAIN", user="guest", password="guest")
+sender = conn.create_sender("/queues/" + queue)
+for message_id, body in messages:
+    sender.send(Message(body=body, id=message_id, durable=True))
+conn.close()
+"#;
+    let authority = url.split('@').nth(1).and_then(|a| a.split('/').next());
+    let target = format!("amqp://{}", authority.expect("host:port in the AMQP URL"));
+    let messages = serde_json::to_string(&messages).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", script, &target, queue, &messages])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python-qpid-proton could not send (pip install python-qpid-proton): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+on_both_backends!(amqp_1_0_bodies_are_read_as_the_values_they_hold_rabbitmq4);
+/// RabbitMQ 4 gives 0-9-1 consumers a message sent over AMQP 1.0 as its encoded body sections
+/// (`type: amqp-1.0`): dead-lettered by the broker, it is shown and searched as the value it
+/// holds, and replayed as the bytes it was.
+async fn amqp_1_0_bodies_are_read_as_the_values_they_hold_rabbitmq4() {
+    use crate::brokers::Broker;
+    Broker::Rabbitmq4
+        .scope(async {
+            let p = unique("amqp10");
+            let (work, dlq, target) = (
+                format!("{p}.work"),
+                format!("{p}.dlq"),
+                format!("{p}.target"),
+            );
+            let mut t = Topology::on(&Broker::Rabbitmq4.url()).await;
+            t.queue(&dlq, Default::default()).await;
+            t.queue(&target, Default::default()).await;
+            // Everything sent to the work queue dies at once, into the DLQ.
+            t.queue(
+                &work,
+                args(&[
+                    ("x-message-ttl", lapin::types::AMQPValue::LongInt(0)),
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s(&dlq)),
+                ]),
+            )
+            .await;
+            let app = TestApp::spawn_with(&[&dlq], |c| {
+                c.connection.amqp_url = Broker::Rabbitmq4.url();
+                c.fields = vec!["invoice=/invoice".parse().unwrap()];
+            })
+            .await;
+            amqp10_send(
+                &Broker::Rabbitmq4.url(),
+                &work,
+                &[
+                    (
+                        "map-1",
+                        json!({"task": "charge", "invoice": "INV-9", "note": "死信 expired", "items": [1, 2.5, null]}),
+                    ),
+                    ("string-1", json!("plain string from proton")),
+                ],
+            );
+            app.wait_for_archived(2, Duration::from_secs(20)).await;
+            let map = app.detail_by_message_id(&dlq, "map-1").await;
+            assert_eq!(map["properties"]["type"], "amqp-1.0", "{map}");
+            assert_eq!(map["first_death"]["reason"], "expired", "dead-lettered by the broker");
+            assert_eq!(map["fields"]["invoice"], "INV-9");
+            let map_id = map["id"].as_str().unwrap().to_owned();
+
+            let listed = |q: &str| {
+                let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+                let path = format!("/api/messages?queue={dlq}&q={q}");
+                let app = &app;
+                async move {
+                    let listed = app.json(&path, 200).await;
+                    let mut ids: Vec<String> = listed["messages"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|m| m["message_id"].as_str().unwrap().to_owned())
+                        .collect();
+                    ids.sort();
+                    ids
+                }
+            };
+            assert_eq!(listed("charge").await, ["map-1"]);
+            assert_eq!(listed("死信").await, ["map-1"]);
+            assert_eq!(listed("invoice:INV-9").await, ["map-1"]);
+            assert_eq!(listed("proton").await, ["string-1"]);
+
+            let page = app.get(&format!("/messages/{map_id}")).await.text();
+            assert!(page.contains("AMQP 1.0, shown as JSON"), "the note");
+            assert!(page.contains("INV-9"));
+            assert!(!page.contains("00 53 77"), "not a hex dump");
+
+            let replayed = app
+                .post_json(
+                    &format!("/api/messages/{map_id}/replay"),
+                    json!({"target": {"exchange": "", "routing_key": target}}),
+                    200,
+                )
+                .await;
+            assert_eq!(replayed["outcome"], "published", "{replayed}");
+            let got = t
+                .channel
+                .basic_get(target.as_str().into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap()
+                .expect("the copy arrived");
+            assert_eq!(got.delivery.data, app.body(&map_id).await, "byte for byte");
+            assert!(got.delivery.data.starts_with(b"\x00Sw"));
+            t.cleanup().await;
+        })
+        .await
 }
