@@ -8,7 +8,8 @@ use axum::response::Response;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
 use super::auth::Caller;
-use super::extract::MessageId;
+use super::extract::{AppQuery, MessageId};
+use super::highlight::{self, Marked, Terms};
 use super::html::{filters, human_bytes, render, utc, PageError};
 use super::messages::{target_text, Row};
 use super::nav::Nav;
@@ -125,6 +126,11 @@ pub struct MessagePage {
     pub target: String,
     pub problems: Vec<String>,
     pub payload: PayloadView,
+    /// The payload's tokens with the hits of the search that led here marked.
+    pub marked: Vec<Marked>,
+    /// How many hits are marked, and the search they are of.
+    pub hits: usize,
+    pub search: String,
     pub size: String,
     pub related: Vec<Row>,
     /// One key per rendered page: a double click replays once.
@@ -215,6 +221,12 @@ fn properties(m: &ArchivedMessage) -> Vec<(&'static str, String)> {
     .collect()
 }
 
+/// The search a message was opened from (`?q=`), whose hits the page marks.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct FromSearch {
+    q: Option<String>,
+}
+
 /// `/messages/{id}`: everything about one archived message.
 pub async fn detail_page(
     State(state): State<AppState>,
@@ -224,6 +236,7 @@ pub async fn detail_page(
         id: numeric,
         raw: id,
     }: MessageId,
+    AppQuery(from): AppQuery<FromSearch>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
     let not_found = || {
@@ -249,12 +262,18 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
     let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
-    let (payload, editable_body) = state
+    // A search that does not parse (edited by hand) marks nothing.
+    let search = from.q.unwrap_or_default();
+    let terms = crate::search::parse(&search, &state.business_fields)
+        .map(|s| Terms::new(&s))
+        .unwrap_or_default();
+    let (payload, (marked, hits), editable_body) = state
         .bodies
         .run_with(permit, move || {
             let body = masking.body(role, stored);
             let payload = payload::view(&body.bytes, &body.encoding());
-            (payload, editable_body(&archived, &body.bytes))
+            let marked = highlight::mark(&payload, &terms);
+            (payload, marked, editable_body(&archived, &body.bytes))
         })
         .await
         .map_err(page_error)?;
@@ -309,8 +328,11 @@ pub async fn detail_page(
         target: target_text(s),
         problems: message.death_problems.clone(),
         payload,
+        marked,
+        hits,
+        search,
         size: human_bytes(s.body_size),
-        related: related.iter().map(|m| Row::new(m, &[])).collect(),
+        related: related.iter().map(|m| Row::new(m, &[], None)).collect(),
         request_key: new_request_key(),
         target_exchange: s
             .replay_target

@@ -16,6 +16,8 @@ use crate::selection::ListParams;
 
 pub struct Row {
     pub id: String,
+    /// Its page, carrying the search that found it (whose hits the page marks).
+    pub link: String,
     pub queue: String,
     pub archived_at: String,
     pub message_id: String,
@@ -29,8 +31,18 @@ pub struct Row {
 }
 
 impl Row {
-    pub(super) fn new(m: &MessageSummary, field_names: &[String]) -> Self {
+    /// The row of `m`, found by the search `q` (if any).
+    pub(super) fn new(m: &MessageSummary, field_names: &[String], q: Option<&str>) -> Self {
+        let link = match q.map(str::trim).filter(|q| !q.is_empty()) {
+            Some(q) => format!(
+                "/messages/{}?q={}",
+                m.id,
+                form_urlencoded::byte_serialize(q.as_bytes()).collect::<String>()
+            ),
+            None => format!("/messages/{}", m.id),
+        };
         Row {
+            link,
             fields: field_names
                 .iter()
                 .map(|f| m.fields.get(f).cloned().unwrap_or_default())
@@ -142,7 +154,7 @@ pub async fn list_page(
             (
                 page.messages
                     .iter()
-                    .map(|m| Row::new(m, &state.business_fields))
+                    .map(|m| Row::new(m, &state.business_fields, form.q.as_deref()))
                     .collect(),
                 next,
                 None,

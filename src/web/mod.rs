@@ -12,6 +12,7 @@ mod client;
 mod error;
 mod extract;
 mod health;
+mod highlight;
 mod html;
 pub mod limits;
 pub mod masking;

@@ -427,8 +427,21 @@ async fn search_finds_chinese_japanese_and_korean_inside_longer_text() {
     for (q, expected, what) in cases {
         assert_eq!(found(&search(q).await), *expected, "{what}: {q}");
     }
-    // The page shows the search as typed.
-    assert!(search("死信").await.contains("死信"));
+    // A row links to its message with the search, whose hits that page marks.
+    let rows = search("死信").await;
+    let link = "?q=%E6%AD%BB%E4%BF%A1";
+    assert!(rows.contains(link), "{rows}");
+    let (status, page, _) = pages.get(&format!("/messages/1{link}"), false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<mark>死信</mark>"), "{page}");
+    assert!(page.contains("1 hit of <q>死信</q> marked"), "{page}");
+    let q: String = form_urlencoded::byte_serialize("発生しました <b>x</b>".as_bytes()).collect();
+    let (_, page, _) = pages.get(&format!("/messages/3?q={q}"), false).await;
+    assert!(page.contains("<mark>発生しました</mark>"), "{page}");
+    assert!(
+        page.contains("<q>発生しました &#60;b&#62;x&#60;/b&#62;</q>"),
+        "the search shown escaped: {page}"
+    );
     // The API speaks the same language.
     let (status, json, _) = pages.get("/api/messages?q=%E6%AD%BB%E4%BF%A1", false).await;
     assert_eq!(status, StatusCode::OK);
