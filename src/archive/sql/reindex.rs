@@ -2,8 +2,9 @@
 //! backends: a cursor row per index version (`search_reindex`, made by the migration that
 //! changed the index) walks the messages up to the newest one archived then; each batch's
 //! search text is derived again as ingest derives it, and only the entries that differ from
-//! before (here: those holding CJK, now as bigrams) are written, by the backend
-//! ([`SqlArchive::rewrite_search`]).
+//! before are written, by the backend ([`SqlArchive::rewrite_search`]): version 1 indexes CJK
+//! runs as bigrams, and reads compressed (kombu), MessagePack, CBOR and AMQP 1.0 bodies and
+//! JSON's `\u` escapes.
 
 use async_trait::async_trait;
 
@@ -65,8 +66,7 @@ impl<T: SqlArchive> Reindex for T {
             let stored = message_from_row(row, Default::default())?;
             let body: Option<Vec<u8>> = row.column("body")?;
             let id = stored.summary.id;
-            let text = search_text(stored, body.unwrap_or_default(), rules);
-            if indexed_differently(&text) {
+            if let Some(text) = search_text(stored, body.unwrap_or_default(), rules) {
                 changed.push((id, text));
             }
         }
@@ -87,12 +87,14 @@ impl<T: SqlArchive> Reindex for T {
     }
 }
 
-/// The search text ingest would derive for a stored message today.
+/// The search text ingest would derive for a stored message today, where it differs from what
+/// earlier versions indexed.
 fn search_text(
     stored: crate::archive::ArchivedMessage,
     body: Vec<u8>,
     rules: &IngestRules,
-) -> SearchText {
+) -> Option<SearchText> {
+    let decoded_now = newly_decoded(&stored, &body);
     let message = IncomingMessage {
         queue: stored.summary.queue,
         exchange: stored.delivered_exchange,
@@ -105,13 +107,19 @@ fn search_text(
         decode_problems: Vec::new(),
         stream_offset: None,
     };
-    PreparedMessage::with_rules(message, rules).search_text
+    let text = PreparedMessage::with_rules(message, rules).search_text;
+    let has_cjk = [&text.body, &text.ids, &text.headers]
+        .iter()
+        .any(|part| part.chars().any(crate::cjk::is_cjk));
+    (decoded_now || has_cjk).then_some(text)
 }
 
-/// Whether an earlier index held this text otherwise: before version 1, CJK runs were single
-/// tokens.
-fn indexed_differently(text: &SearchText) -> bool {
-    [&text.body, &text.ids, &text.headers]
-        .iter()
-        .any(|part| part.chars().any(crate::cjk::is_cjk))
+/// Whether the body is one that earlier versions did not read as text, or read otherwise:
+/// compressed by kombu, MessagePack, CBOR or AMQP 1.0, or JSON with `\u` escapes. (CJK runs,
+/// once single words, are bigrams now: see the caller.)
+fn newly_decoded(stored: &crate::archive::ArchivedMessage, body: &[u8]) -> bool {
+    let encoding = stored.encoding();
+    encoding.compression.is_some()
+        || crate::structured::Format::of(encoding.content_type, encoding.message_type).is_some()
+        || body.windows(2).any(|w| w == b"\\u")
 }

@@ -31,8 +31,8 @@ async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
     ids
 }
 
-/// An archive as an earlier version left it: three messages, the CJK runs of two indexed as
-/// single words, and the migration's cursor over all three.
+/// An archive as an earlier version left it: four messages, the CJK runs of two indexed as
+/// single words, a MessagePack body not read at all, and the migration's cursor over them.
 async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {
     let dir = tempfile::tempdir().unwrap();
     let url = archive_url(dir.path()).await;
@@ -42,12 +42,17 @@ async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {
         m.body = body.as_bytes().to_vec();
         m
     };
+    // {"task": "refund"} in MessagePack, which earlier versions did not read.
+    let mut msgpack = with_body("mp", "");
+    msgpack.body = b"\x81\xa4task\xa6refund".to_vec();
+    msgpack.properties.content_type = Some("application/x-msgpack".into());
     store(
         &*archive,
         vec![
             with_body("zh", r#"{"note": "测试死信消息"}"#),
             with_body("en", r#"{"note": "dead letter"}"#),
             with_body("ko", r#"{"note": "결제실패"}"#),
+            msgpack,
         ],
     )
     .await;
@@ -68,14 +73,16 @@ async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {
     execute_sql(
         &url,
         &format!(
-            "{}{}UPDATE search_reindex SET next_id = 1, last_id = (SELECT max(id) FROM messages);",
+            "{}{}{}UPDATE search_reindex SET next_id = 1, last_id = (SELECT max(id) FROM messages);",
             old_entry("zh", "测试死信消息"),
             old_entry("ko", "결제실패"),
+            old_entry("mp", "binary"),
         ),
     )
     .await;
     assert!(found(&*archive, "死信").await.is_empty(), "the old index");
     assert!(found(&*archive, "测试死信消息").await.is_empty());
+    assert!(found(&*archive, "refund").await.is_empty());
     (dir, url, archive)
 }
 
@@ -93,8 +100,8 @@ async fn an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches() {
     }
     assert_eq!(
         (batches, rewritten),
-        (3, 2),
-        "only the CJK entries are rewritten"
+        (3, 3),
+        "only the entries that change are rewritten"
     );
     assert_eq!(
         count_rows(&url, "SELECT COUNT(*) FROM search_reindex").await,
@@ -107,6 +114,7 @@ async fn an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches() {
         ["en"],
         "the others as they were"
     );
+    assert_eq!(found(&*archive, "refund").await, ["mp"]);
     assert_eq!(found(&*archive, "note").await, ["en", "ko", "zh"]);
     assert!(archive.reindex_batch(&rules, 2).await.unwrap().is_none());
 }
