@@ -81,28 +81,10 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
     assert_eq!(msgpack["fields"]["invoice"], "INV-78", "{msgpack}");
 
     // Found by words of the decoded bodies, and by business fields.
-    let found = |q: &'static str| {
-        let app = &app;
-        let dlq = &dlq;
-        async move {
-            let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
-            let listed = app
-                .json(&format!("/api/messages?queue={dlq}&q={q}"), 200)
-                .await;
-            let mut ids: Vec<String> = listed["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["message_id"].as_str().unwrap().to_owned())
-                .collect();
-            ids.sort();
-            ids
-        }
-    };
-    assert_eq!(found("declined").await, ["zlib-1"]);
-    assert_eq!(found("支付失败").await, ["zlib-1"]);
-    assert_eq!(found("tasks.refund").await, ["msgpack-1"]);
-    assert_eq!(found("invoice:INV-78").await, ["msgpack-1"]);
+    assert_eq!(app.found(&dlq, "declined").await, ["zlib-1"]);
+    assert_eq!(app.found(&dlq, "支付失败").await, ["zlib-1"]);
+    assert_eq!(app.found(&dlq, "tasks.refund").await, ["msgpack-1"]);
+    assert_eq!(app.found(&dlq, "invoice:INV-78").await, ["msgpack-1"]);
 
     // Shown decoded, saying how.
     let page = app.get(&format!("/messages/{zlib_id}")).await.text();
@@ -219,26 +201,10 @@ async fn amqp_1_0_bodies_are_read_as_the_values_they_hold_rabbitmq4() {
             assert_eq!(map["fields"]["invoice"], "INV-9");
             let map_id = map["id"].as_str().unwrap().to_owned();
 
-            let listed = |q: &str| {
-                let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
-                let path = format!("/api/messages?queue={dlq}&q={q}");
-                let app = &app;
-                async move {
-                    let listed = app.json(&path, 200).await;
-                    let mut ids: Vec<String> = listed["messages"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|m| m["message_id"].as_str().unwrap().to_owned())
-                        .collect();
-                    ids.sort();
-                    ids
-                }
-            };
-            assert_eq!(listed("charge").await, ["map-1"]);
-            assert_eq!(listed("死信").await, ["map-1"]);
-            assert_eq!(listed("invoice:INV-9").await, ["map-1"]);
-            assert_eq!(listed("proton").await, ["string-1"]);
+            assert_eq!(app.found(&dlq, "charge").await, ["map-1"]);
+            assert_eq!(app.found(&dlq, "死信").await, ["map-1"]);
+            assert_eq!(app.found(&dlq, "invoice:INV-9").await, ["map-1"]);
+            assert_eq!(app.found(&dlq, "proton").await, ["string-1"]);
 
             let page = app.get(&format!("/messages/{map_id}")).await.text();
             assert!(page.contains("AMQP 1.0, shown as JSON"), "the note");

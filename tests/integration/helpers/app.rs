@@ -158,6 +158,22 @@ impl TestApp {
         .await
     }
 
+    /// The message-ids of what `q` finds in `queue` through the API, sorted.
+    pub async fn found(&self, queue: &str, q: &str) -> Vec<String> {
+        let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+        let listed = self
+            .json(&format!("/api/messages?queue={queue}&q={q}&limit=200"), 200)
+            .await;
+        let mut ids: Vec<String> = listed["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
     pub async fn body(&self, id: &str) -> Vec<u8> {
         let response = self.get(&format!("/api/messages/{id}/body")).await;
         assert_eq!(response.status, 200);
