@@ -137,13 +137,24 @@ pub struct StoredBody {
     pub bytes: Vec<u8>,
     pub content_type: Option<String>,
     pub content_encoding: Option<String>,
-    /// kombu's `compression` header.
+    /// kombu's `compression` header and the `type` property (`amqp-1.0` marks an AMQP 1.0
+    /// body): `None` as read, until [`StoredBody::of_message`] takes them from the message the
+    /// caller holds (its headers and properties are parsed there already).
     pub compression: Option<String>,
-    /// The `type` property (`amqp-1.0` marks an AMQP 1.0 body).
     pub message_type: Option<String>,
 }
 
 impl StoredBody {
+    /// The body with what its message says of its bytes beyond the columns.
+    pub fn of_message(self, message: &ArchivedMessage) -> Self {
+        let encoding = message.encoding();
+        StoredBody {
+            compression: encoding.compression.map(str::to_owned),
+            message_type: encoding.message_type.map(str::to_owned),
+            ..self
+        }
+    }
+
     pub fn encoding(&self) -> crate::body::Encoding<'_> {
         crate::body::Encoding::new(
             self.content_type.as_deref(),

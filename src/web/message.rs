@@ -270,7 +270,7 @@ pub async fn detail_page(
     let (payload, (marked, hits), editable_body) = state
         .bodies
         .run_with(permit, move || {
-            let body = masking.body(role, stored);
+            let body = masking.body(role, stored.of_message(&archived));
             let payload = payload::view(&body.bytes, &body.encoding());
             let marked = highlight::mark(&payload, &terms);
             (payload, marked, editable_body(&archived, &body.bytes))

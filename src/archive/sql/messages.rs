@@ -11,7 +11,6 @@ use super::rows::{
     count_from_row, group_from_row, hourly_from_row, message_from_row, summary_from_row,
 };
 use super::{args, ArchiveRow, Pool, SqlArchive};
-use crate::amqp::headers::{MessageProperties, Table};
 use crate::archive::{
     ArchiveError, ArchivedMessage, FailureGroup, HourlyCount, MessagePage, MessageStore,
     QueueReasonCount, StoredBody,
@@ -85,30 +84,18 @@ impl<T: SqlArchive> MessageStore for T {
         let row = self
             .db()
             .fetch_optional(
-                "SELECT b.body, m.content_type, m.content_encoding, m.headers, m.properties \
-                 FROM messages m JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1",
+                "SELECT b.body, m.content_type, m.content_encoding FROM messages m \
+                 JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1",
                 args![id],
             )
             .await?;
         row.map(|row| {
-            let corrupt = |e: serde_json::Error| ArchiveError::Corrupt {
-                id,
-                reason: e.to_string(),
-            };
-            let headers: Option<String> = row.column("headers")?;
-            let headers = headers
-                .map(|h| Table::from_json(&h))
-                .transpose()
-                .map_err(corrupt)?;
-            let properties: String = row.column("properties")?;
-            let properties: MessageProperties =
-                serde_json::from_str(&properties).map_err(corrupt)?;
             Ok(StoredBody {
                 bytes: row.column("body")?,
                 content_type: row.column("content_type")?,
                 content_encoding: row.column("content_encoding")?,
-                compression: crate::body::compression_header(headers.as_ref()).map(str::to_owned),
-                message_type: properties.kind.and_then(|k| k.as_str().map(str::to_owned)),
+                compression: None,
+                message_type: None,
             })
         })
         .transpose()
