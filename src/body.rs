@@ -129,6 +129,18 @@ pub fn edits_as_text(bytes: &[u8], encoding: &Encoding<'_>) -> bool {
     !transformed && encoding.compression.is_none() && std::str::from_utf8(bytes).is_ok()
 }
 
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary.
+pub fn prefix(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// The `charset` parameter of a content type, lower-cased.
 pub fn charset(content_type: &str) -> Option<String> {
     content_type.split(';').skip(1).find_map(|param| {
@@ -193,13 +205,7 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
         None => (&body[..body.len().min(limit)], body.len() > limit),
     };
     let mut text = content_text(bytes, encoding, cut)?;
-    if text.len() > limit {
-        let mut end = limit;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    text.truncate(prefix(&text, limit).len());
     Some(text)
 }
 
@@ -349,6 +355,8 @@ mod tests {
 
     #[test]
     fn text_is_cut_at_a_character_boundary() {
+        assert_eq!(prefix("aé", 2), "a");
+        assert_eq!(prefix("aé", 9), "aé");
         let body = "é".repeat(10);
         assert_eq!(
             text(body.as_bytes(), &Encoding::new(None, None), 5).as_deref(),

@@ -211,14 +211,7 @@ fn search_text(
         header_text(h, &mut headers);
     }
     let unescaped = json_unescaped(body_text.unwrap_or_default());
-    let mut body = &*unescaped;
-    if body.len() > INDEXED_BODY_BYTES {
-        let mut end = INDEXED_BODY_BYTES;
-        while !body.is_char_boundary(end) {
-            end -= 1;
-        }
-        body = &body[..end];
-    }
+    let body = crate::body::prefix(&unescaped, INDEXED_BODY_BYTES);
     // CJK runs as bigrams, so that any part of one can be searched for.
     let indexed = |text: &str| crate::cjk::bigrams(&column_text(text)).into_owned();
     SearchText {
@@ -253,11 +246,8 @@ pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<St
         if text.is_empty() {
             return None;
         }
-        let mut end = text.len().min(MAX_ERROR_LEN);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(column_text(&text[..end]).into_owned())
+        let text = crate::body::prefix(text, MAX_ERROR_LEN);
+        Some(column_text(text).into_owned())
     })
 }
 

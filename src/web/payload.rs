@@ -147,11 +147,7 @@ fn cut(text: &str) -> (&str, bool) {
     if text.len() <= DISPLAY_LIMIT {
         return (text, false);
     }
-    let mut end = DISPLAY_LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&text[..end], true)
+    (body::prefix(text, DISPLAY_LIMIT), true)
 }
 
 /// `offset  hex bytes  |ascii|`, 16 bytes a line, for the first 64 KiB.

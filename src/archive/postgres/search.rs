@@ -38,13 +38,7 @@ fn fold(token: &str) -> String {
             .flat_map(char::to_lowercase)
             .collect()
     };
-    if out.len() > MAX_LEXEME_BYTES {
-        let mut end = MAX_LEXEME_BYTES;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
+    out.truncate(crate::body::prefix(&out, MAX_LEXEME_BYTES).len());
     out
 }
 
