@@ -1,6 +1,6 @@
 //! Message bodies as text (pure): `content-encoding` (gzip, deflate) or kombu's `compression`
-//! header undone, the declared charset decoded (MessagePack and CBOR turned into JSON text),
-//! always within a byte limit so that a huge or hostile body costs little.
+//! header undone, the declared charset decoded (MessagePack, CBOR and AMQP 1.0 turned into
+//! JSON text), always within a byte limit so that a huge or hostile body costs little.
 
 use std::io::Read;
 
@@ -41,7 +41,7 @@ impl<'a> Encoding<'a> {
     }
 
     /// The declared charset, UTF-8 when none is.
-    fn charset(&self) -> String {
+    pub fn charset(&self) -> String {
         self.content_type
             .and_then(charset)
             .unwrap_or_else(|| "utf-8".into())
@@ -209,8 +209,8 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
     Some(text)
 }
 
-/// Decompressed bytes as text: MessagePack and CBOR as the JSON they stand for (only whole:
-/// a cut one does not decode), anything else in its charset.
+/// Decompressed bytes as text: MessagePack, CBOR and AMQP 1.0 as the JSON they stand for
+/// (only whole: a cut one does not decode), anything else in its charset.
 fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<String> {
     match crate::structured::Format::of(encoding.content_type, encoding.message_type) {
         Some(_) if cut => None,

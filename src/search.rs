@@ -167,6 +167,22 @@ impl TextQuery {
     }
 }
 
+/// A word as the index keeps it: lowercased, diacritics removed (`Zürich` → `zurich`), as
+/// FTS5's `unicode61 remove_diacritics 2` folds it — for PostgreSQL's documents and queries
+/// and for the hits a page marks.
+pub fn fold(word: &str) -> String {
+    use unicode_normalization::char::is_combining_mark;
+    use unicode_normalization::UnicodeNormalization;
+    // ASCII has nothing to decompose and lowercases byte by byte: the common case, cheaply.
+    if word.is_ascii() {
+        return word.to_ascii_lowercase();
+    }
+    word.nfd()
+        .filter(|c| !is_combining_mark(*c))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
 /// Parses a query; `business_fields` are the names configured with `--field`.
 pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchError> {
     let chars = input.chars().count();

@@ -185,7 +185,6 @@ impl Application {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
 /// Brings the search index of messages archived by an earlier version up to date, a batch at
 /// a time beside ingest and requests, until nothing is left (at once, on an archive that is
 /// up to date). A failing database is waited out.
@@ -212,7 +211,7 @@ async fn reindex_search(
                         done_through = progress.done_through,
                         last_id = progress.last_id,
                         rewritten,
-                        "reindexing messages archived before search found CJK text"
+                        "reindexing the search entries of messages archived by an earlier version"
                     );
                     reported = std::time::Instant::now();
                 }
@@ -231,6 +230,7 @@ async fn reindex_search(
     }
 }
 
+/// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

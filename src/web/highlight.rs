@@ -5,11 +5,8 @@
 
 use std::ops::Range;
 
-use unicode_normalization::char::is_combining_mark;
-use unicode_normalization::UnicodeNormalization;
-
 use crate::cjk::is_cjk;
-use crate::search::Search;
+use crate::search::{fold, Search};
 
 /// What to mark, from a search.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,14 +15,6 @@ pub struct Terms {
     words: Vec<(String, bool)>,
     /// Runs of CJK letters, found anywhere.
     runs: Vec<String>,
-}
-
-/// Lowercase without diacritics, as the index folds words.
-fn fold(word: &str) -> String {
-    word.nfd()
-        .filter(|c| !is_combining_mark(*c))
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 impl Terms {

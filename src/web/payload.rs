@@ -1,7 +1,7 @@
 //! The payload viewer (pure): bodies decoded as their headers say (gzip/deflate or kombu's
-//! compression, charset; MessagePack and CBOR as JSON), JSON pretty-printed and split into
-//! highlight tokens, binary as a hex dump — always cut to a size a page can hold. Everything
-//! here is text for the template to escape.
+//! compression, charset; MessagePack, CBOR and AMQP 1.0 as JSON), JSON pretty-printed and
+//! split into highlight tokens, binary as a hex dump — always cut to a size a page can hold.
+//! Everything here is text for the template to escape.
 
 use crate::body;
 
@@ -98,9 +98,7 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
             }
         };
     }
-    let charset = content_type
-        .and_then(body::charset)
-        .unwrap_or_else(|| "utf-8".into());
+    let charset = encoding.charset();
     let Some(text) = body::decode(&bytes, &charset, !complete) else {
         if charset != "utf-8" {
             notes.push(format!("charset {charset:?} is not one the viewer decodes"));

@@ -6,9 +6,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use unicode_normalization::char::is_combining_mark;
-use unicode_normalization::UnicodeNormalization;
-
 use crate::archive::SearchText;
 use crate::search::TextQuery;
 
@@ -28,16 +25,7 @@ pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 fn fold(token: &str) -> String {
-    // ASCII has nothing to decompose and lowercases byte by byte: the common case, cheaply.
-    let mut out: String = if token.is_ascii() {
-        token.to_ascii_lowercase()
-    } else {
-        token
-            .nfd()
-            .filter(|c| !is_combining_mark(*c))
-            .flat_map(char::to_lowercase)
-            .collect()
-    };
+    let mut out = crate::search::fold(token);
     out.truncate(crate::body::prefix(&out, MAX_LEXEME_BYTES).len());
     out
 }
