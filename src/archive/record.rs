@@ -251,6 +251,50 @@ pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<St
     })
 }
 
+/// The business field values of a message and the text search finds it by, as `rules`
+/// extract them: what ingest derives for the index, and the background reindex again.
+pub(crate) fn searchable(
+    message: &IncomingMessage,
+    rules: &IngestRules,
+) -> (Vec<(String, String)>, SearchText) {
+    let p = &message.properties;
+    let limit = if rules.fields.is_empty() {
+        INDEXED_BODY_BYTES
+    } else {
+        FIELD_BODY_BYTES
+    };
+    let content_type = MessageProperties::text(&p.content_type);
+    let content_encoding = MessageProperties::text(&p.content_encoding);
+    let encoding = crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
+        .with_compression(crate::body::compression_header(message.headers.as_ref()))
+        .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()));
+    let text = crate::body::text(&message.body, &encoding, limit);
+    let fields = extract_fields(text.as_deref(), &rules.fields);
+    let search_text = if rules.masks.is_empty() {
+        search_text(message, text.as_deref(), &fields)
+    } else {
+        // Masked values are not indexed, so no word search can reveal them: the body is
+        // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
+        let masks = crate::masking::Pointers::new(&rules.masks);
+        let masked =
+            crate::body::whole_text(&message.body, &encoding, crate::masking::MAX_MASKED_BODY)
+                .ok()
+                .and_then(|t| crate::masking::mask_json(&t, &masks));
+        let indexed: Vec<(String, String)> = fields
+            .iter()
+            .filter(|(name, _)| {
+                !rules
+                    .fields
+                    .iter()
+                    .any(|f| &f.name == name && masks.cover(&f.pointer))
+            })
+            .cloned()
+            .collect();
+        search_text(message, masked.as_deref(), &indexed)
+    };
+    (fields, search_text)
+}
+
 /// An incoming message with everything the archive stores derived from it.
 #[derive(Debug, Clone)]
 pub struct PreparedMessage {
@@ -288,42 +332,7 @@ impl PreparedMessage {
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
         let error = error_description(message.headers.as_ref(), &rules.error_headers);
-        let p = &message.properties;
-        let limit = if rules.fields.is_empty() {
-            INDEXED_BODY_BYTES
-        } else {
-            FIELD_BODY_BYTES
-        };
-        let content_type = MessageProperties::text(&p.content_type);
-        let content_encoding = MessageProperties::text(&p.content_encoding);
-        let encoding =
-            crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
-                .with_compression(crate::body::compression_header(message.headers.as_ref()))
-                .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()));
-        let text = crate::body::text(&message.body, &encoding, limit);
-        let fields = extract_fields(text.as_deref(), &rules.fields);
-        let search_text = if rules.masks.is_empty() {
-            search_text(&message, text.as_deref(), &fields)
-        } else {
-            // Masked values are not indexed, so no word search can reveal them: the body is
-            // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
-            let masks = crate::masking::Pointers::new(&rules.masks);
-            let masked =
-                crate::body::whole_text(&message.body, &encoding, crate::masking::MAX_MASKED_BODY)
-                    .ok()
-                    .and_then(|t| crate::masking::mask_json(&t, &masks));
-            let indexed: Vec<(String, String)> = fields
-                .iter()
-                .filter(|(name, _)| {
-                    !rules
-                        .fields
-                        .iter()
-                        .any(|f| &f.name == name && masks.cover(&f.pointer))
-                })
-                .cloned()
-                .collect();
-            search_text(&message, masked.as_deref(), &indexed)
-        };
+        let (fields, search_text) = searchable(&message, rules);
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let mut history = death::decode(message.headers.as_ref());

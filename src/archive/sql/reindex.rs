@@ -12,8 +12,7 @@ use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::message_from_row;
 use super::{args, ArchiveRow, SqlArchive};
 use crate::archive::{
-    ArchiveError, IncomingMessage, IngestRules, PreparedMessage, Reindex, ReindexProgress,
-    SearchText,
+    ArchiveError, IncomingMessage, IngestRules, Reindex, ReindexProgress, SearchText,
 };
 
 #[async_trait]
@@ -87,8 +86,8 @@ impl<T: SqlArchive> Reindex for T {
     }
 }
 
-/// The search text ingest would derive for a stored message today, where it differs from what
-/// earlier versions indexed.
+/// The search text ingest would derive for a stored message today (only that: no
+/// fingerprint, no death history), where it differs from what earlier versions indexed.
 fn search_text(
     stored: crate::archive::ArchivedMessage,
     body: Vec<u8>,
@@ -107,7 +106,7 @@ fn search_text(
         decode_problems: Vec::new(),
         stream_offset: None,
     };
-    let text = PreparedMessage::with_rules(message, rules).search_text;
+    let (_, text) = crate::archive::record::searchable(&message, rules);
     let has_cjk = [&text.body, &text.ids, &text.headers]
         .iter()
         .any(|part| part.chars().any(crate::cjk::is_cjk));
