@@ -1,7 +1,8 @@
 //! Bodies as real producers write them, published by the real library: kombu (Celery's
 //! transport) with `compression='zlib'` and with the `msgpack` serializer, and an AMQP 1.0
-//! client (python-qpid-proton) on RabbitMQ 4. Each is archived, shown decoded, found by its
-//! words and business fields, and replayed byte for byte. Needs Python 3 with kombu, msgpack
+//! client (python-qpid-proton) on RabbitMQ 4. Each is dead-lettered by the broker (rejected
+//! by a failing worker, or expired), archived, shown decoded, found by its words and business
+//! fields, and replayed byte for byte. Needs Python 3 with kombu, msgpack
 //! and python-qpid-proton (`pip install kombu msgpack python-qpid-proton`; `.ci/run` does).
 
 use std::process::Command;
@@ -44,19 +45,22 @@ with Connection(url) as conn:
 on_both_backends!(kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them);
 async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them() {
     let p = unique("kombu");
-    let (dlq, work) = (format!("{p}.dlq"), format!("{p}.work"));
     let mut t = Topology::new().await;
-    t.queue(&dlq, Default::default()).await;
+    // The task queue dead-letters what its (failing) worker rejects into the DLQ; replays go
+    // to a queue of their own.
+    let (tasks, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let work = format!("{p}.replayed");
     t.queue(&work, Default::default()).await;
     let app = TestApp::spawn_with(&[&dlq], |c| {
         c.fields = vec!["invoice=/invoice".parse().unwrap()];
     })
     .await;
+    let worker = rejecting_worker(&tasks).await;
     // kombu takes the vhost after the last slash, as it is: `/` for the default one.
     let url = amqp_url().replace("%2f", "/");
     kombu_publish(
         &url,
-        &dlq,
+        &tasks,
         &[
             (
                 "zlib-1",
@@ -73,6 +77,7 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
         ],
     );
     app.wait_for_archived(2, Duration::from_secs(20)).await;
+    worker.abort();
     let zlib = app.detail_by_message_id(&dlq, "zlib-1").await;
     let msgpack = app.detail_by_message_id(&dlq, "msgpack-1").await;
     let id = |m: &serde_json::Value| m["id"].as_str().unwrap().to_owned();
