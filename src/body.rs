@@ -6,14 +6,19 @@ use std::io::Read;
 
 /// How a body's bytes become its content: its content type (charset) and content-encoding,
 /// and kombu's `compression` header (Celery's `compression='zlib'`), which says what a
-/// content-encoding would.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// content-encoding would; for Protocol Buffers, the schemas and what names the message.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Encoding<'a> {
     pub content_type: Option<&'a str>,
     pub content_encoding: Option<&'a str>,
     pub compression: Option<&'a str>,
-    /// The `type` property: RabbitMQ 4 marks AMQP 1.0 bodies `amqp-1.0`.
+    /// The `type` property: RabbitMQ 4 marks AMQP 1.0 bodies `amqp-1.0`; it may name a
+    /// protobuf message.
     pub message_type: Option<&'a str>,
+    /// The message's headers (one may name its protobuf message: `--proto-header`).
+    pub headers: Option<&'a crate::amqp::headers::Table>,
+    /// The protobuf message types configured (`--proto-descriptors`), if any.
+    pub schemas: Option<&'a crate::structured::protobuf::Schemas>,
 }
 
 impl<'a> Encoding<'a> {
@@ -23,6 +28,26 @@ impl<'a> Encoding<'a> {
             content_encoding,
             compression: None,
             message_type: None,
+            headers: None,
+            schemas: None,
+        }
+    }
+
+    /// With the message's headers: kombu's `compression`, and a header naming a protobuf
+    /// message.
+    pub fn with_headers(self, headers: Option<&'a crate::amqp::headers::Table>) -> Self {
+        Encoding {
+            headers,
+            compression: compression_header(headers),
+            ..self
+        }
+    }
+
+    /// With the protobuf schemas bodies may be decoded with.
+    pub fn with_schemas(self, schemas: Option<&'a crate::structured::protobuf::Schemas>) -> Self {
+        Encoding {
+            schemas: schemas.filter(|s| !s.is_empty()),
+            ..self
         }
     }
 
@@ -212,7 +237,7 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
 /// Decompressed bytes as text: MessagePack, CBOR and AMQP 1.0 as the JSON they stand for
 /// (only whole: a cut one does not decode), anything else in its charset.
 fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<String> {
-    match crate::structured::Format::of(encoding.content_type, encoding.message_type) {
+    match crate::structured::Format::of(encoding) {
         Some(_) if cut => None,
         Some(format) => crate::structured::to_json(bytes, format)
             .ok()

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -11,6 +12,7 @@ use crate::archive::{BusinessField, IngestRules, Role};
 use crate::auth::{AuthMode, AuthSettings};
 use crate::replay::job::RunnerSettings;
 use crate::selection::ListParams;
+use crate::structured::protobuf::Schemas;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -309,15 +311,68 @@ pub struct ServeConfig {
     /// AMQP URL's are used.
     #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
     pub management_url: Option<String>,
+
+    /// A protobuf FileDescriptorSet (`protoc --include_imports --descriptor_set_out=FILE`):
+    /// bodies of its message types are shown, searched, masked and have business fields as
+    /// JSON (repeatable). A body's message is named by its `type` property, a `proto=`
+    /// content-type parameter or the `--proto-header`: a full name, or a `--proto-type` alias.
+    #[arg(
+        long = "proto-descriptors",
+        env = "LAZARUS_PROTO_DESCRIPTORS",
+        value_delimiter = ','
+    )]
+    pub proto_descriptors: Vec<std::path::PathBuf>,
+
+    /// TYPE=package.Message: a body whose `type` property (or `--proto-header`) is TYPE holds
+    /// that protobuf message (repeatable).
+    #[arg(long = "proto-type", env = "LAZARUS_PROTO_TYPE", value_delimiter = ',')]
+    pub proto_types: Vec<String>,
+
+    /// A header whose value names a body's protobuf message (or a `--proto-type` TYPE).
+    #[arg(long, env = "LAZARUS_PROTO_HEADER")]
+    pub proto_header: Option<String>,
 }
 
 impl ServeConfig {
-    pub fn ingest_rules(&self) -> IngestRules {
+    /// What ingest derives from each message, bodies decoded with `schemas`.
+    pub fn ingest_rules(&self, schemas: Option<Arc<Schemas>>) -> IngestRules {
         IngestRules {
             error_headers: self.error_headers.clone(),
             fields: self.fields.clone(),
             masks: self.masks.clone(),
+            schemas,
         }
+    }
+
+    /// The protobuf message types of `--proto-descriptors` (none without), named as
+    /// `--proto-type` and `--proto-header` say; an error names the file or alias at fault.
+    pub fn schemas(&self) -> Result<Option<Arc<Schemas>>, String> {
+        if self.proto_descriptors.is_empty() {
+            return match self.proto_types.is_empty() && self.proto_header.is_none() {
+                true => Ok(None),
+                false => Err("--proto-type and --proto-header need --proto-descriptors".into()),
+            };
+        }
+        let sets = self
+            .proto_descriptors
+            .iter()
+            .map(|path| {
+                std::fs::read(path)
+                    .map(|bytes| (path.display().to_string(), bytes))
+                    .map_err(|e| format!("--proto-descriptors {}: {e}", path.display()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let schemas = Schemas::load(&sets, &self.proto_types, self.proto_header.as_deref())?;
+        if schemas.is_empty() {
+            return Err(format!(
+                "--proto-descriptors {}: no message types in it",
+                sets.iter()
+                    .map(|s| s.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(Some(Arc::new(schemas)))
     }
 
     pub fn batch_settings(&self) -> BatchSettings {
@@ -369,7 +424,7 @@ impl ServeConfig {
             metrics,
             window: self.replay_window.max(1),
             lease: Duration::from_secs(self.job_lease_secs.max(1)),
-            policy: std::sync::Arc::new(self.replay_policy()),
+            policy: Arc::new(self.replay_policy()),
             ..RunnerSettings::new(&self.connection.amqp_url)
         }
     }
@@ -409,6 +464,9 @@ impl fmt::Debug for ServeConfig {
                 "management_url",
                 &self.management_url.as_deref().map(redact_url),
             )
+            .field("proto_descriptors", &self.proto_descriptors)
+            .field("proto_types", &self.proto_types)
+            .field("proto_header", &self.proto_header)
             .finish()
     }
 }
@@ -518,7 +576,7 @@ mod tests {
         ]) else {
             unreachable!()
         };
-        assert_eq!(c.ingest_rules().fields[1].pointer, "/customer/id");
+        assert_eq!(c.ingest_rules(None).fields[1].pointer, "/customer/id");
         assert!(Cli::try_parse_from(["lazarus", "serve", "--field", "invoice"]).is_err());
     }
 

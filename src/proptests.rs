@@ -152,9 +152,11 @@ proptest! {
     }
 
     #[test]
-    fn any_messagepack_or_cbor_bytes_decode_or_say_why(bytes in vec(any::<u8>(), 0..300)) {
+    fn any_structured_bytes_decode_or_say_why(bytes in vec(any::<u8>(), 0..300)) {
         use crate::structured::{to_json, Format};
-        for format in [Format::MessagePack, Format::Cbor] {
+        let schemas = crate::structured::protobuf::tests::shop();
+        let order = Format::Protobuf(&schemas, "shop.Order");
+        for format in [Format::MessagePack, Format::Cbor, Format::RawProtobuf, order] {
             if let Ok(value) = to_json(&bytes, format) {
                 // What the viewer and the index read back is JSON serde_json accepts.
                 let text = value.to_string();

@@ -59,6 +59,7 @@ impl Application {
             .as_deref()
             .map(|url| Management::new(url, &config.connection.amqp_url).map(Arc::new))
             .transpose()?;
+        let schemas = config.schemas().map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -75,6 +76,7 @@ impl Application {
         );
         state.auth = Arc::new(auth);
         state.masking = Arc::new(web::masking::Masking::new(&config.masks, &config.fields));
+        state.schemas = schemas;
         state.replay_policy = Arc::new(config.replay_policy());
         if state.replay_policy.is_open() && !config.queues.is_empty() {
             tracing::info!(
@@ -117,7 +119,7 @@ impl Application {
             amqp_url: self.config.connection.amqp_url.clone(),
             archive: self.background.clone(),
             settings: self.config.batch_settings(),
-            rules: self.config.ingest_rules(),
+            rules: self.config.ingest_rules(self.state.schemas.clone()),
             status: self.state.status.clone(),
             metrics: self.state.metrics.clone(),
             management: self.management.clone(),

@@ -1,30 +1,48 @@
-//! MessagePack, CBOR and AMQP 1.0 bodies as JSON values (pure), so that the viewer, search,
-//! business fields and masks treat them as the JSON they stand for (Celery's `msgpack`
-//! serializer, `application/x-msgpack`, `application/cbor`, and what RabbitMQ 4 marks `type:
-//! amqp-1.0`, in `amqp10`). Decoding is bounded: nesting depth, and no
-//! allocation larger than the bytes left, whatever a length prefix claims. Byte strings
-//! become hex strings, extension types `{"ext": type, "hex": …}`, non-text map keys their
-//! JSON text.
+//! MessagePack, CBOR, AMQP 1.0 and Protocol Buffers bodies as JSON values (pure), so that the
+//! viewer, search, business fields and masks treat them as the JSON they stand for (Celery's
+//! `msgpack` serializer, `application/x-msgpack`, `application/cbor`, what RabbitMQ 4 marks
+//! `type: amqp-1.0`, in `amqp10`, and protobuf messages of configured schemas, in
+//! `protobuf`). Decoding is bounded: nesting depth, and no allocation larger than the bytes
+//! left, whatever a length prefix claims. Byte strings become hex strings (base64 in
+//! protobuf, as its JSON has them), extension types `{"ext": type, "hex": …}`, non-text map
+//! keys their JSON text.
+
+use std::fmt;
 
 use serde_json::{Map, Number, Value};
 
+use crate::body::Encoding;
+
 mod amqp10;
+pub mod protobuf;
 
 /// Deepest nesting decoded (serde_json reads the text back with a limit of 128).
 pub const MAX_DEPTH: usize = 100;
 
 /// The binary formats decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+#[derive(Debug, Clone, Copy)]
+pub enum Format<'a> {
     MessagePack,
     Cbor,
     /// AMQP 1.0 body sections, as RabbitMQ 4 passes them to 0-9-1 consumers.
     Amqp10,
+    /// A protobuf message of a configured type (its full name).
+    Protobuf(&'a protobuf::Schemas, &'a str),
+    /// A body declared protobuf whose type is not known: fields by number, as `protoc
+    /// --decode_raw` shows them.
+    RawProtobuf,
 }
 
-impl Format {
-    /// The format a message's content type or its `type` property names, if one of these.
-    pub fn of(content_type: Option<&str>, message_type: Option<&str>) -> Option<Format> {
+impl<'a> Format<'a> {
+    /// The format of a body: a protobuf message its headers or `type` name, else what its
+    /// content type or `type` property names, if one of these.
+    pub fn of(encoding: &Encoding<'a>) -> Option<Format<'a>> {
+        let (content_type, message_type) = (encoding.content_type, encoding.message_type);
+        if let Some(schemas) = encoding.schemas {
+            if let Some(name) = schemas.message_for(message_type, content_type, encoding.headers) {
+                return Some(Format::Protobuf(schemas, name));
+            }
+        }
         if message_type.is_some_and(|t| t.eq_ignore_ascii_case("amqp-1.0")) {
             return Some(Format::Amqp10);
         }
@@ -34,32 +52,47 @@ impl Format {
                 Some(Format::MessagePack)
             }
             "application/cbor" => Some(Format::Cbor),
+            "application/x-protobuf"
+            | "application/protobuf"
+            | "application/vnd.google.protobuf"
+            | "application/x-google-protobuf" => Some(Format::RawProtobuf),
             _ => None,
         }
     }
+}
 
-    pub fn name(self) -> &'static str {
+impl fmt::Display for Format<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Format::MessagePack => "MessagePack",
-            Format::Cbor => "CBOR",
-            Format::Amqp10 => "AMQP 1.0",
+            Format::MessagePack => f.write_str("MessagePack"),
+            Format::Cbor => f.write_str("CBOR"),
+            Format::Amqp10 => f.write_str("AMQP 1.0"),
+            Format::Protobuf(_, name) => write!(f, "Protocol Buffers message {name}"),
+            Format::RawProtobuf => f.write_str("Protocol Buffers (type unknown, fields by number)"),
         }
     }
 }
 
 /// The one value `bytes` hold, or why they do not hold one.
-pub fn to_json(bytes: &[u8], format: Format) -> Result<Value, String> {
+pub fn to_json(bytes: &[u8], format: Format<'_>) -> Result<Value, String> {
     let mut reader = Reader { bytes, at: 0 };
     let value = match format {
         Format::MessagePack => reader.msgpack(0),
         Format::Cbor => reader.cbor(0),
         Format::Amqp10 => amqp10::sections(&mut reader),
+        Format::Protobuf(schemas, name) => {
+            reader.at = bytes.len();
+            schemas.to_json(bytes, name)
+        }
+        Format::RawProtobuf => {
+            reader.at = bytes.len();
+            protobuf::Schemas::default().to_json(bytes, "")
+        }
     }
-    .map_err(|e| format!("{} does not decode: {e}", format.name()))?;
+    .map_err(|e| format!("{format} does not decode: {e}"))?;
     if reader.at != bytes.len() {
         return Err(format!(
-            "{} does not decode: {} bytes after the value",
-            format.name(),
+            "{format} does not decode: {} bytes after the value",
             bytes.len() - reader.at
         ));
     }
@@ -71,7 +104,7 @@ struct Reader<'a> {
     at: usize,
 }
 
-type Decoded = Result<Value, String>;
+pub(crate) type Decoded = Result<Value, String>;
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: u64) -> Result<&'a [u8], String> {
@@ -300,7 +333,7 @@ fn ext(kind: i8, data: &[u8]) -> Value {
 }
 
 /// A number JSON can hold; NaN and the infinities as their names.
-fn float(f: f64) -> Value {
+pub(crate) fn float(f: f64) -> Value {
     Number::from_f64(f).map_or_else(|| Value::String(f.to_string()), Value::Number)
 }
 
@@ -335,17 +368,24 @@ mod tests {
 
     #[test]
     fn formats_come_from_the_content_type() {
+        let format = |content_type, message_type| {
+            let encoding = Encoding::new(content_type, None).with_message_type(message_type);
+            Format::of(&encoding).map(|f| f.to_string())
+        };
         assert_eq!(
-            Format::of(Some("application/x-msgpack"), None),
-            Some(Format::MessagePack)
+            format(Some("application/x-msgpack"), None).as_deref(),
+            Some("MessagePack")
         );
         assert_eq!(
-            Format::of(Some("Application/CBOR; x=1"), None),
-            Some(Format::Cbor)
+            format(Some("Application/CBOR; x=1"), None).as_deref(),
+            Some("CBOR")
         );
-        assert_eq!(Format::of(None, Some("amqp-1.0")), Some(Format::Amqp10));
-        assert_eq!(Format::of(Some("application/json"), None), None);
-        assert_eq!(Format::of(None, Some("order.created")), None);
+        assert_eq!(format(None, Some("amqp-1.0")).as_deref(), Some("AMQP 1.0"));
+        assert!(format(Some("application/x-protobuf"), None)
+            .unwrap()
+            .contains("type unknown"));
+        assert_eq!(format(Some("application/json"), None), None);
+        assert_eq!(format(None, Some("order.created")), None);
     }
 
     #[test]

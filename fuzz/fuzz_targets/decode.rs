@@ -1,7 +1,8 @@
 //! Fuzzes what arrives from outside: frame payloads through the wire decoders, header
 //! tables (as the archive stores them, typed JSON) through the x-death decoder and the
 //! wire encoding, search text through the parser (and its CJK bigrams), and body bytes
-//! through the MessagePack, CBOR and kombu-compression decoders.
+//! through the MessagePack, CBOR, protobuf (read by field number) and kombu-compression
+//! decoders.
 #![no_main]
 
 use lazarus::amqp::headers::Table;
@@ -29,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = lazarus::cjk::bigrams(&text);
     use lazarus::body::{text as body_text, Encoding};
-    for content_type in ["application/x-msgpack", "application/cbor"] {
+    for content_type in [
+        "application/x-msgpack",
+        "application/cbor",
+        "application/x-protobuf",
+    ] {
         let _ = body_text(data, &Encoding::new(Some(content_type), None), 1 << 16);
     }
     let kombu = Encoding::default().with_compression(Some("application/x-gzip"));

@@ -137,20 +137,20 @@ pub struct StoredBody {
     pub bytes: Vec<u8>,
     pub content_type: Option<String>,
     pub content_encoding: Option<String>,
-    /// kombu's `compression` header and the `type` property (`amqp-1.0` marks an AMQP 1.0
-    /// body): `None` as read, until [`StoredBody::of_message`] takes them from the message the
-    /// caller holds (its headers and properties are parsed there already).
-    pub compression: Option<String>,
+    /// The message's headers (kombu's `compression`, a header naming a protobuf message) and
+    /// its `type` property (`amqp-1.0` marks an AMQP 1.0 body): `None` as read, until
+    /// [`StoredBody::of_message`] takes them from the message the caller holds (its headers
+    /// and properties are parsed there already).
+    pub headers: Option<Table>,
     pub message_type: Option<String>,
 }
 
 impl StoredBody {
     /// The body with what its message says of its bytes beyond the columns.
     pub fn of_message(self, message: &ArchivedMessage) -> Self {
-        let encoding = message.encoding();
         StoredBody {
-            compression: encoding.compression.map(str::to_owned),
-            message_type: encoding.message_type.map(str::to_owned),
+            headers: message.headers.clone(),
+            message_type: message.encoding().message_type.map(str::to_owned),
             ..self
         }
     }
@@ -160,7 +160,7 @@ impl StoredBody {
             self.content_type.as_deref(),
             self.content_encoding.as_deref(),
         )
-        .with_compression(self.compression.as_deref())
+        .with_headers(self.headers.as_ref())
         .with_message_type(self.message_type.as_deref())
     }
 }
@@ -170,7 +170,7 @@ impl ArchivedMessage {
     pub fn encoding(&self) -> crate::body::Encoding<'_> {
         let s = &self.summary;
         crate::body::Encoding::new(s.content_type.as_deref(), s.content_encoding.as_deref())
-            .with_compression(crate::body::compression_header(self.headers.as_ref()))
+            .with_headers(self.headers.as_ref())
             .with_message_type(self.properties.kind.as_ref().and_then(|k| k.as_str()))
     }
 }

@@ -127,6 +127,8 @@ pub struct IngestRules {
     pub fields: Vec<BusinessField>,
     /// JSON pointers (`--mask`) whose values stay out of the full-text index.
     pub masks: Vec<String>,
+    /// Protobuf message types bodies are decoded with (`--proto-descriptors`).
+    pub schemas: Option<std::sync::Arc<crate::structured::protobuf::Schemas>>,
 }
 
 impl Default for IngestRules {
@@ -138,6 +140,7 @@ impl Default for IngestRules {
                 .collect(),
             fields: Vec::new(),
             masks: Vec::new(),
+            schemas: None,
         }
     }
 }
@@ -266,8 +269,9 @@ pub(crate) fn searchable(
     let content_type = MessageProperties::text(&p.content_type);
     let content_encoding = MessageProperties::text(&p.content_encoding);
     let encoding = crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
-        .with_compression(crate::body::compression_header(message.headers.as_ref()))
-        .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()));
+        .with_headers(message.headers.as_ref())
+        .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()))
+        .with_schemas(rules.schemas.as_deref());
     let text = crate::body::text(&message.body, &encoding, limit);
     let fields = extract_fields(text.as_deref(), &rules.fields);
     let search_text = if rules.masks.is_empty() {

@@ -84,13 +84,12 @@ pub(super) async fn get_message(
         .get_body(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    let masking = state.masking.clone();
-    let role = caller.role;
+    let (masking, schemas, role) = (state.masking.clone(), state.schemas.clone(), caller.role);
     let body = body.of_message(&message);
     let body = state
         .bodies
         .run_with(permit, move || {
-            BodyJson::new(&masking.body(role, body).bytes)
+            BodyJson::new(&masking.body(role, body, schemas.as_deref()).bytes)
         })
         .await?;
     state
@@ -123,11 +122,11 @@ pub(super) async fn download_body(
                 .await?
                 .ok_or_else(|| not_found(&id))?;
             let body = body.of_message(&message);
-            let masking = state.masking.clone();
+            let (masking, schemas) = (state.masking.clone(), state.schemas.clone());
             let role = caller.role;
             state
                 .bodies
-                .run_with(permit, move || masking.body(role, body))
+                .run_with(permit, move || masking.body(role, body, schemas.as_deref()))
                 .await?
         }
         false => body,

@@ -12,6 +12,7 @@ use crate::archive::{BusinessField, MessageFilter, Role, StoredBody};
 use crate::body::{whole_text, NotText};
 pub use crate::masking::MAX_MASKED_BODY;
 use crate::masking::{mask_json, Pointers, MASK};
+use crate::structured::protobuf::Schemas;
 
 /// The masking rules of an instance.
 #[derive(Debug, Clone, Default)]
@@ -26,7 +27,7 @@ fn withheld(why: &str) -> StoredBody {
         bytes: format!("(withheld: {why})").into_bytes(),
         content_type: Some("text/plain".into()),
         content_encoding: None,
-        compression: None,
+        headers: None,
         message_type: None,
     }
 }
@@ -53,11 +54,12 @@ impl Masking {
     /// its content-encoding, in UTF-8) and masked, or a note that it is withheld; as archived
     /// otherwise. At most [`MAX_MASKED_BODY`] bytes are ever decoded, in one pass without
     /// recursion: run it off the async threads (it is CPU work on up to 8 MiB).
-    pub fn body(&self, role: Role, body: StoredBody) -> StoredBody {
+    pub fn body(&self, role: Role, body: StoredBody, schemas: Option<&Schemas>) -> StoredBody {
         if !self.applies(role) {
             return body;
         }
-        let text = whole_text(&body.bytes, &body.encoding(), MAX_MASKED_BODY);
+        let encoding = body.encoding().with_schemas(schemas);
+        let text = whole_text(&body.bytes, &encoding, MAX_MASKED_BODY);
         let text = match text {
             Ok(text) => text,
             Err(NotText::TooLarge) => {
@@ -75,7 +77,7 @@ impl Masking {
                 bytes: masked.into_bytes(),
                 content_type: Some("application/json".into()),
                 content_encoding: None,
-                compression: None,
+                headers: None,
                 message_type: None,
             },
             // What is not JSON cannot be masked, so viewers do not see it.
@@ -158,13 +160,13 @@ mod tests {
             bytes: bytes.to_vec(),
             content_type: content_type.map(str::to_owned),
             content_encoding: encoding.map(str::to_owned),
-            compression: None,
+            headers: None,
             message_type: None,
         }
     }
 
     fn shown(m: &Masking, body: StoredBody) -> String {
-        String::from_utf8(m.body(Role::Viewer, body).bytes).unwrap()
+        String::from_utf8(m.body(Role::Viewer, body, None).bytes).unwrap()
     }
 
     #[test]
@@ -239,7 +241,7 @@ mod tests {
             Some("application/json"),
             None,
         );
-        assert_eq!(m.body(Role::Operator, body.clone()), body);
+        assert_eq!(m.body(Role::Operator, body.clone(), None), body);
         assert!(!shown(&m, body).contains("4111"));
         let mut values = BTreeMap::from([
             ("card".to_owned(), "4111".to_owned()),

@@ -262,6 +262,7 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
     let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
+    let schemas = state.schemas.clone();
     // A search that does not parse (edited by hand) marks nothing.
     let search = from.q.unwrap_or_default();
     let terms = crate::search::parse(&search, &state.business_fields)
@@ -270,8 +271,9 @@ pub async fn detail_page(
     let (payload, (marked, hits), editable_body) = state
         .bodies
         .run_with(permit, move || {
-            let body = masking.body(role, stored.of_message(&archived));
-            let payload = payload::view(&body.bytes, &body.encoding());
+            let schemas = schemas.as_deref();
+            let body = masking.body(role, stored.of_message(&archived), schemas);
+            let payload = payload::view(&body.bytes, &body.encoding().with_schemas(schemas));
             let marked = highlight::mark(&payload, &terms);
             (payload, marked, editable_body(&archived, &body.bytes))
         })

@@ -69,6 +69,8 @@ pub struct AppState {
     pub throttle: Arc<Throttle>,
     /// What viewers may not read (`--mask`).
     pub masking: Arc<masking::Masking>,
+    /// The protobuf message types bodies are decoded with (`--proto-descriptors`).
+    pub schemas: Option<Arc<crate::structured::protobuf::Schemas>>,
     /// Loading, decoding, masking and rendering bodies: a few at a time.
     pub bodies: Arc<limits::WorkLimit>,
     /// Password hashing (argon2 is slow and takes 19 MiB on purpose): a few at a time.
@@ -90,6 +92,7 @@ impl AppState {
             auth: Arc::new(AuthSettings::none()),
             throttle: Arc::new(Throttle::default()),
             masking: Arc::new(masking::Masking::default()),
+            schemas: None,
             bodies: Arc::new(limits::WorkLimit::new(
                 limits::cores(),
                 BODY_QUEUE,

@@ -1,5 +1,5 @@
 //! The payload viewer (pure): bodies decoded as their headers say (gzip/deflate or kombu's
-//! compression, charset; MessagePack, CBOR and AMQP 1.0 as JSON), JSON pretty-printed and
+//! compression, charset; MessagePack, CBOR, AMQP 1.0 and protobuf as JSON), JSON pretty-printed and
 //! split into highlight tokens, binary as a hex dump — always cut to a size a page can hold.
 //! Everything here is text for the template to escape.
 
@@ -78,18 +78,17 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
             return hex_view(body, notes);
         }
     };
-    if let Some(format) = crate::structured::Format::of(content_type, encoding.message_type) {
+    if let Some(format) = crate::structured::Format::of(encoding) {
         let decoded = match complete {
             true => crate::structured::to_json(&bytes, format),
             false => Err(format!(
-                "{} larger than {} MiB decoded is not decoded",
-                format.name(),
+                "{format} larger than {} MiB decoded is not decoded",
                 JSON_LIMIT / (1024 * 1024)
             )),
         };
         return match decoded {
             Ok(value) => {
-                notes.push(format!("{}, shown as JSON", format.name()));
+                notes.push(format!("{format}, shown as JSON"));
                 json_view(&value, notes)
             }
             Err(e) => {

@@ -94,7 +94,7 @@ impl<T: SqlArchive> MessageStore for T {
                 bytes: row.column("body")?,
                 content_type: row.column("content_type")?,
                 content_encoding: row.column("content_encoding")?,
-                compression: None,
+                headers: None,
                 message_type: None,
             })
         })

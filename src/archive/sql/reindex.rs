@@ -93,7 +93,7 @@ fn search_text(
     body: Vec<u8>,
     rules: &IngestRules,
 ) -> Option<SearchText> {
-    let decoded_now = newly_decoded(&stored, &body);
+    let decoded_now = newly_decoded(&stored, &body, rules);
     let message = IncomingMessage {
         queue: stored.summary.queue,
         exchange: stored.delivered_exchange,
@@ -114,11 +114,15 @@ fn search_text(
 }
 
 /// Whether the body is one that earlier versions did not read as text, or read otherwise:
-/// compressed by kombu, MessagePack, CBOR or AMQP 1.0, or JSON with `\u` escapes. (CJK runs,
+/// compressed by kombu, MessagePack, CBOR, AMQP 1.0 or protobuf, or JSON with `\u` escapes. (CJK runs,
 /// once single words, are bigrams now: see the caller.)
-fn newly_decoded(stored: &crate::archive::ArchivedMessage, body: &[u8]) -> bool {
-    let encoding = stored.encoding();
+fn newly_decoded(
+    stored: &crate::archive::ArchivedMessage,
+    body: &[u8],
+    rules: &IngestRules,
+) -> bool {
+    let encoding = stored.encoding().with_schemas(rules.schemas.as_deref());
     encoding.compression.is_some()
-        || crate::structured::Format::of(encoding.content_type, encoding.message_type).is_some()
+        || crate::structured::Format::of(&encoding).is_some()
         || body.windows(2).any(|w| w == b"\\u")
 }
