@@ -87,56 +87,126 @@ pub struct Decompressed {
     pub codec: &'static str,
 }
 
-/// Undoes gzip, deflate or kombu's zlib, reading no more than `limit` bytes (a compression
-/// bomb cannot fill memory). `Ok(None)`: no encoding this can undo was declared; an error
-/// for a compression that does not decode or that Lazarus does not know.
+/// Undoes gzip, deflate, brotli or zstd (`content-encoding`), or what kombu's `compression`
+/// header names (zlib, bzip2, lzma/xz, zstd, brotli), reading no more than `limit` bytes (a
+/// compression bomb cannot fill memory). `Ok(None)`: no encoding this can undo was declared;
+/// an error for a compression that does not decode or that Lazarus does not know.
 pub fn decompress(
     body: &[u8],
     encoding: &Encoding<'_>,
     limit: usize,
 ) -> Result<Option<Decompressed>, String> {
-    let lower = |s: Option<&str>| s.map(|e| e.trim().to_ascii_lowercase());
-    let (content_encoding, compression) = (
-        lower(encoding.content_encoding),
-        lower(encoding.compression),
-    );
-    let codec = match (content_encoding.as_deref(), compression.as_deref()) {
-        (Some("gzip" | "x-gzip"), _) => "gzip",
-        (Some("deflate"), _) => "deflate",
-        // kombu names zlib's format `application/x-gzip`: the bytes tell which it is.
-        (
-            _,
-            Some(
-                "application/x-gzip" | "application/gzip" | "gzip" | "zlib" | "application/zlib"
-                | "application/x-zlib",
-            ),
-        ) => match body.starts_with(&[0x1f, 0x8b]) {
-            true => "gzip",
-            false => "zlib",
-        },
-        (_, Some(other)) => {
-            return Err(format!(
-                "compressed as {other:?} (its compression header), which Lazarus does not decode"
-            ))
+    let Some(codec) = codec(body, encoding)? else {
+        return Ok(None);
+    };
+    let failed = |e: &dyn std::fmt::Display| format!("{codec} compression does not decode ({e})");
+    let mut out = Capped {
+        bytes: Vec::new(),
+        limit: limit + 1,
+    };
+    // A decoder that panics on hostile bytes must not take ingest down with it: that would
+    // stop the queue at this message for good.
+    let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut input = body;
+        match codec {
+            "gzip" => copy(flate2::read::MultiGzDecoder::new(body), &mut out),
+            "zlib" | "deflate" => copy(flate2::read::ZlibDecoder::new(body), &mut out),
+            "bzip2" => copy(bzip2_rs::DecoderReader::new(body), &mut out),
+            "brotli" => copy(brotli_decompressor::Decompressor::new(body, 4096), &mut out),
+            "zstd" => ruzstd::decoding::StreamingDecoder::new(body)
+                .map_err(|e| e.to_string())
+                .and_then(|decoder| copy(decoder, &mut out)),
+            "xz" => lzma_rs::xz_decompress(&mut input, &mut out).map_err(|e| e.to_string()),
+            _ => lzma_rs::lzma_decompress(&mut input, &mut out).map_err(|e| e.to_string()),
         }
-        _ => return Ok(None),
-    };
-    let reader: Box<dyn Read + '_> = match codec {
-        "gzip" => Box::new(flate2::read::MultiGzDecoder::new(body)),
-        _ => Box::new(flate2::read::ZlibDecoder::new(body)),
-    };
-    let mut bytes = Vec::new();
-    reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{codec} compression does not decode ({e})"))?;
-    let complete = bytes.len() <= limit;
+    }))
+    .unwrap_or_else(|_| Err("the decoder failed".into()));
+    let complete = out.bytes.len() <= limit;
+    // Stopping at the limit is not a failure: the start is what was asked for.
+    if let (Err(e), true) = (written, complete) {
+        return Err(failed(&e));
+    }
+    let mut bytes = out.bytes;
     bytes.truncate(limit);
     Ok(Some(Decompressed {
         bytes,
         complete,
         codec,
     }))
+}
+
+/// The compression a body's `content-encoding` or `compression` header declares, as the
+/// codec that undoes it (told apart by the bytes where one name covers two formats).
+fn codec(body: &[u8], encoding: &Encoding<'_>) -> Result<Option<&'static str>, String> {
+    let lower = |s: Option<&str>| s.map(|e| e.trim().to_ascii_lowercase());
+    let content_encoding = lower(encoding.content_encoding);
+    let codec = match content_encoding.as_deref() {
+        Some("gzip" | "x-gzip") => Some("gzip"),
+        Some("deflate") => Some("deflate"),
+        Some("br") => Some("brotli"),
+        Some("zstd") => Some("zstd"),
+        _ => None,
+    };
+    let Some(compression) = lower(encoding.compression) else {
+        return Ok(codec);
+    };
+    if codec.is_some() {
+        return Ok(codec);
+    }
+    let name = compression.trim_start_matches("application/");
+    let name = name.strip_prefix("x-").unwrap_or(name);
+    Ok(Some(match name {
+        // kombu names zlib's format `application/x-gzip`: the bytes tell which it is.
+        "gzip" | "zlib" => match body.starts_with(&[0x1f, 0x8b]) {
+            true => "gzip",
+            false => "zlib",
+        },
+        "bz2" | "bzip2" => "bzip2",
+        // Python's lzma module (kombu's) writes xz unless told otherwise.
+        "lzma" | "xz" => match body.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+            true => "xz",
+            false => "lzma",
+        },
+        "zstd" | "zstandard" => "zstd",
+        "brotli" | "br" => "brotli",
+        _ => {
+            return Err(format!(
+            "compressed as {compression:?} (its compression header), which Lazarus does not decode"
+        ))
+        }
+    }))
+}
+
+/// Decompressed bytes, kept up to a limit: past it, writing fails and the rest is not
+/// decompressed.
+struct Capped {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.limit - self.bytes.len();
+        if room == 0 && !buf.is_empty() {
+            return Err(std::io::Error::other("the decompressed size limit"));
+        }
+        let n = buf.len().min(room);
+        self.bytes.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn copy(reader: impl Read, out: &mut Capped) -> Result<(), String> {
+    let limit = (out.limit - out.bytes.len()) as u64;
+    reader
+        .take(limit)
+        .read_to_end(&mut out.bytes)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Whether a body is text to edit as it is: valid UTF-8, not compressed (a `compression`
@@ -247,7 +317,7 @@ fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
@@ -278,7 +348,7 @@ mod tests {
         );
         assert!(decompress(b"nope", &Encoding::new(None, Some("gzip")), 10).is_err());
         assert_eq!(
-            decompress(b"x", &Encoding::new(None, Some("br")), 10).unwrap(),
+            decompress(b"x", &Encoding::new(None, Some("compress")), 10).unwrap(),
             None
         );
     }
@@ -301,8 +371,73 @@ mod tests {
         }
         let bz2 = Encoding::default().with_compression(Some("application/x-bz2"));
         let err = decompress(b"BZh9", &bz2, 100).unwrap_err();
-        assert!(err.contains("does not decode"), "{err}");
+        assert!(err.contains("bzip2 compression does not decode"), "{err}");
         assert_eq!(text(b"BZh9", &bz2, 100), None, "not indexed as text");
+        let unknown = Encoding::default().with_compression(Some("application/x-snappy"));
+        let err = decompress(b"x", &unknown, 100).unwrap_err();
+        assert!(err.contains("which Lazarus does not decode"), "{err}");
+    }
+
+    /// Bytes from the hex dump of a file.
+    fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// `{"task": "add", "n": 1}` as bzip2, xz, lzma and zstd (the command-line tools) and
+    /// Python's brotli wrote it: (compression header, codec, hex).
+    const SAMPLES: [(&str, &str, &str); 5] = [
+            ("application/x-bz2", "bzip2", "425a6839314159265359caa09bb200000a99805004201024090c0a2000229e93d099a0806800f844fdf8a587545a2c33345dc914e142432a826ec8"),
+            ("application/x-lzma", "xz", "fd377a585a000004e6d6b4460200210116000000742fe5a30100167b227461736b223a2022616464222c20226e223a20317d00009dc5526cac3d369e00012f17810849b11fb6f37d010000000004595a"),
+            ("lzma", "lzma", "5d00008000ffffffffffffffff003d888a86546c246361b6415b039e0364139ebd3be7154b87098adffdea8c00"),
+            ("application/zstd", "zstd", "28b52ffd2417b900007b227461736b223a2022616464222c20226e223a20317d00585867"),
+            ("application/x-brotli", "brotli", "0b0b807b227461736b223a2022616464222c20226e223a20317d03"),
+        ];
+
+    /// The samples as (compression header, bytes).
+    pub(crate) fn samples() -> Vec<(&'static str, Vec<u8>)> {
+        SAMPLES
+            .iter()
+            .map(|(header, _, hex)| (*header, unhex(hex)))
+            .collect()
+    }
+
+    #[test]
+    fn bzip2_lzma_xz_zstd_and_brotli_are_undone_within_the_limit() {
+        let json = br#"{"task": "add", "n": 1}"#;
+        let cases = SAMPLES;
+        for (header, codec, hex) in cases {
+            let bytes = unhex(hex);
+            let kombu =
+                Encoding::new(Some("application/json"), None).with_compression(Some(header));
+            let d = decompress(&bytes, &kombu, 100).unwrap().unwrap();
+            assert_eq!(
+                (&d.bytes[..], d.complete, d.codec),
+                (&json[..], true, codec)
+            );
+            // Cut at the limit: the start, not an error.
+            let d = decompress(&bytes, &kombu, 5).unwrap().unwrap();
+            assert_eq!((&d.bytes[..], d.complete), (&json[..5], false), "{codec}");
+            // Damaged: an error naming the codec.
+            let mut damaged = bytes.clone();
+            damaged.truncate(bytes.len() / 2);
+            if let Ok(Some(d)) = decompress(&damaged, &kombu, 100) {
+                assert!(
+                    !d.complete || d.bytes != json,
+                    "{codec}: a half cannot be whole"
+                );
+            }
+        }
+        for (content_encoding, hex) in [("br", cases[4].2), ("zstd", cases[3].2)] {
+            let d = decompress(
+                &unhex(hex),
+                &Encoding::new(None, Some(content_encoding)),
+                100,
+            );
+            assert_eq!(d.unwrap().unwrap().bytes, json);
+        }
     }
 
     #[test]

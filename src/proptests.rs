@@ -173,7 +173,24 @@ proptest! {
         let _ = crate::body::text(&bytes, &latin1, 1024);
         let deflate = Encoding::new(Some("application/json"), Some("deflate"));
         let _ = crate::body::text(&bytes, &deflate, 1024);
-        let kombu = Encoding::default().with_compression(Some("application/x-gzip"));
-        let _ = crate::body::text(&bytes, &kombu, 1024);
+        for compression in ["application/x-gzip", "application/x-bz2", "application/x-lzma", "lzma", "zstd", "brotli"] {
+            let kombu = Encoding::default().with_compression(Some(compression));
+            let _ = crate::body::text(&bytes, &kombu, 1024);
+        }
+    }
+
+    #[test]
+    fn damaged_compressed_bodies_decode_or_say_why(
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        codec in 0usize..5,
+    ) {
+        // A valid body of each codec with one byte changed: the decoders' state machines are
+        // reached, not only their header checks.
+        let (compression, mut bytes) = crate::body::tests::samples().swap_remove(codec);
+        let i = at.index(bytes.len());
+        bytes[i] = byte;
+        let kombu = crate::body::Encoding::default().with_compression(Some(compression));
+        let _ = crate::body::decompress(&bytes, &kombu, 1024);
     }
 }

@@ -1,5 +1,6 @@
 //! Bodies as real producers write them, published by the real library: kombu (Celery's
-//! transport) with `compression='zlib'` and with the `msgpack` serializer, an AMQP 1.0
+//! transport) with `compression='zlib'`, `'bzip2'` and `'lzma'` and with the `msgpack`
+//! serializer, an AMQP 1.0
 //! client (python-qpid-proton) on RabbitMQ 4, and Protocol Buffers encoded by the real
 //! `protoc` from a `.proto` file the test writes. Each is dead-lettered by the broker
 //! (rejected by a failing worker, or expired), archived, shown decoded, found by its words and
@@ -78,9 +79,21 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
                 None,
                 json!({"task": "tasks.refund", "invoice": "INV-78", "amount": 12.5}),
             ),
+            (
+                "bzip2-1",
+                "json",
+                Some("bzip2"),
+                json!({"task": "tasks.ship", "invoice": "INV-79", "note": "parcel lost"}),
+            ),
+            (
+                "lzma-1",
+                "json",
+                Some("lzma"),
+                json!({"task": "tasks.notify", "invoice": "INV-80", "note": "mailbox full"}),
+            ),
         ],
     );
-    app.wait_for_archived(2, Duration::from_secs(20)).await;
+    app.wait_for_archived(4, Duration::from_secs(20)).await;
     worker.abort();
     let zlib = app.detail_by_message_id(&dlq, "zlib-1").await;
     let msgpack = app.detail_by_message_id(&dlq, "msgpack-1").await;
@@ -94,6 +107,13 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
     assert_eq!(app.found(&dlq, "支付失败").await, ["zlib-1"]);
     assert_eq!(app.found(&dlq, "tasks.refund").await, ["msgpack-1"]);
     assert_eq!(app.found(&dlq, "invoice:INV-78").await, ["msgpack-1"]);
+    assert_eq!(app.found(&dlq, "parcel lost").await, ["bzip2-1"]);
+    assert_eq!(app.found(&dlq, "invoice:INV-80 mailbox").await, ["lzma-1"]);
+    for (message_id, note) in [("bzip2-1", "bzip2-decoded"), ("lzma-1", "xz-decoded")] {
+        let m = app.detail_by_message_id(&dlq, message_id).await;
+        let page = app.get(&format!("/messages/{}", id(&m))).await.text();
+        assert!(page.contains(note), "{message_id}: {note}");
+    }
 
     // Shown decoded, saying how.
     let page = app.get(&format!("/messages/{zlib_id}")).await.text();

@@ -4,7 +4,7 @@
 //! search text is derived again as ingest derives it, and only the entries that differ from
 //! before are written, by the backend ([`SqlArchive::rewrite_search`]): version 1 indexes CJK
 //! runs as bigrams, and reads compressed (kombu), MessagePack, CBOR and AMQP 1.0 bodies and
-//! JSON's `\u` escapes.
+//! JSON's `\u` escapes; version 2 reads bzip2, lzma/xz, zstd and brotli bodies and protobuf.
 
 use async_trait::async_trait;
 
@@ -65,7 +65,7 @@ impl<T: SqlArchive> Reindex for T {
             let stored = message_from_row(row, Default::default())?;
             let body: Option<Vec<u8>> = row.column("body")?;
             let id = stored.summary.id;
-            if let Some(text) = search_text(stored, body.unwrap_or_default(), rules) {
+            if let Some(text) = search_text(version, stored, body.unwrap_or_default(), rules) {
                 changed.push((id, text));
             }
         }
@@ -89,11 +89,18 @@ impl<T: SqlArchive> Reindex for T {
 /// The search text ingest would derive for a stored message today (only that: no
 /// fingerprint, no death history), where it differs from what earlier versions indexed.
 fn search_text(
+    version: i64,
     stored: crate::archive::ArchivedMessage,
     body: Vec<u8>,
     rules: &IngestRules,
 ) -> Option<SearchText> {
-    let decoded_now = newly_decoded(&stored, &body, rules);
+    let decoded_now = match version {
+        1 => newly_decoded(&stored, &body, rules),
+        _ => decoded_since_version_2(&stored, rules),
+    };
+    if version > 1 && !decoded_now {
+        return None;
+    }
     let message = IncomingMessage {
         queue: stored.summary.queue,
         exchange: stored.delivered_exchange,
@@ -107,6 +114,9 @@ fn search_text(
         stream_offset: None,
     };
     let (_, text) = crate::archive::record::searchable(&message, rules);
+    if version > 1 {
+        return Some(text);
+    }
     let has_cjk = [&text.body, &text.ids, &text.headers]
         .iter()
         .any(|part| part.chars().any(crate::cjk::is_cjk));
@@ -125,4 +135,21 @@ fn newly_decoded(
     encoding.compression.is_some()
         || crate::structured::Format::of(&encoding).is_some()
         || body.windows(2).any(|w| w == b"\\u")
+}
+
+/// Whether the body is one version 2 reads and earlier ones did not: compressed other than
+/// with gzip or zlib (a bzip2, lzma, zstd or brotli `compression` header, a `br` or `zstd`
+/// content-encoding), or protobuf.
+fn decoded_since_version_2(stored: &crate::archive::ArchivedMessage, rules: &IngestRules) -> bool {
+    use crate::structured::Format;
+    let encoding = stored.encoding().with_schemas(rules.schemas.as_deref());
+    let new_encoding = encoding
+        .content_encoding
+        .is_some_and(|e| matches!(e.trim().to_ascii_lowercase().as_str(), "br" | "zstd"));
+    encoding.compression.is_some()
+        || new_encoding
+        || matches!(
+            Format::of(&encoding),
+            Some(Format::Protobuf(..) | Format::RawProtobuf)
+        )
 }

@@ -96,11 +96,12 @@ async fn an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches() {
     while let Some(progress) = archive.reindex_batch(&rules, 2).await.unwrap() {
         rewritten += progress.rewritten;
         batches += 1;
-        assert!(batches <= 3, "{progress:?}");
+        assert!(batches <= 6, "{progress:?}");
     }
+    // Each of the two index versions: two batches and the one that ends it.
     assert_eq!(
         (batches, rewritten),
-        (3, 3),
+        (6, 3),
         "only the entries that change are rewritten"
     );
     assert_eq!(
@@ -140,10 +141,78 @@ on_both_backends!(a_new_archive_has_nothing_to_reindex);
 async fn a_new_archive_has_nothing_to_reindex() {
     let (_dir, archive) = archive().await;
     let rules = IngestRules::default();
-    // The migration's cursor over no messages: done at the first call, gone at the second.
-    let first = archive.reindex_batch(&rules, 500).await.unwrap();
-    assert_eq!(first.map(|p| p.rewritten), Some(0));
+    // The migrations' cursors over no messages: each done at once, then gone.
+    for _ in 0..2 {
+        let step = archive.reindex_batch(&rules, 500).await.unwrap();
+        assert_eq!(step.map(|p| p.rewritten), Some(0));
+    }
     assert!(archive.reindex_batch(&rules, 500).await.unwrap().is_none());
     store(&*archive, vec![delivery("q", "中文", None)]).await;
     assert!(archive.reindex_batch(&rules, 500).await.unwrap().is_none());
+}
+
+on_both_backends!(bodies_read_since_version_2_are_reindexed_and_no_others);
+/// An archive whose CJK reindex was done before Lazarus read bzip2 and protobuf bodies: the
+/// migration's second cursor rewrites those entries only.
+async fn bodies_read_since_version_2_are_reindexed_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    // `{"task": "add", "n": 1}` as bzip2 wrote it, with kombu's header.
+    let bzip2 = "425a6839314159265359caa09bb200000a99805004201024090c0a2000229e93d099a0806800f844fdf8a587545a2c33345dc914e142432a826ec8";
+    let mut compressed = delivery("q", "bz", None);
+    compressed.body = (0..bzip2.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&bzip2[i..i + 2], 16).unwrap())
+        .collect();
+    let mut headers = compressed.headers.take().unwrap_or_default();
+    headers.insert(
+        "compression",
+        lazarus::amqp::headers::AmqpValue::LongString("application/x-bz2".into()),
+    );
+    compressed.headers = Some(headers);
+    // Field 1 = "pinecone" in protobuf, no schema known: read by field number.
+    let mut protobuf = delivery("q", "pb", None);
+    protobuf.body = b"\x0a\x08pinecone".to_vec();
+    protobuf.properties.content_type = Some("application/x-protobuf".into());
+    let mut plain = delivery("q", "zh", None);
+    plain.body = "测试死信消息".as_bytes().to_vec();
+    store(&*archive, vec![compressed, protobuf, plain]).await;
+    // As version 1 left them: the two bodies unread, the cursor of version 2 over all.
+    let unread = |message: &str| {
+        match url.starts_with("sqlite://") {
+        true => format!(
+            "DELETE FROM messages_fts WHERE rowid = (SELECT id FROM messages WHERE message_id = '{message}'); \
+             INSERT INTO messages_fts (rowid, body, ids, headers) \
+             SELECT id, '', '{message}', '' FROM messages WHERE message_id = '{message}';"
+        ),
+        false => format!(
+            "UPDATE messages SET search = '{message}:1'::tsvector WHERE message_id = '{message}';"
+        ),
+    }
+    };
+    execute_sql(
+        &url,
+        &format!(
+            "{}{}DELETE FROM search_reindex WHERE version = 1; \
+             UPDATE search_reindex SET next_id = 1, last_id = (SELECT max(id) FROM messages);",
+            unread("bz"),
+            unread("pb"),
+        ),
+    )
+    .await;
+    assert!(found(&*archive, "task").await.is_empty(), "the old index");
+    assert!(found(&*archive, "pinecone").await.is_empty());
+    let mut rewritten = 0;
+    while let Some(progress) = archive
+        .reindex_batch(&IngestRules::default(), 500)
+        .await
+        .unwrap()
+    {
+        rewritten += progress.rewritten;
+    }
+    assert_eq!(rewritten, 2, "the CJK entry was done by version 1");
+    assert_eq!(found(&*archive, "task add").await, ["bz"]);
+    assert_eq!(found(&*archive, "pinecone").await, ["pb"]);
+    assert_eq!(found(&*archive, "死信").await, ["zh"]);
 }
