@@ -99,24 +99,104 @@ fn message(i: usize, rows: usize, start: OffsetDateTime) -> IncomingMessage {
         i % 311,
         1 + i % 28
     );
+    // A few in every 100,000 as other producers send them: the decoded detail pages.
+    let (content_type, body) = match Decoded::of(i) {
+        None => ("application/json", body.into_bytes()),
+        Some(Decoded::Zlib) => {
+            headers.insert("compression", text("application/x-gzip"));
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), Default::default());
+            std::io::Write::write_all(&mut z, body.as_bytes()).unwrap();
+            ("application/json", z.finish().unwrap())
+        }
+        Some(Decoded::MessagePack) => ("application/x-msgpack", msgpack(&body)),
+        Some(Decoded::Protobuf) => ("application/x-protobuf", protobuf(&body)),
+    };
     IncomingMessage {
         queue: queue.into(),
         exchange: "dlx".into(),
         routing_key: "dead".into(),
         redelivered: false,
         properties: MessageProperties {
-            content_type: Some("application/json".into()),
+            content_type: Some(content_type.into()),
             delivery_mode: Some(2),
             message_id: Some(format!("msg-{i:07}").into()),
             correlation_id: Some(format!("corr-{}", i / 3).into()),
             ..Default::default()
         },
         headers: Some(headers),
-        body: body.into_bytes(),
+        body,
         received_at: start + Duration::from_secs((i * 2_592_000 / rows) as u64),
         decode_problems: Vec::new(),
         stream_offset: None,
     }
+}
+
+/// Bodies not sent as JSON text: kombu's zlib compression, MessagePack, protobuf.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Decoded {
+    Zlib,
+    MessagePack,
+    Protobuf,
+}
+
+impl Decoded {
+    /// Which, if any, the i-th message is.
+    fn of(i: usize) -> Option<Decoded> {
+        match i % 100_000 {
+            41 => Some(Decoded::Zlib),
+            43 => Some(Decoded::MessagePack),
+            47 => Some(Decoded::Protobuf),
+            _ => None,
+        }
+    }
+
+    /// The archive id of one in the middle of `rows` (ids count from 1 in fill order).
+    fn middle_id(self, rows: usize) -> usize {
+        let base = rows / 2 / 100_000 * 100_000;
+        (base..).find(|&i| Decoded::of(i) == Some(self)).unwrap() + 1
+    }
+}
+
+/// The JSON's top-level fields as a MessagePack map of strings (objects and numbers as their
+/// JSON text).
+fn msgpack(json: &str) -> Vec<u8> {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    let map = value.as_object().unwrap();
+    let mut out = vec![0xde, 0, map.len() as u8];
+    let str16 = |out: &mut Vec<u8>, s: &str| {
+        out.push(0xda);
+        out.extend_from_slice(&(s.len() as u16).to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    for (key, value) in map {
+        str16(&mut out, key);
+        match value {
+            serde_json::Value::String(s) => str16(&mut out, s),
+            other => str16(&mut out, &other.to_string()),
+        }
+    }
+    out
+}
+
+/// The JSON's top-level fields as protobuf fields 1, 2, … holding their text (no schema).
+fn protobuf(json: &str) -> Vec<u8> {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut out = Vec::new();
+    for (n, (_, value)) in value.as_object().unwrap().iter().enumerate() {
+        let text = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push(((n as u8 + 1) << 3) | 2);
+        let mut len = text.len();
+        while len >= 0x80 {
+            out.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend_from_slice(text.as_bytes());
+    }
+    out
 }
 
 fn rules() -> IngestRules {
@@ -365,6 +445,10 @@ fn cases(rows: usize) -> Vec<Case> {
         "SELECT id FROM messages WHERE coalesce(error, '') = ? ORDER BY id DESC LIMIT 51";
     const ERROR_PG: &str =
         "SELECT id FROM messages WHERE coalesce(error, '') = $1 ORDER BY id DESC LIMIT 51";
+    const DETAIL: &str = "SELECT m.*, b.body FROM messages m \
+        JOIN message_bodies b ON b.message_id = m.id WHERE m.id = CAST(? AS INTEGER)";
+    const DETAIL_PG: &str = "SELECT m.*, b.body FROM messages m \
+        JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1::bigint";
     let some = |s: &str| Some(s.to_owned());
     let middle = (rows / 2 + 1).to_string();
     vec![
@@ -381,15 +465,40 @@ fn cases(rows: usize) -> Vec<Case> {
             name: "one message (detail page)",
             uri: format!("/messages/{middle}"),
             target: "< 50 ms",
+            sqlite: (DETAIL, Some(middle.clone())),
+            postgres: (DETAIL_PG, Some(middle.clone())),
+        },
+        Case {
+            finds: true,
+            name: "one message, kombu zlib body",
+            uri: format!("/messages/{}", Decoded::Zlib.middle_id(rows)),
+            target: "< 20 ms",
+            sqlite: (DETAIL, Some(Decoded::Zlib.middle_id(rows).to_string())),
+            postgres: (DETAIL_PG, Some(Decoded::Zlib.middle_id(rows).to_string())),
+        },
+        Case {
+            finds: true,
+            name: "one message, MessagePack body",
+            uri: format!("/messages/{}", Decoded::MessagePack.middle_id(rows)),
+            target: "< 20 ms",
             sqlite: (
-                "SELECT m.*, b.body FROM messages m JOIN message_bodies b ON b.message_id = m.id \
-                 WHERE m.id = CAST(? AS INTEGER)",
-                Some(middle.clone()),
+                DETAIL,
+                Some(Decoded::MessagePack.middle_id(rows).to_string()),
             ),
             postgres: (
-                "SELECT m.*, b.body FROM messages m JOIN message_bodies b ON b.message_id = m.id \
-                 WHERE m.id = $1::bigint",
-                Some(middle.clone()),
+                DETAIL_PG,
+                Some(Decoded::MessagePack.middle_id(rows).to_string()),
+            ),
+        },
+        Case {
+            finds: true,
+            name: "one message, protobuf body",
+            uri: format!("/messages/{}", Decoded::Protobuf.middle_id(rows)),
+            target: "< 20 ms",
+            sqlite: (DETAIL, Some(Decoded::Protobuf.middle_id(rows).to_string())),
+            postgres: (
+                DETAIL_PG,
+                Some(Decoded::Protobuf.middle_id(rows).to_string()),
             ),
         },
         Case {
