@@ -174,6 +174,11 @@ impl Ingest for SqliteArchive {
                 q.build().execute(&mut *tx).await?;
             }
         }
+        let mut terms = super::terms::Terms::default();
+        for (_, m) in &rows {
+            terms.add(&m.search_text);
+        }
+        terms.save(&mut tx).await?;
         record_overview(&mut tx, &rows).await?;
         for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
             sqlx::query(

@@ -17,10 +17,19 @@ use crate::archive::{
 /// ` FROM messages ... WHERE ...`: the messages a list filter selects. A text search joins
 /// the FTS index, whose rowid is the message id.
 pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a MessageFilter) {
-    match &filter.text {
-        Some(text) => {
+    push_filter_matching(q, filter, filter.text.as_ref().map(|text| text.fts5()));
+}
+
+/// [`push_filter`] with the FTS5 query for its text (the list's expands prefixes).
+fn push_filter_matching<'a>(
+    q: &mut QueryBuilder<'a, Sqlite>,
+    filter: &'a MessageFilter,
+    fts5: Option<String>,
+) {
+    match fts5 {
+        Some(fts5) => {
             q.push(" FROM messages JOIN messages_fts ON messages_fts.rowid = messages.id WHERE messages_fts MATCH ")
-                .push_bind(text.fts5());
+                .push_bind(fts5);
         }
         None => {
             q.push(" FROM messages WHERE 1 = 1");
@@ -48,8 +57,13 @@ impl MessageSearch for SqliteArchive {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError> {
+        let mut conn = self.pool.acquire().await?;
+        let fts5 = match &filter.text {
+            Some(text) => Some(super::terms::list_query(&mut conn, text).await?),
+            None => None,
+        };
         let mut q = QueryBuilder::<Sqlite>::new(format!("SELECT {SUMMARY_COLUMNS}"));
-        push_filter(&mut q, filter);
+        push_filter_matching(&mut q, filter, fts5);
         // With a text search the FTS index drives, in its own rowid (= id) order.
         let order = if filter.text.is_some() {
             "messages_fts.rowid"
@@ -62,7 +76,8 @@ impl MessageSearch for SqliteArchive {
         let limit = page.limit.clamp(1, MAX_PAGE_SIZE);
         q.push(format!(" ORDER BY {order} DESC LIMIT "))
             .push_bind(i64::from(limit) + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
+        let rows = q.build().fetch_all(&mut *conn).await?;
+        drop(conn);
         page_of(self.db(), &rows, limit).await
     }
 

@@ -6,6 +6,7 @@ mod actions;
 mod file;
 mod ingest;
 mod messages;
+mod terms;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -83,6 +84,7 @@ impl SqlArchive for SqliteArchive {
         conn: &mut Conn<'_>,
         entries: &[(i64, SearchText)],
     ) -> Result<(), sqlx::Error> {
+        let mut terms = terms::Terms::default();
         for (id, text) in entries {
             conn.execute("DELETE FROM messages_fts WHERE rowid = $1", args![*id])
                 .await?;
@@ -92,8 +94,12 @@ impl SqlArchive for SqliteArchive {
                 args![*id, &text.body, &text.ids, &text.headers],
             )
             .await?;
+            terms.add(text);
         }
-        Ok(())
+        let Conn::Sqlite(conn) = conn else {
+            unreachable!("a SQLite archive's transactions are SQLite's")
+        };
+        terms.save(conn).await
     }
 
     async fn freeze_selection(

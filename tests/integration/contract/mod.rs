@@ -11,6 +11,7 @@ mod jobs;
 mod lease;
 mod reindex;
 mod replays;
+mod search_terms;
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
