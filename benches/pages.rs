@@ -2,7 +2,8 @@
 //! through the archive, no broker), then times the pages through the router (server time,
 //! no socket) next to the raw SQL behind each, in the same run, on SQLite and PostgreSQL.
 //!
-//! Then it times the background reindex that CJK search brought (BENCH_REINDEX=0 skips it).
+//! Then it times the background reindex that CJK search brought, and the SQLite word list
+//! that `prefix*` searches expand with, built from the index (BENCH_REINDEX=0 skips both).
 //!
 //! `cargo bench --bench pages` (env: BENCH_ROWS=1000000, BENCH_RUNS=50,
 //! BENCH_BACKENDS=sqlite,postgres, BENCH_DB=target/bench/pages-<rows>.db,
@@ -344,6 +345,45 @@ async fn reindex(backend: &Backend, rows: usize) {
     );
 }
 
+/// SQLite's word list (the `search_terms` a prefix* expands with) as migration 0015 builds it
+/// for an archive made before it, from the index: how long that takes at this size, next to
+/// reading every word and its count from the index alone (what the migration reads).
+async fn word_list(backend: &Backend) {
+    let Backend::Sqlite(a) = backend else {
+        return;
+    };
+    let mut conn = a.pool().acquire().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.bench_terms \
+         USING fts5vocab(main, messages_fts, row)",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let begun = Instant::now();
+    let words: i64 = sqlx::query_scalar("SELECT count(*) FROM temp.bench_terms")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let raw_time = begun.elapsed();
+    let begun = Instant::now();
+    let migration = include_str!("../migrations/sqlite/0015_search_terms.sql").replace(
+        "CREATE TABLE search_terms",
+        "CREATE TABLE IF NOT EXISTS search_terms",
+    );
+    sqlx::raw_sql(&format!("DELETE FROM search_terms; {migration}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let took = begun.elapsed();
+    println!(
+        "| word list SQLite (migration 0015) | {words} words | {:.1} s | read from the index alone {:.1} s | {:.1}× raw |",
+        took.as_secs_f64(),
+        raw_time.as_secs_f64(),
+        took.as_secs_f64() / raw_time.as_secs_f64()
+    );
+}
+
 /// Fills every archive that is still empty with the same messages, batch by batch: each
 /// batch is prepared once and stored into them all at once (ingest's own `store_batch`,
 /// 5,000 messages a batch). Archives that hold the rows already are reused.
@@ -650,6 +690,7 @@ async fn main() {
         println!();
         for backend in &backends {
             reindex(backend, rows).await;
+            word_list(backend).await;
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `--mask` against a hostile viewer: whatever a body looks like (JSON, text, a BOM, over the
-//! indexed prefix, deeper than any parser's limit, escaped names, compressed, another charset)
+//! indexed prefix, deeper than any parser's limit, escaped names, compressed, another charset,
+//! protobuf)
 //! no page, API answer, download or search shows a viewer a masked value; a plan's selection
 //! does not either. A compression bomb costs a viewer's request bounded memory.
 
@@ -106,15 +107,26 @@ fn hostile_bodies() -> Vec<(&'static str, BasicProperties, Vec<u8>)> {
 
 on_both_backends!(a_viewer_finds_no_masked_value_on_any_route_or_search);
 async fn a_viewer_finds_no_masked_value_on_any_route_or_search() {
+    let proto = tempfile::tempdir().unwrap();
+    let (descriptors, payment) = crate::producers::payment_protobuf(proto.path(), "O-11", CARD);
     let (app, t, dlq, _) = users_app(|c| {
         c.masks = vec!["/card/number".into()];
         c.fields = vec![
             "card=/card/number".parse().unwrap(),
             "order=/order".parse().unwrap(),
         ];
+        c.proto_descriptors = vec![descriptors];
     })
     .await;
-    let bodies = hostile_bodies();
+    let mut bodies = hostile_bodies();
+    bodies.push((
+        "protobuf",
+        BasicProperties::default()
+            .with_content_type("application/x-protobuf".into())
+            .with_type("pay.Payment".into())
+            .with_message_id("protobuf".into()),
+        payment,
+    ));
     for (_, properties, body) in &bodies {
         t.publish("", &dlq, body, properties.clone()).await;
     }

@@ -288,8 +288,8 @@ message OrderFailed {
 }
 "#;
 
-/// Runs protoc in `dir` (which holds shop.proto) with `args`, feeding it `input`.
-fn protoc(dir: &Path, args: &[&str], input: &str) -> Vec<u8> {
+/// Runs protoc in `dir` (which holds the .proto files) with `args`, feeding it `input`.
+pub(crate) fn protoc(dir: &Path, args: &[&str], input: &str) -> Vec<u8> {
     let mut child = Command::new("protoc")
         .current_dir(dir)
         .args(args)
@@ -332,6 +332,22 @@ fn shop_protobuf(dir: &Path, orders: &[&str]) -> (PathBuf, Vec<Vec<u8>>) {
         .map(|text| protoc(dir, &["--encode=shop.v1.OrderFailed", "shop.proto"], text))
         .collect();
     (set, bodies)
+}
+
+/// A card payment in protobuf: the descriptor set of `pay.Payment { order, card { number,
+/// exp } }` and one such message, built by protoc in `dir`.
+pub(crate) fn payment_protobuf(dir: &Path, order: &str, number: &str) -> (PathBuf, Vec<u8>) {
+    std::fs::write(
+        dir.join("pay.proto"),
+        "syntax = \"proto3\"; package pay;\n\
+         message Card { string number = 1; string exp = 2; }\n\
+         message Payment { string order = 1; Card card = 2; }\n",
+    )
+    .unwrap();
+    protoc(dir, &["--descriptor_set_out=pay.pb", "pay.proto"], "");
+    let text = format!(r#"order: "{order}" card {{ number: "{number}" exp: "12/29" }}"#);
+    let body = protoc(dir, &["--encode=pay.Payment", "pay.proto"], &text);
+    (dir.join("pay.pb"), body)
 }
 
 on_both_backends!(protobuf_bodies_are_decoded_with_the_descriptor_set_they_were_built_from);
