@@ -288,10 +288,12 @@ impl Backend {
                 sqlx::raw_sql("ANALYZE").execute(a.pool()).await.unwrap();
             }
             Backend::Postgres(a) => {
-                sqlx::raw_sql("VACUUM (ANALYZE)")
-                    .execute(a.pool())
-                    .await
-                    .unwrap();
+                // The archive's sessions stop a statement after 30 s; at 10,000,000 messages
+                // this takes longer.
+                let mut conn = a.pool().acquire().await.unwrap();
+                for statement in ["SET statement_timeout = 0", "VACUUM (ANALYZE)"] {
+                    sqlx::raw_sql(statement).execute(&mut *conn).await.unwrap();
+                }
             }
         }
     }
