@@ -304,14 +304,17 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
     Some(text)
 }
 
-/// Decompressed bytes as text: MessagePack, CBOR and AMQP 1.0 as the JSON they stand for
-/// (only whole: a cut one does not decode), anything else in its charset.
+/// Decompressed bytes as text: MessagePack, CBOR, AMQP 1.0 and protobuf as the JSON they
+/// stand for (only whole: a cut one does not decode), anything else in its charset.
 fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<String> {
-    match crate::structured::Format::of(encoding) {
-        Some(_) if cut => None,
-        Some(format) => crate::structured::to_json(bytes, format)
-            .ok()
-            .map(|value| value.to_string()),
+    let structured = match crate::structured::Format::of(encoding) {
+        Some(format) if !cut => crate::structured::to_json(bytes, format).ok(),
+        _ => None,
+    };
+    // One that does not decode (or is cut) is read as text when it is text: a mislabelled
+    // JSON body stays findable.
+    match structured {
+        Some(value) => Some(value.to_string()),
         None => decode(bytes, &encoding.charset(), cut),
     }
 }
@@ -511,6 +514,16 @@ pub(crate) mod tests {
             .unwrap(),
             "café"
         );
+    }
+
+    #[test]
+    fn a_mislabelled_structured_body_is_still_read_as_text() {
+        let msgpack = Encoding::new(Some("application/x-msgpack"), None);
+        assert_eq!(
+            text(br#"{"order": "O-1"}"#, &msgpack, 100).as_deref(),
+            Some(r#"{"order": "O-1"}"#)
+        );
+        assert_eq!(text(&[0xc1, 0xff], &msgpack, 100), None);
     }
 
     #[test]

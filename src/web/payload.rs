@@ -86,16 +86,15 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
                 JSON_LIMIT / (1024 * 1024)
             )),
         };
-        return match decoded {
+        match decoded {
             Ok(value) => {
                 notes.push(format!("{format}, shown as JSON"));
-                json_view(&value, notes)
+                return json_view(&value, notes);
             }
-            Err(e) => {
-                notes.push(format!("{e}: the bytes are shown"));
-                hex_view(&bytes, notes)
-            }
-        };
+            // Mislabelled (a JSON body whose `type` names a protobuf message, say): shown as
+            // what its bytes are, text or hex, below.
+            Err(e) => notes.push(format!("{e}: shown undecoded")),
+        }
     }
     let charset = encoding.charset();
     let Some(text) = body::decode(&bytes, &charset, !complete) else {
@@ -339,5 +338,25 @@ mod tests {
             view(b"", &body::Encoding::new(None, None)).kind,
             PayloadKind::Empty
         );
+    }
+
+    #[test]
+    fn a_mislabelled_body_is_shown_as_what_it_is_with_a_note() {
+        // JSON sent with a MessagePack content type (or a `type` naming a protobuf message).
+        let v = view(
+            br#"{"order": "O-1"}"#,
+            &body::Encoding::new(Some("application/x-msgpack"), None),
+        );
+        assert_eq!(v.kind, PayloadKind::Json);
+        assert!(
+            v.notes[0].contains("MessagePack does not decode"),
+            "{:?}",
+            v.notes
+        );
+        let v = view(
+            &[0xc1, 0xff],
+            &body::Encoding::new(Some("application/x-msgpack"), None),
+        );
+        assert_eq!(v.kind, PayloadKind::Hex);
     }
 }

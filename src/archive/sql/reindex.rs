@@ -124,8 +124,8 @@ fn search_text(
 }
 
 /// Whether the body is one that earlier versions did not read as text, or read otherwise:
-/// compressed by kombu, MessagePack, CBOR, AMQP 1.0 or protobuf, or JSON with `\u` escapes. (CJK runs,
-/// once single words, are bigrams now: see the caller.)
+/// compressed by kombu, MessagePack, CBOR, AMQP 1.0 or protobuf, or JSON with `\u` escapes.
+/// (CJK runs, once single words, are bigrams now: see the caller.)
 fn newly_decoded(
     stored: &crate::archive::ArchivedMessage,
     body: &[u8],
