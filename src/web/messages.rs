@@ -87,6 +87,7 @@ pub struct MessagesPage {
     pub error: Option<String>,
     /// The filters as hidden fields of the selection form ("all matching").
     pub filter_pairs: Vec<(String, String)>,
+    pub chips: Vec<Chip>,
 }
 
 #[derive(Template)]
@@ -97,6 +98,7 @@ pub struct MessageRowsPartial {
     pub next_link: Option<String>,
     pub error: Option<String>,
     pub filter_pairs: Vec<(String, String)>,
+    pub chips: Vec<Chip>,
 }
 
 /// The filters of the list as name/value pairs (empty ones left out).
@@ -104,6 +106,52 @@ fn filter_pairs(form: &ListParams) -> Vec<(String, String)> {
     form_urlencoded::parse(form.to_query(None).as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
+}
+
+/// A filter in use, shown above the rows (a group link's `error=` included), with the link
+/// to the same list without it.
+pub struct Chip {
+    pub label: String,
+    pub remove: String,
+}
+
+/// The chips of the filters in use, in the order of the form.
+fn chips(pairs: &[(String, String)]) -> Vec<Chip> {
+    pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, value))| {
+            let rest: String = form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(
+                    pairs
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, pair)| pair),
+                )
+                .finish();
+            let label = match name.as_str() {
+                "q" => "search",
+                "first_death_queue" => "first died in",
+                "routing_key" => "routing key",
+                "content_type" => "content type",
+                other => other,
+            };
+            Chip {
+                label: format!("{label}: {value}"),
+                remove: match rest.is_empty() {
+                    true => "/messages".into(),
+                    false => format!("/messages?{rest}"),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Whether a query string holds a parameter with nothing in it (`?q=&queue=billing`), as a
+/// plain form submission sends every field.
+fn has_empty_parameter(query: Option<&str>) -> bool {
+    query.is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(_, v)| v.trim().is_empty()))
 }
 
 /// A time filter as `<input type="datetime-local">` takes it: `2026-12-02T09:30` (UTC).
@@ -127,9 +175,19 @@ fn value(v: &Option<String>) -> &str {
 pub async fn list_page(
     State(state): State<AppState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     caller: Caller,
     AppQuery(form): AppQuery<ListParams>,
 ) -> Result<Response, PageError> {
+    // The list's URL holds only the filters in use: a form sent without script is sent on.
+    if !is_htmx(&headers) && has_empty_parameter(uri.query()) {
+        let query = form.to_query(form.cursor.as_deref());
+        let to = match query.is_empty() {
+            true => "/messages".to_owned(),
+            false => format!("/messages?{query}"),
+        };
+        return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response());
+    }
     let parsed = form
         .parse(&state.business_fields)
         .map_err(AppError::from)
@@ -171,6 +229,7 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
+                chips: chips(&filter_pairs(&form)),
                 filter_pairs: filter_pairs(&form),
             }),
         )
@@ -195,6 +254,7 @@ pub async fn list_page(
         [(header::VARY, "HX-Request")],
         render(&MessagesPage {
             nav: Nav::new(Some(&caller), state.auth.mode),
+            chips: chips(&filter_pairs(&form)),
             filter_pairs: filter_pairs(&form),
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
@@ -212,6 +272,40 @@ pub async fn list_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_filter_in_use_is_a_chip_whose_link_drops_it() {
+        let form = ListParams {
+            q: Some("invoice 42".into()),
+            error: Some("TimeoutException: tax".into()),
+            queue: Some(" ".into()),
+            ..Default::default()
+        };
+        let found = chips(&filter_pairs(&form));
+        let shown: Vec<(&str, &str)> = found
+            .iter()
+            .map(|c| (c.label.as_str(), c.remove.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "search: invoice 42",
+                    "/messages?error=TimeoutException%3A+tax"
+                ),
+                ("error: TimeoutException: tax", "/messages?q=invoice+42"),
+            ]
+        );
+        assert!(chips(&[]).is_empty());
+    }
+
+    #[test]
+    fn empty_parameters_are_found() {
+        assert!(has_empty_parameter(Some("q=&queue=x")));
+        assert!(has_empty_parameter(Some("q=+")));
+        assert!(!has_empty_parameter(Some("queue=x")));
+        assert!(!has_empty_parameter(None));
+    }
 
     #[test]
     fn time_filters_fill_datetime_local_fields() {

@@ -370,3 +370,83 @@ async fn an_htmx_error_shows_the_servers_message_as_plain_text() {
     browser.quit().await;
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_searched_url_holds_only_filters_in_use_and_back_restores_the_form() {
+    let p = unique("history");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    for (id, word) in [("h-alpha", "alpha"), ("h-beta", "beta")] {
+        let body = format!(r#"{{"word": "{word}"}}"#);
+        t.publish("", &dlq, body.as_bytes(), json_props(id)).await;
+    }
+    app.wait_for_archived(2, Duration::from_secs(10)).await;
+
+    let browser = Browser::start().await;
+    browser.go(&format!("http://{}/messages", app.addr)).await;
+    let url = || async {
+        browser
+            .call("GET", "/url", None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let search_for = |word: &'static str| {
+        let browser = &browser;
+        async move {
+            let search = browser.find("input[name=q]").await;
+            browser
+                .call("POST", &format!("/element/{search}/clear"), None)
+                .await;
+            browser
+                .call(
+                    "POST",
+                    &format!("/element/{search}/value"),
+                    Some(json!({ "text": word })),
+                )
+                .await;
+        }
+    };
+    search_for("alpha").await;
+    browser
+        .wait_text("#results", "only h-alpha", |t| {
+            t.contains("h-alpha") && !t.contains("h-beta")
+        })
+        .await;
+    let searched = url().await;
+    assert!(
+        searched.ends_with("/messages?q=alpha"),
+        "no empty filters in the URL: {searched}"
+    );
+    search_for("beta").await;
+    browser
+        .wait_text("#results", "only h-beta", |t| {
+            t.contains("h-beta") && !t.contains("h-alpha")
+        })
+        .await;
+    // Back (past the cleared box, itself a step) to the search for alpha: the rows and the
+    // search box both as the URL says (the box held "beta").
+    for _ in 0..3 {
+        if url().await.ends_with("?q=alpha") {
+            break;
+        }
+        browser.call("POST", "/back", None).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(url().await.ends_with("?q=alpha"), "{}", url().await);
+    browser
+        .wait_text("#results", "h-alpha again", |t| {
+            t.contains("h-alpha") && !t.contains("h-beta")
+        })
+        .await;
+    let typed = browser
+        .script("return document.querySelector('input[name=q]').value")
+        .await;
+    assert_eq!(typed, "alpha", "the form follows the URL");
+    assert!(browser.text(".chips").await.contains("search: alpha"));
+    browser.quit().await;
+    t.cleanup().await;
+}

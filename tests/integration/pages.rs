@@ -175,6 +175,79 @@ async fn list_page_filters_and_answers_htmx_with_rows_only() {
     assert!(none.contains("No archived message matches."));
 }
 
+on_both_backends!(a_group_links_filter_is_shown_editable_and_removable);
+/// Followed from a failure group, the list is filtered by the error: that filter is shown as
+/// a chip and in an input of its own (it was a hidden field that survived every later
+/// search, so an invoice searched for afterwards could look missing), and dropping it finds
+/// the rest. A form sent with empty fields is sent on to the URL of the filters in use.
+async fn a_group_links_filter_is_shown_editable_and_removable() {
+    let pages = Pages::with(vec![
+        dead_letter(
+            "npe-1",
+            br#"{"invoice_id": "INV-1"}"#,
+            &[(
+                "x-exception-message",
+                text("NullPointerException: customer"),
+            )],
+        ),
+        dead_letter("other-1", br#"{"invoice_id": "INV-2"}"#, &[]),
+    ])
+    .await;
+    let group = "/messages?first_death_queue=orders&reason=rejected&error=NullPointerException%3A%20customer";
+    let (status, html, _) = pages.get(group, false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !html.contains(r#"type="hidden" name="error""#),
+        "no hidden filter"
+    );
+    assert!(
+        html.contains(r#"<input name="error" value="NullPointerException: customer""#),
+        "an input of its own: {html}"
+    );
+    assert!(html.contains("npe-1") && !html.contains("other-1"));
+    // Each filter a chip whose link drops it; the error's keeps the other two.
+    assert!(
+        html.contains(">error: NullPointerException: customer <"),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"href="/messages?reason=rejected&#38;first_death_queue=orders""#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<a href="/messages">clear all</a>"#));
+    // The rows an htmx search brings carry the chips too, search included.
+    let (_, partial, _) = pages
+        .get(
+            "/messages?reason=rejected&error=NullPointerException%3A%20customer&q=INV-2",
+            true,
+        )
+        .await;
+    assert!(partial.contains(">search: INV-2 <"), "{partial}");
+    assert!(partial.contains("No archived message matches."));
+    let (_, without, _) = pages.get("/messages?reason=rejected&q=INV-2", true).await;
+    assert!(
+        without.contains("other-1"),
+        "found once the error filter is dropped"
+    );
+    // Empty fields, as a form without script sends them, are left out of the URL.
+    let (status, _, headers) = pages
+        .get(
+            "/messages?q=&queue=&reason=rejected&error=+&limit=10",
+            false,
+        )
+        .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/messages?reason=rejected&limit=10");
+    let (status, _, headers) = pages.get("/messages?q=", false).await;
+    assert_eq!(
+        (status, &headers["location"]),
+        (
+            StatusCode::SEE_OTHER,
+            &"/messages".parse::<axum::http::HeaderValue>().unwrap()
+        )
+    );
+}
+
 on_both_backends!(malformed_filters_get_an_inline_error_not_a_500);
 async fn malformed_filters_get_an_inline_error_not_a_500() {
     let pages = Pages::with(vec![]).await;
@@ -250,8 +323,8 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     let pages = Pages::with(vec![]).await;
     for path in [
         "/static/htmx-2.0.11.min.js",
-        "/static/lazarus-1.css",
-        "/static/lazarus-2.js",
+        "/static/lazarus-2.css",
+        "/static/lazarus-3.js",
     ] {
         let (status, body, headers) = pages.get(path, false).await;
         assert_eq!(status, StatusCode::OK, "{path}");

@@ -51,3 +51,12 @@ document.addEventListener("change", function (e) {
   var count = document.getElementById("selected-count");
   if (count) count.textContent = Array.prototype.filter.call(rows, function (r) { return r.checked; }).length;
 });
+// The list's filters leave empty fields out of the request, so the URL pushed into the
+// history holds only the filters in use.
+document.addEventListener("htmx:configRequest", function (e) {
+  if (!e.detail.elt.matches || !e.detail.elt.matches("form.filters")) return;
+  var params = e.detail.parameters;
+  Object.keys(params).forEach(function (k) {
+    if (typeof params[k] === "string" && params[k].trim() === "") delete params[k];
+  });
+});
