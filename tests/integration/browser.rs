@@ -110,6 +110,19 @@ impl Browser {
         }
     }
 
+    /// Empties the first element matching `css` and types `text` into it, as a user would.
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.find(css).await;
+        self.call("POST", &format!("/element/{id}/clear"), None)
+            .await;
+        self.call(
+            "POST",
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
+    }
+
     async fn text(&self, css: &str) -> String {
         let id = self.find(css).await;
         self.call("GET", &format!("/element/{id}/text"), None)
@@ -212,13 +225,8 @@ async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_i
 
     let browser = Browser::start().await;
     browser.go(&format!("http://{}/messages", app.addr)).await;
-    let search = browser.find("input[name=q]").await;
     browser
-        .call(
-            "POST",
-            &format!("/element/{search}/value"),
-            Some(json!({"text": "invoice:INV-2026-00042"})),
-        )
+        .type_into("input[name=q]", "invoice:INV-2026-00042")
         .await;
     // Live results: only the one invoice stays in the list, and the URL follows the search.
     browser
@@ -320,27 +328,16 @@ async fn an_htmx_error_shows_the_servers_message_as_plain_text() {
         .go(&format!("http://{}/messages/{id}", app.addr))
         .await;
     // An HTML error partial: the exchange does not exist, and its name has `&` and `'`.
-    let exchange = browser
-        .find("form[hx-post$='/replay'] input[name=exchange]")
-        .await;
     browser
-        .call("POST", &format!("/element/{exchange}/clear"), None)
-        .await;
-    browser
-        .call(
-            "POST",
-            &format!("/element/{exchange}/value"),
-            Some(json!({"text": "no&such'exchange"})),
+        .type_into(
+            "form[hx-post$='/replay'] input[name=exchange]",
+            "no&such'exchange",
         )
         .await;
-    let key = browser
-        .find("form[hx-post$='/replay'] input[name=routing_key]")
-        .await;
     browser
-        .call(
-            "POST",
-            &format!("/element/{key}/value"),
-            Some(json!({"text": "anywhere"})),
+        .type_into(
+            "form[hx-post$='/replay'] input[name=routing_key]",
+            "anywhere",
         )
         .await;
     let button = browser.find("form[hx-post$='/replay'] button").await;
@@ -394,23 +391,7 @@ async fn the_searched_url_holds_only_filters_in_use_and_back_restores_the_form()
             .unwrap()
             .to_owned()
     };
-    let search_for = |word: &'static str| {
-        let browser = &browser;
-        async move {
-            let search = browser.find("input[name=q]").await;
-            browser
-                .call("POST", &format!("/element/{search}/clear"), None)
-                .await;
-            browser
-                .call(
-                    "POST",
-                    &format!("/element/{search}/value"),
-                    Some(json!({ "text": word })),
-                )
-                .await;
-        }
-    };
-    search_for("alpha").await;
+    browser.type_into("input[name=q]", "alpha").await;
     browser
         .wait_text("#results", "only h-alpha", |t| {
             t.contains("h-alpha") && !t.contains("h-beta")
@@ -421,7 +402,7 @@ async fn the_searched_url_holds_only_filters_in_use_and_back_restores_the_form()
         searched.ends_with("/messages?q=alpha"),
         "no empty filters in the URL: {searched}"
     );
-    search_for("beta").await;
+    browser.type_into("input[name=q]", "beta").await;
     browser
         .wait_text("#results", "only h-beta", |t| {
             t.contains("h-beta") && !t.contains("h-alpha")
