@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::amqp::headers::Table;
 
-use super::{float, Decoded, MAX_DEPTH};
+use super::{float, Decoded, Reader, MAX_DEPTH};
 
 /// The message types Lazarus can decode, and how it tells which one a body holds.
 #[derive(Debug, Default)]
@@ -555,12 +555,8 @@ enum Item<'a> {
     Group,
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
+/// The wire format's numbers and groups, on the reader the other binary formats share.
+impl Reader<'_> {
     fn varint(&mut self) -> Result<u64, String> {
         let mut n = 0u64;
         for shift in (0..70).step_by(7) {
@@ -578,19 +574,6 @@ impl<'a> Reader<'a> {
             }
         }
         Err(format!("a number longer than 10 bytes at byte {}", self.at))
-    }
-
-    fn take(&mut self, n: u64) -> Result<&'a [u8], String> {
-        let left = (self.bytes.len() - self.at) as u64;
-        if n > left {
-            return Err(format!(
-                "{n} bytes claimed at byte {}, {left} left",
-                self.at
-            ));
-        }
-        let out = &self.bytes[self.at..self.at + n as usize];
-        self.at += n as usize;
-        Ok(out)
     }
 
     fn fixed(&mut self, size: u64) -> Result<u64, String> {

@@ -220,6 +220,7 @@ pub async fn list_page(
         }
         Err(e) => (Vec::new(), None, Some(e.to_string())),
     };
+    let pairs = filter_pairs(&form);
     if is_htmx(&headers) {
         // 200 even for a bad filter: the inline message replaces the results as you type.
         return Ok((
@@ -229,8 +230,8 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
-                chips: chips(&filter_pairs(&form)),
-                filter_pairs: filter_pairs(&form),
+                chips: chips(&pairs),
+                filter_pairs: pairs,
             }),
         )
             .into_response());
@@ -254,8 +255,8 @@ pub async fn list_page(
         [(header::VARY, "HX-Request")],
         render(&MessagesPage {
             nav: Nav::new(Some(&caller), state.auth.mode),
-            chips: chips(&filter_pairs(&form)),
-            filter_pairs: filter_pairs(&form),
+            chips: chips(&pairs),
+            filter_pairs: pairs,
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
             field_names: state.business_fields.to_vec(),

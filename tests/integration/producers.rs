@@ -47,6 +47,29 @@ with Connection(url) as conn:
     );
 }
 
+/// Replays archived message `id` onto `queue` (default exchange) through the API, and takes
+/// the copy that arrives there.
+async fn replay_and_take(
+    app: &TestApp,
+    t: &Topology,
+    id: &str,
+    queue: &str,
+) -> lapin::message::BasicGetMessage {
+    let replayed = app
+        .post_json(
+            &format!("/api/messages/{id}/replay"),
+            json!({"target": {"exchange": "", "routing_key": queue}}),
+            200,
+        )
+        .await;
+    assert_eq!(replayed["outcome"], "published", "{replayed}");
+    t.channel
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the copy arrived")
+}
+
 on_both_backends!(kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them);
 async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_them() {
     let p = unique("kombu");
@@ -129,20 +152,7 @@ async fn kombu_compressed_and_msgpack_bodies_are_read_as_their_producer_wrote_th
 
     // Replayed as archived: the compressed and the msgpack bytes, the compression header.
     for id in [&zlib_id, &msgpack_id] {
-        let replayed = app
-            .post_json(
-                &format!("/api/messages/{id}/replay"),
-                json!({"target": {"exchange": "", "routing_key": work}}),
-                200,
-            )
-            .await;
-        assert_eq!(replayed["outcome"], "published", "{replayed}");
-        let got = t
-            .channel
-            .basic_get(work.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-            .expect("the copy arrived");
+        let got = replay_and_take(&app, &t, id, &work).await;
         assert_eq!(got.delivery.data, app.body(id).await, "byte for byte");
         if id == &zlib_id {
             let headers = got.delivery.properties.headers().clone().unwrap();
@@ -240,20 +250,7 @@ async fn amqp_1_0_bodies_are_read_as_the_values_they_hold_rabbitmq4() {
             assert!(page.contains("INV-9"));
             assert!(!page.contains("00 53 77"), "not a hex dump");
 
-            let replayed = app
-                .post_json(
-                    &format!("/api/messages/{map_id}/replay"),
-                    json!({"target": {"exchange": "", "routing_key": target}}),
-                    200,
-                )
-                .await;
-            assert_eq!(replayed["outcome"], "published", "{replayed}");
-            let got = t
-                .channel
-                .basic_get(target.as_str().into(), BasicGetOptions { no_ack: true })
-                .await
-                .unwrap()
-                .expect("the copy arrived");
+            let got = replay_and_take(&app, &t, &map_id, &target).await;
             assert_eq!(got.delivery.data, app.body(&map_id).await, "byte for byte");
             assert!(got.delivery.data.starts_with(b"\x00Sw"));
             t.cleanup().await;
@@ -459,20 +456,7 @@ async fn protobuf_bodies_are_decoded_with_the_descriptor_set_they_were_built_fro
 
     // Replayed as archived: the protobuf bytes protoc wrote.
     for (message, original) in [(&first, &bodies[0]), (&second, &bodies[1])] {
-        let replayed = app
-            .post_json(
-                &format!("/api/messages/{}/replay", id(message)),
-                json!({"target": {"exchange": "", "routing_key": target}}),
-                200,
-            )
-            .await;
-        assert_eq!(replayed["outcome"], "published", "{replayed}");
-        let got = t
-            .channel
-            .basic_get(target.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-            .expect("the copy arrived");
+        let got = replay_and_take(&app, &t, &id(message), &target).await;
         assert_eq!(&got.delivery.data, original, "byte for byte");
     }
     t.cleanup().await;

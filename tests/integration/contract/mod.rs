@@ -36,6 +36,32 @@ pub(super) async fn archive() -> (tempfile::TempDir, Arc<dyn Archive>) {
     (dir, archive)
 }
 
+/// The message-ids `q` finds (at most 500), sorted.
+pub(super) async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
+    let search = lazarus::search::parse(q, &[]).unwrap();
+    let filter = MessageFilter {
+        text: search.text_query(),
+        ..Default::default()
+    };
+    let page = archive
+        .list_messages(
+            &filter,
+            PageRequest {
+                limit: 500,
+                before: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = page
+        .messages
+        .into_iter()
+        .filter_map(|m| m.message_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// Now, in whole seconds: a time the archive's milliseconds keep exactly.
 pub(super) fn now() -> OffsetDateTime {
     OffsetDateTime::now_utc().replace_nanosecond(0).unwrap()

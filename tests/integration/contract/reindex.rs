@@ -5,32 +5,6 @@ use lazarus::archive::IngestRules;
 
 use super::*;
 
-/// The message-ids `q` finds.
-async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
-    let search = lazarus::search::parse(q, &[]).unwrap();
-    let filter = MessageFilter {
-        text: search.text_query(),
-        ..Default::default()
-    };
-    let page = archive
-        .list_messages(
-            &filter,
-            PageRequest {
-                limit: 50,
-                before: None,
-            },
-        )
-        .await
-        .unwrap();
-    let mut ids: Vec<String> = page
-        .messages
-        .into_iter()
-        .filter_map(|m| m.message_id)
-        .collect();
-    ids.sort();
-    ids
-}
-
 /// An archive as an earlier version left it: four messages, the CJK runs of two indexed as
 /// single words, a MessagePack body not read at all, and the migration's cursor over them.
 async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {

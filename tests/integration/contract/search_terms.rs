@@ -120,25 +120,9 @@ async fn the_word_list_holds_every_word_the_index_holds_and_prefixes_find_the_sa
         .await
         .into_iter()
         .collect();
-        let search = lazarus::search::parse(&format!("{prefix}*"), &[]).unwrap();
-        let filter = MessageFilter {
-            text: search.text_query(),
-            ..Default::default()
-        };
-        let page = archive
-            .list_messages(
-                &filter,
-                PageRequest {
-                    limit: 500,
-                    before: None,
-                },
-            )
+        let listed: BTreeSet<String> = found(&*archive, &format!("{prefix}*"))
             .await
-            .unwrap();
-        let listed: BTreeSet<String> = page
-            .messages
             .into_iter()
-            .filter_map(|m| m.message_id)
             .collect();
         assert_eq!(listed, raw, "{prefix}*");
     }
