@@ -238,6 +238,11 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 500)]
     pub replay_window: usize,
 
+    /// Seconds after a replay is published in which its copy dying again reopens the
+    /// failure: until then the message is open ("settling"); after, it is resolved.
+    #[arg(long, env = "LAZARUS_SETTLE_SECS", default_value_t = 300)]
+    pub settle_secs: u64,
+
     /// Seconds a replay job stays claimed by an instance that stopped renewing it, before
     /// another instance takes it over.
     #[arg(long, env = "LAZARUS_JOB_LEASE_SECS", default_value_t = 15)]

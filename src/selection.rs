@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::archive::{MessageFilter, MessageStatus, PageRequest, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::archive::{MessageFilter, PageRequest, StatusFilter, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::search;
 
 /// Filters that do not make sense, with a message that says what to fix.
@@ -47,7 +47,8 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub routing_key: Option<String>,
-    /// archived, replayed, replay_failed or dismissed.
+    /// open (archived, replayed and settling, replay_failed) or resolved (dismissed, settled,
+    /// died_again), or one of those statuses.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub status: Option<String>,
@@ -163,9 +164,10 @@ impl ListParams {
         };
         let status = given(&self.status)
             .map(|s| {
-                MessageStatus::parse(s).ok_or_else(|| {
+                StatusFilter::parse(s).ok_or_else(|| {
                     InvalidSelection(format!(
-                        "status must be archived, replayed, replay_failed or dismissed, not {s:?}"
+                        "status must be open, resolved, archived, replayed, replay_failed, \
+                         dismissed, settled or died_again, not {s:?}"
                     ))
                 })
             })
@@ -211,6 +213,7 @@ impl ListParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::archive::MessageStatus;
 
     fn params(pairs: &[(&str, &str)]) -> ListParams {
         let query = pairs
@@ -251,7 +254,13 @@ mod tests {
         .parse(&[])
         .unwrap();
         assert_eq!(filter.queue.as_deref(), Some("invoices.dlq"));
-        assert_eq!(filter.status, Some(MessageStatus::Archived));
+        assert_eq!(
+            filter.status,
+            Some(StatusFilter::One(MessageStatus::Archived))
+        );
+        let (open, _) = params(&[("status", "open")]).parse(&[]).unwrap();
+        assert_eq!(open.status, Some(StatusFilter::Open));
+        assert!(params(&[("status", "fixed")]).parse(&[]).is_err());
         assert_eq!(filter.since.unwrap().hour(), 9);
         assert_eq!(
             page,

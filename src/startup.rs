@@ -148,6 +148,11 @@ impl Application {
             ctx.rules.clone(),
             token.clone(),
         ));
+        tracker.spawn(settle_replays(
+            self.background.clone(),
+            Duration::from_secs(self.config.settle_secs),
+            token.clone(),
+        ));
         tracker.spawn(job::run(
             self.background.clone(),
             self.config
@@ -223,6 +228,35 @@ async fn reindex_search(
             Err(e) => {
                 tracing::warn!(error = %e, "reindexing search failed; trying again in 30 s");
                 Duration::from_secs(30)
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Resolves replayed messages whose copy has not died again within `settle`, checking every
+/// tenth of it (between 1 and 30 seconds). A failing database is waited out.
+async fn settle_replays(archive: Arc<dyn Archive>, settle: Duration, shutdown: CancellationToken) {
+    const BATCH: u32 = 1_000;
+    let every = (settle / 10).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        let before = time::OffsetDateTime::now_utc() - settle;
+        let pause = loop {
+            match archive.settle(before, BATCH).await {
+                Ok(n) if n == u64::from(BATCH) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::debug!(settled = n, "replayed messages resolved");
+                    }
+                    break every;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "settling replayed messages failed; trying again in 30 s");
+                    break Duration::from_secs(30);
+                }
             }
         };
         tokio::select! {

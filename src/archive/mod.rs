@@ -30,7 +30,7 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Console, Ingest, InstanceLock, JobLease, JobStore,
-    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog,
+    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Settle,
 };
 
 #[derive(Debug, thiserror::Error)]

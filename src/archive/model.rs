@@ -24,35 +24,105 @@ pub struct StoreOutcome {
     pub duplicates: u64,
 }
 
-/// What has happened to an archived message since it arrived.
+/// What has happened to an archived message since it arrived. A message is **open** — counted
+/// by the overview and its failure group — until it is dismissed, or replayed and its copy did
+/// not come back within the settle time ([`MessageStatus::is_open`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
     Archived,
+    /// Published again, settling: open until the settle time passes without its copy dying.
     Replayed,
     ReplayFailed,
     Dismissed,
+    /// Replayed, and its copy was not archived back within the settle time.
+    Settled,
+    /// Replayed, and its copy died again: the copy is the open record now.
+    DiedAgain,
 }
 
 impl MessageStatus {
+    pub const ALL: [MessageStatus; 6] = [
+        Self::Archived,
+        Self::Replayed,
+        Self::ReplayFailed,
+        Self::Dismissed,
+        Self::Settled,
+        Self::DiedAgain,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             MessageStatus::Archived => "archived",
             MessageStatus::Replayed => "replayed",
             MessageStatus::ReplayFailed => "replay_failed",
             MessageStatus::Dismissed => "dismissed",
+            MessageStatus::Settled => "settled",
+            MessageStatus::DiedAgain => "died_again",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Archived,
-            Self::Replayed,
-            Self::ReplayFailed,
-            Self::Dismissed,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == s)
+        Self::ALL.into_iter().find(|status| status.as_str() == s)
+    }
+
+    /// Still to be dealt with: counted as open by the overview, its queue and its group.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            MessageStatus::Archived | MessageStatus::Replayed | MessageStatus::ReplayFailed
+        )
+    }
+
+    /// Replayed once already (settling, settled or died again): a plan skips it unless asked
+    /// to replay those too.
+    pub fn was_replayed(self) -> bool {
+        matches!(
+            self,
+            MessageStatus::Replayed | MessageStatus::Settled | MessageStatus::DiedAgain
+        )
+    }
+
+    /// The statuses that are open, or resolved (for a filter's `IN (...)`).
+    pub fn open_ones(open: bool) -> impl Iterator<Item = MessageStatus> {
+        Self::ALL.into_iter().filter(move |s| s.is_open() == open)
+    }
+}
+
+/// What a list filters a status by: one status, or every open (or resolved) one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    One(MessageStatus),
+    /// Archived, settling after a replay, or whose replay failed.
+    Open,
+    /// Dismissed, settled after a replay, or died again (as a new record).
+    Resolved,
+}
+
+impl StatusFilter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusFilter::One(s) => s.as_str(),
+            StatusFilter::Open => "open",
+            StatusFilter::Resolved => "resolved",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "open" => Some(StatusFilter::Open),
+            "resolved" => Some(StatusFilter::Resolved),
+            s => MessageStatus::parse(s).map(StatusFilter::One),
+        }
+    }
+
+    /// The statuses it lets through.
+    pub fn statuses(self) -> Vec<MessageStatus> {
+        match self {
+            StatusFilter::One(s) => vec![s],
+            StatusFilter::Open => MessageStatus::open_ones(true).collect(),
+            StatusFilter::Resolved => MessageStatus::open_ones(false).collect(),
+        }
     }
 }
 
@@ -77,14 +147,6 @@ impl Outcome {
             Outcome::Unroutable => "unroutable",
             Outcome::Nacked => "nacked",
             Outcome::Failed => "failed",
-        }
-    }
-
-    /// The status the replayed message takes.
-    pub fn message_status(self) -> MessageStatus {
-        match self {
-            Outcome::Published => MessageStatus::Replayed,
-            Outcome::Unroutable | Outcome::Nacked | Outcome::Failed => MessageStatus::ReplayFailed,
         }
     }
 }
@@ -190,7 +252,7 @@ pub struct MessageFilter {
     pub exchange: Option<String>,
     /// The routing key of its replay target.
     pub routing_key: Option<String>,
-    pub status: Option<MessageStatus>,
+    pub status: Option<StatusFilter>,
     pub content_type: Option<String>,
     /// Words, phrases and prefixes to find.
     pub text: Option<crate::search::TextQuery>,
@@ -274,6 +336,8 @@ pub struct QueueReasonCount {
     pub queue: String,
     pub reason: String,
     pub messages: i64,
+    /// Of those, still open (not dismissed, settled or died again).
+    pub open: i64,
     pub oldest: OffsetDateTime,
     pub newest: OffsetDateTime,
 }
@@ -296,6 +360,8 @@ pub struct FailureGroup {
     /// The failing consumer's error description; empty when it left none.
     pub error: String,
     pub messages: i64,
+    /// Of those, still open (not dismissed, settled or died again).
+    pub open: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub first_seen: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]

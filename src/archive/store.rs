@@ -282,6 +282,14 @@ pub struct ReindexProgress {
     pub rewritten: u64,
 }
 
+/// Resolving replayed messages whose copy did not come back within the settle time.
+#[async_trait]
+pub trait Settle: Send + Sync {
+    /// Settles up to `limit` messages replayed before `before` whose copy has not died again:
+    /// they are resolved. Returns how many.
+    async fn settle(&self, before: OffsetDateTime, limit: u32) -> Result<u64, ArchiveError>;
+}
+
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
 pub trait Console:
     MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
@@ -294,6 +302,6 @@ impl<T> Console for T where
 }
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
-pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + 'static {}
+pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + Settle + 'static {}
 
-impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + 'static> Archive for T {}
+impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Settle + 'static> Archive for T {}

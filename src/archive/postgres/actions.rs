@@ -11,12 +11,13 @@ use super::messages::push_selection;
 use super::PostgresArchive;
 use crate::archive::audit_text::{action_summary, single_message};
 use crate::archive::sql::columns::HELD_BY_UNFINISHED_JOB;
-use crate::archive::sql::{audit, recount, Conn};
+use crate::archive::sql::{audit, lifecycle, recount, Conn};
 use crate::archive::{Actions, Actor, ArchiveError, Selection};
 
 /// The purged messages' contribution to a running total, subtracted: `key` is the value of
 /// `columns` (the table's key) for a message, `order` the order ingest takes the rows in.
-/// Returns the keys of the rows it changed (before those left empty are deleted).
+/// `open`: the table keeps `open_messages` too. Returns the keys of the rows it changed
+/// (before those left empty are deleted).
 async fn subtract_totals(
     tx: &mut Transaction<'_, Postgres>,
     ids: &[i64],
@@ -24,6 +25,7 @@ async fn subtract_totals(
     columns: &[&str],
     key: &str,
     order: &str,
+    open: bool,
 ) -> Result<Vec<PgRow>, sqlx::Error> {
     let list = columns.join(", ");
     let rows = sqlx::query(&format!(
@@ -38,10 +40,17 @@ async fn subtract_totals(
         .iter()
         .map(|c| format!("{table}.{c} = d.{c}"))
         .collect();
+    let open_too = match open {
+        true => format!(", open_messages = {table}.open_messages - d.o"),
+        false => String::new(),
+    };
     sqlx::query(&format!(
-        "UPDATE {table} SET messages = {table}.messages - d.n FROM \
-         (SELECT {key}, count(*) FROM messages WHERE id = ANY($1) GROUP BY {}) AS d ({list}, n) \
+        "UPDATE {table} SET messages = {table}.messages - d.n{open_too} FROM \
+         (SELECT {key}, count(*), count(*) FILTER (WHERE id IN \
+          (SELECT id FROM message_status WHERE id = ANY($1) AND status IN ({}))) \
+          FROM messages WHERE id = ANY($1) GROUP BY {}) AS d ({list}, n, o) \
          WHERE {}",
+        lifecycle::open_list(),
         positions.join(", "),
         on.join(" AND "),
     ))
@@ -73,19 +82,7 @@ impl Actions for PostgresArchive {
         push_selection(&mut q, selection);
         q.push(" ORDER BY messages.id FOR UPDATE OF messages");
         let locked: Vec<i64> = q.build_query_scalar().fetch_all(&mut *tx).await?;
-        let changed: Vec<i64> = sqlx::query_scalar(
-            "UPDATE message_status SET status = 'dismissed' \
-             WHERE id = ANY($1) AND status != 'dismissed' RETURNING id",
-        )
-        .bind(&locked)
-        .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE messages SET status_note = $1 WHERE id = ANY($2)")
-            .bind(note)
-            .bind(&changed)
-            .execute(&mut *tx)
-            .await?;
-        let dismissed = changed.len() as u64;
+        let dismissed = lifecycle::dismiss(&mut Conn::from(&mut tx), &locked, note).await?;
         let only = single_message(selection);
         let summary = action_summary("dismissed", dismissed, selection_text, note);
         audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
@@ -139,6 +136,7 @@ impl Actions for PostgresArchive {
                 &["queue", "reason"],
                 "queue, coalesce(first_death_reason, 'none')",
                 "queue COLLATE \"C\", reason COLLATE \"C\"",
+                true,
             )
             .await?;
             subtract_totals(
@@ -148,6 +146,7 @@ impl Actions for PostgresArchive {
                 &["queue", "hour"],
                 "queue, archived_at / 3600000",
                 "queue COLLATE \"C\", hour",
+                false,
             )
             .await?;
             subtract_totals(
@@ -157,6 +156,7 @@ impl Actions for PostgresArchive {
                 &["queue", "reason", "error"],
                 "coalesce(first_death_queue, queue), coalesce(first_death_reason, 'none'), coalesce(error, '')",
                 "queue COLLATE \"C\", reason COLLATE \"C\", error COLLATE \"C\"",
+                true,
             )
             .await?;
             let jobs: Vec<i64> = sqlx::query_scalar(

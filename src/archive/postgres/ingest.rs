@@ -1,13 +1,14 @@
 //! Storing a batch on PostgreSQL: ids from the sequence, then every table in one statement;
-//! a transaction only when some of the batch may be copies of archived rows.
+//! a transaction only when some of the batch may be copies of archived rows, or replays that
+//! died again.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::search;
 use super::PostgresArchive;
-use crate::archive::sql::millis;
 use crate::archive::sql::overview::{overview, totals};
+use crate::archive::sql::{lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
     StoreOutcome,
@@ -108,20 +109,24 @@ async fn insert_batch(
          INSERT INTO message_fields (message_id, name, value) \
          SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
          new_totals AS (\
-         INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) \
-         SELECT * FROM UNNEST($29::text[], $30::text[], $31::bigint[], $32::bigint[], $33::bigint[]) \
+         INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, oldest_at, newest_at) \
+         SELECT q, r, n, n, o, w FROM UNNEST($29::text[], $30::text[], $31::bigint[], $32::bigint[], $33::bigint[]) \
+         AS t (q, r, n, o, w) \
          ON CONFLICT (queue, reason) DO UPDATE SET \
          messages = queue_reason_counts.messages + excluded.messages, \
+         open_messages = queue_reason_counts.open_messages + excluded.messages, \
          oldest_at = LEAST(queue_reason_counts.oldest_at, excluded.oldest_at), \
          newest_at = GREATEST(queue_reason_counts.newest_at, excluded.newest_at)), \
          new_hours AS (\
          INSERT INTO hourly_counts (queue, hour, messages) \
          SELECT * FROM UNNEST($34::text[], $35::bigint[], $36::bigint[]) \
          ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages) \
-         INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) \
-         SELECT * FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+         INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
+         SELECT q, r, e, n, n, f, l FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+         AS t (q, r, e, n, f, l) \
          ON CONFLICT (queue, reason, error) DO UPDATE SET \
          messages = failure_groups.messages + excluded.messages, \
+         open_messages = failure_groups.open_messages + excluded.messages, \
          first_seen = LEAST(failure_groups.first_seen, excluded.first_seen), \
          last_seen = GREATEST(failure_groups.last_seen, excluded.last_seen)",
     )
@@ -203,9 +208,14 @@ impl Ingest for PostgresArchive {
             return Ok(outcome);
         }
         let streams = stream_positions(batch);
-        if streams.is_empty() && !batch.iter().any(PreparedMessage::may_be_archived) {
-            // Nothing can be a copy (the usual case): no lookups, so no transaction to hold
-            // open. The one statement that writes the batch commits it as a whole.
+        let replayed_copies = batch.iter().any(|m| m.replay_of.is_some());
+        if streams.is_empty()
+            && !replayed_copies
+            && !batch.iter().any(PreparedMessage::may_be_archived)
+        {
+            // Nothing can be a copy (the usual case), nor is any a replay that died again: no
+            // lookups, so no transaction to hold open. The one statement that writes the batch
+            // commits it as a whole.
             let mut conn = self.pool.acquire().await?;
             write_fresh(&mut conn, batch.iter().collect(), &mut outcome).await?;
             return Ok(outcome);
@@ -215,6 +225,10 @@ impl Ingest for PostgresArchive {
         let mut tx = self.pool.begin().await?;
         let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
         outcome.duplicates = duplicates;
+        // Replays that died again: their originals first (status rows before counts, as every
+        // writer takes them).
+        let originals: Vec<i64> = fresh.iter().filter_map(|m| m.replay_of).collect();
+        lifecycle::copies_died(&mut Conn::from(&mut tx), &originals).await?;
         if !fresh.is_empty() {
             write_fresh(&mut tx, fresh, &mut outcome).await?;
         }

@@ -4,7 +4,7 @@
 use sqlx::QueryBuilder;
 
 use super::millis;
-use crate::archive::{JobSpec, MessageFilter, NO_REASON};
+use crate::archive::{JobSpec, MessageFilter, StatusFilter, NO_REASON};
 
 /// Where a backend keeps a message's status: a column of `messages` (SQLite), or a table of
 /// its own (PostgreSQL's `message_status`, so that marking a message is not an update of its
@@ -59,13 +59,26 @@ pub fn push_condition<'a, DB: sqlx::Database>(
         "error" => "coalesce(error, '')",
         "exchange" => "first_death_exchange",
         "routing_key" => "replay_routing_key",
-        "status" if matches!(status_in, StatusIn::Table) => {
-            q.push(" AND messages.id IN (SELECT id FROM message_status WHERE status = ")
-                .push_bind(value)
-                .push(")");
+        "status" => {
+            // One status, or the set `open` / `resolved` stands for; unknown words (a search's
+            // `status:`) match nothing, as any other unknown value.
+            let statuses = StatusFilter::parse(value).map_or_else(Vec::new, |s| s.statuses());
+            let mut list = statuses
+                .iter()
+                .map(|s| format!("'{}'", s.as_str()))
+                .collect::<Vec<_>>();
+            if list.is_empty() {
+                list.push("NULL".into());
+            }
+            let list = list.join(", ");
+            match status_in {
+                StatusIn::Table => q.push(format!(
+                    " AND messages.id IN (SELECT id FROM message_status WHERE status IN ({list}))"
+                )),
+                StatusIn::Column => q.push(format!(" AND status IN ({list})")),
+            };
             return;
         }
-        "status" => "status",
         "message_id" => "message_id",
         "correlation_id" => "correlation_id",
         "content_type" => {

@@ -267,7 +267,7 @@ impl<T: SqlArchive> JobStore for T {
             skip_where(
                 &mut conn,
                 id,
-                &format!("{status} = 'replayed'"),
+                &format!("{status} IN ('replayed', 'settled', 'died_again')"),
                 ALREADY_REPLAYED,
             )
             .await?;

@@ -7,12 +7,11 @@ use time::OffsetDateTime;
 
 use super::jobs::{cancel_items, job_in};
 use super::rows::{outgoing_from_row, step_from_rows};
-use super::{args, audit, millis, now, ArchiveRow, Conn, Dialect, Row, SqlArchive};
+use super::{args, audit, lifecycle, millis, now, ArchiveRow, Conn, Row, SqlArchive};
 use crate::archive::audit_text::{complete_summary, pause_summary};
 use crate::archive::jobs::{count_column, sort_outcomes, Settled};
 use crate::archive::{
-    Actor, ArchiveError, ChunkLimit, ItemOutcome, JobLease, JobState, JobStep, MessageStatus,
-    ReplayJob,
+    Actor, ArchiveError, ChunkLimit, ItemOutcome, JobLease, JobState, JobStep, Outcome, ReplayJob,
 };
 
 /// Whether a job's lease is free to take, with `$1` now, `$2` the claiming runner's instance
@@ -44,32 +43,6 @@ async fn renew(
         .await?;
     let state: String = row.column("state")?;
     Ok(Some(JobState::parse(&state).unwrap_or(JobState::Paused)))
-}
-
-/// Sets the status of these messages. On PostgreSQL they are locked in id order, as
-/// dismissals and purges lock them, so that a runner's step and a dismissal of some of its
-/// messages never deadlock.
-async fn set_status(
-    conn: &mut Conn<'_>,
-    status: MessageStatus,
-    ids: &[i64],
-) -> Result<(), sqlx::Error> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let sql = match conn.dialect() {
-        Dialect::Sqlite => {
-            "UPDATE messages SET status = $1 \
-             WHERE id IN (SELECT value FROM json_each($2))"
-        }
-        Dialect::Postgres => {
-            "UPDATE message_status SET status = $1 FROM \
-             (SELECT id FROM messages WHERE id = ANY($2) ORDER BY id FOR NO KEY UPDATE) AS chosen \
-             WHERE message_status.id = chosen.id"
-        }
-    };
-    conn.execute(sql, args![status.as_str(), ids]).await?;
-    Ok(())
 }
 
 /// Items from `message_id` on are to do again: the next step looks from there (see
@@ -150,6 +123,16 @@ async fn record_outcomes(
         rewind(conn, id, retry.iter().copied().min().unwrap_or(0)).await?;
     }
     let now = now();
+    // When the earliest of them was handed out (see `advance_job`): a copy archived since then
+    // is of this replay.
+    let since: Option<i64> = conn
+        .fetch_one(
+            "SELECT min(finished_at) AS since FROM replay_job_items \
+             WHERE job_id = $1 AND outcome = 'sending'",
+            args![id],
+        )
+        .await?
+        .column("since")?;
     for ((outcome, detail), ids) in groups {
         let column = count_column(outcome);
         // Only items still `sending` take the outcome (and count, and set their message's
@@ -167,7 +150,8 @@ async fn record_outcomes(
             .iter()
             .map(|row| row.column("message_id"))
             .collect::<Result<_, _>>()?;
-        set_status(conn, outcome.message_status(), &settled).await?;
+        let published = outcome == Outcome::Published;
+        lifecycle::replayed(conn, &settled, published, since.unwrap_or(now), now).await?;
         conn.execute(
             &format!("UPDATE replay_jobs SET {column} = {column} + $1 WHERE id = $2"),
             args![settled.len() as i64, id],
@@ -353,7 +337,7 @@ impl<T: SqlArchive> JobLease for T {
             )
             .await?;
             if let Some(status) = status {
-                set_status(&mut conn, status, ids).await?;
+                lifecycle::set_status(&mut conn, ids, status, lifecycle::any, None).await?;
             }
             // The outcome is the job's count column too.
             conn.execute(
@@ -364,11 +348,11 @@ impl<T: SqlArchive> JobLease for T {
         }
         conn.execute(
             &format!(
-                "UPDATE replay_job_items SET outcome = 'sending', attempts = attempts + 1 \
-                 WHERE job_id = $1 AND {}",
+                "UPDATE replay_job_items SET outcome = 'sending', attempts = attempts + 1, \
+                 finished_at = $3 WHERE job_id = $1 AND {}",
                 d.in_ids("message_id", 2)
             ),
-            args![id, &step.send],
+            args![id, &step.send, now],
         )
         .await?;
         let rows = conn

@@ -105,7 +105,7 @@ impl<T: SqlArchive> MessageStore for T {
         let db = self.db();
         let d = db.dialect();
         let sql = format!(
-            "SELECT queue, reason, messages, oldest_at, newest_at FROM queue_reason_counts \
+            "SELECT queue, reason, messages, open_messages, oldest_at, newest_at FROM queue_reason_counts \
              ORDER BY {}, {}",
             d.byte_order("queue"),
             d.byte_order("reason")
@@ -130,8 +130,8 @@ impl<T: SqlArchive> MessageStore for T {
         let rows = self
             .db()
             .fetch_all(
-                "SELECT queue, reason, error, messages, first_seen, last_seen FROM failure_groups \
-                 ORDER BY last_seen DESC LIMIT $1",
+                "SELECT queue, reason, error, messages, open_messages, first_seen, last_seen \
+                 FROM failure_groups ORDER BY open_messages > 0 DESC, last_seen DESC LIMIT $1",
                 args![i64::from(limit)],
             )
             .await?;

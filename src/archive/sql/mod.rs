@@ -12,6 +12,7 @@ mod db;
 pub mod filter;
 mod jobs;
 mod lease;
+pub mod lifecycle;
 mod messages;
 pub mod overview;
 mod reindex;

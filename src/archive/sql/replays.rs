@@ -1,11 +1,12 @@
 //! Single replays, the same on both backends: recorded (with the audit entry) before anything
-//! is published, once per request key; the outcome sets the message's status.
+//! is published, once per request key; the outcome sets the message's status
+//! ([`lifecycle::replayed`]).
 
 use async_trait::async_trait;
 
 use super::columns::REPLAY_COLUMNS;
 use super::rows::replay_from_row;
-use super::{args, audit, edited_headers, now, SqlArchive};
+use super::{args, audit, edited_headers, lifecycle, millis, now, SqlArchive};
 use crate::archive::audit_text::replay_audit;
 use crate::archive::PUBLISHING;
 use crate::archive::{
@@ -84,17 +85,17 @@ impl<T: SqlArchive> ReplayLog for T {
                 args![outcome.as_str(), detail, now(), replay_id],
             )
             .await?;
-        tx.conn()
-            .execute(
-                &format!(
-                    "UPDATE {} SET status = $1 WHERE id = (SELECT message_id FROM replays WHERE id = $2)",
-                    db.dialect().status_table()
-                ),
-                args![outcome.message_status().as_str(), replay_id],
-            )
-            .await?;
+        let record = replay_from_row(&row)?;
+        lifecycle::replayed(
+            &mut tx.conn(),
+            &[record.message_id],
+            outcome == Outcome::Published,
+            millis(record.requested_at),
+            now(),
+        )
+        .await?;
         tx.commit().await?;
-        replay_from_row(&row)
+        Ok(record)
     }
 
     async fn replays_of(&self, message_id: i64) -> Result<Vec<ReplayRecord>, ArchiveError> {

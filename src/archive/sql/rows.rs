@@ -137,6 +137,7 @@ pub fn count_from_row(r: &impl ArchiveRow) -> Result<QueueReasonCount, ArchiveEr
         queue: r.column("queue")?,
         reason: r.column("reason")?,
         messages: r.column("messages")?,
+        open: r.column("open_messages")?,
         oldest: from_millis(r.column("oldest_at")?),
         newest: from_millis(r.column("newest_at")?),
     })
@@ -156,6 +157,7 @@ pub fn group_from_row(r: &impl ArchiveRow) -> Result<FailureGroup, ArchiveError>
         reason: r.column("reason")?,
         error: r.column("error")?,
         messages: r.column("messages")?,
+        open: r.column("open_messages")?,
         first_seen: from_millis(r.column("first_seen")?),
         last_seen: from_millis(r.column("last_seen")?),
     })
@@ -350,7 +352,9 @@ pub fn step_from_rows<R: ArchiveRow>(
             break;
         }
         let status: String = row.column("status")?;
-        if !include_replayed && (status == "replayed" || status == "dismissed") {
+        let skip = MessageStatus::parse(&status)
+            .is_some_and(|s| s.was_replayed() || s == MessageStatus::Dismissed);
+        if !include_replayed && skip {
             // Replayed or dismissed since the plan froze the selection.
             step.replayed_since.push(message_id);
         } else if row.column::<i64>("attempts")? >= MAX_ATTEMPTS {

@@ -8,21 +8,31 @@ use super::messages::push_selection;
 use super::SqliteArchive;
 use crate::archive::audit_text::{action_summary, single_message};
 use crate::archive::sql::columns::HELD_BY_UNFINISHED_JOB;
-use crate::archive::sql::{audit, recount, Conn};
+use crate::archive::sql::{audit, lifecycle, recount, Conn};
 use crate::archive::{Actions, Actor, ArchiveError, Selection};
 
 /// The selected messages' contribution to a running total, subtracted: `key` groups the
-/// messages as `table` keys its rows (on `on`).
+/// messages as `table` keys its rows (on `on`); `open`: the table keeps `open_messages` too.
 async fn subtract_totals(
     tx: &mut Transaction<'_, Sqlite>,
     table: &str,
     key: &str,
     on: &str,
+    open: bool,
 ) -> Result<(), sqlx::Error> {
+    let open_too = match open {
+        true => format!(", open_messages = {table}.open_messages - d.o"),
+        false => String::new(),
+    };
+    let groups = key.split(" AS ").count() - 1;
+    let by: Vec<String> = (1..=groups).map(|i| i.to_string()).collect();
     sqlx::query(&format!(
-        "UPDATE {table} SET messages = {table}.messages - d.n FROM \
-         (SELECT {key}, count(*) AS n FROM messages WHERE id IN (SELECT id FROM purge_ids) GROUP BY 1, 2) AS d \
-         WHERE {on}"
+        "UPDATE {table} SET messages = {table}.messages - d.n{open_too} FROM \
+         (SELECT {key}, count(*) AS n, sum(status IN ({})) AS o FROM messages \
+          WHERE id IN (SELECT id FROM purge_ids) GROUP BY {}) AS d \
+         WHERE {on}",
+        lifecycle::open_list(),
+        by.join(", ")
     ))
     .execute(&mut **tx)
     .await?;
@@ -43,13 +53,10 @@ impl Actions for SqliteArchive {
         actor: &Actor,
     ) -> Result<u64, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut q =
-            QueryBuilder::<Sqlite>::new("UPDATE messages SET status = 'dismissed', status_note = ");
-        q.push_bind(note)
-            .push(" WHERE status != 'dismissed' AND id IN (SELECT messages.id");
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT messages.id");
         push_selection(&mut q, selection);
-        q.push(")");
-        let dismissed = q.build().execute(&mut *tx).await?.rows_affected();
+        let ids: Vec<i64> = q.build_query_scalar().fetch_all(&mut *tx).await?;
+        let dismissed = lifecycle::dismiss(&mut Conn::from(&mut tx), &ids, note).await?;
         let only = single_message(selection);
         let summary = action_summary("dismissed", dismissed, selection_text, note);
         audit(&mut tx, actor, "dismiss", None, only, &summary).await?;
@@ -85,6 +92,7 @@ impl Actions for SqliteArchive {
             "queue_reason_counts",
             "queue AS q, coalesce(first_death_reason, 'none') AS r",
             "queue_reason_counts.queue = d.q AND queue_reason_counts.reason = d.r",
+            true,
         )
         .await?;
         subtract_totals(
@@ -92,20 +100,18 @@ impl Actions for SqliteArchive {
             "hourly_counts",
             "queue AS q, archived_at / 3600000 AS h",
             "hourly_counts.queue = d.q AND hourly_counts.hour = d.h",
+            false,
         )
         .await?;
-        sqlx::query(
-            "UPDATE failure_groups SET messages = failure_groups.messages - d.n FROM \
-             (SELECT coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
-              coalesce(error, '') AS e, count(*) AS n FROM messages WHERE id IN (SELECT id FROM purge_ids) \
-              GROUP BY 1, 2, 3) AS d \
-             WHERE failure_groups.queue = d.q AND failure_groups.reason = d.r AND failure_groups.error = d.e",
+        subtract_totals(
+            &mut tx,
+            "failure_groups",
+            "coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
+             coalesce(error, '') AS e",
+            "failure_groups.queue = d.q AND failure_groups.reason = d.r AND failure_groups.error = d.e",
+            true,
         )
-        .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM failure_groups WHERE messages <= 0")
-            .execute(&mut *tx)
-            .await?;
         let jobs: Vec<i64> = sqlx::query_scalar(
             "SELECT DISTINCT job_id FROM replay_job_items WHERE message_id IN (SELECT id FROM purge_ids)",
         )

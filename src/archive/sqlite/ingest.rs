@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::SqliteArchive;
-use crate::archive::sql::millis;
 use crate::archive::sql::overview::{overview, totals};
+use crate::archive::sql::{lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
     StoreOutcome,
@@ -100,13 +100,16 @@ async fn record_overview(
     }
     for ((queue, reason, error), (messages, first, last)) in groups {
         sqlx::query(
-            "INSERT INTO failure_groups (queue, reason, error, messages, first_seen, last_seen) VALUES (?, ?, ?, ?, ?, ?) \
+            "INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (queue, reason, error) DO UPDATE SET messages = messages + excluded.messages, \
+             open_messages = open_messages + excluded.messages, \
              first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen)",
         )
         .bind(queue)
         .bind(reason)
         .bind(error)
+        .bind(messages)
         .bind(messages)
         .bind(first)
         .bind(last)
@@ -140,6 +143,8 @@ impl Ingest for SqliteArchive {
             .fetch_one(&mut *tx)
             .await?;
         let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
+        let originals: Vec<i64> = rows.iter().filter_map(|(_, m)| m.replay_of).collect();
+        lifecycle::copies_died(&mut Conn::from(&mut tx), &originals).await?;
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             insert_messages(&mut tx, chunk).await?;
             let mut bodies =
@@ -182,12 +187,15 @@ impl Ingest for SqliteArchive {
         record_overview(&mut tx, &rows).await?;
         for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
             sqlx::query(
-                "INSERT INTO queue_reason_counts (queue, reason, messages, oldest_at, newest_at) VALUES (?, ?, ?, ?, ?) \
+                "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, oldest_at, newest_at) \
+                 VALUES (?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
+                 open_messages = open_messages + excluded.messages, \
                  oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
             )
             .bind(queue)
             .bind(reason)
+            .bind(messages)
             .bind(messages)
             .bind(oldest)
             .bind(newest)

@@ -35,6 +35,7 @@ async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice
         queue: queue.into(),
         reason: reason.into(),
         messages,
+        open: messages,
         oldest,
         newest,
     };

@@ -9,6 +9,7 @@ mod audit;
 mod ingest;
 mod jobs;
 mod lease;
+mod lifecycle;
 mod reindex;
 mod replays;
 mod search_terms;

@@ -1,0 +1,230 @@
+//! Open and resolved: each way a message leaves (dismissed, replayed and settled, died again)
+//! or stays open (settling, replay failed), and the open counts of its queue and group kept
+//! equal to a recount after every step — purges and a copy that beats its outcome included.
+
+use lazarus::amqp::headers::AmqpValue;
+use lazarus::amqp::publisher::REPLAY_OF_HEADER;
+use lazarus::archive::{Actor, MessageStatus, Outcome, ReplayStart, StatusFilter};
+use lazarus::death::ReplayTarget;
+
+use super::*;
+
+/// Every group's and queue's open count is what a recount of open messages finds.
+async fn assert_open_counts_exact(archive: &dyn Archive) {
+    for group in archive.failure_groups(100).await.unwrap() {
+        let filter = MessageFilter {
+            first_death_queue: Some(group.queue.clone()),
+            reason: Some(group.reason.clone()),
+            error: Some(if group.error.is_empty() {
+                lazarus::archive::NO_ERROR.into()
+            } else {
+                group.error.clone()
+            }),
+            status: Some(StatusFilter::Open),
+            ..Default::default()
+        };
+        let open = open_count(archive, filter).await;
+        assert_eq!(group.open, open, "open count of group {group:?}");
+    }
+    for count in archive.counts().await.unwrap() {
+        let filter = MessageFilter {
+            queue: Some(count.queue.clone()),
+            reason: Some(count.reason.clone()),
+            status: Some(StatusFilter::Open),
+            ..Default::default()
+        };
+        let open = open_count(archive, filter).await;
+        assert_eq!(count.open, open, "open count of {count:?}");
+    }
+}
+
+async fn open_count(archive: &dyn Archive, filter: MessageFilter) -> i64 {
+    let page = archive
+        .list_messages(
+            &filter,
+            PageRequest {
+                limit: 500,
+                before: None,
+            },
+        )
+        .await
+        .unwrap();
+    page.messages.len() as i64
+}
+
+async fn group_open(archive: &dyn Archive) -> i64 {
+    let groups = archive.failure_groups(100).await.unwrap();
+    let group = groups
+        .iter()
+        .find(|g| g.queue == "work" && g.error == "timeout")
+        .expect("the group exists");
+    group.open
+}
+
+/// A copy of message `original` (its replay carried `x-lazarus-replay-of`), dead again.
+fn copy_of(original: i64, name: &str) -> IncomingMessage {
+    let mut copy = with_error(delivery("life.dlq", name, Some(REJECTED)), "timeout");
+    copy.headers
+        .get_or_insert_with(Table::new)
+        .insert(REPLAY_OF_HEADER, AmqpValue::text(&original.to_string()));
+    copy
+}
+
+async fn replay(archive: &dyn Archive, id: i64, key: &str, outcome: Outcome) {
+    let actor = Actor::system("test");
+    let target = ReplayTarget {
+        exchange: "orders".into(),
+        routing_key: "order.created".into(),
+    };
+    let ReplayStart::New(record) = archive
+        .begin_replay(id, key, &actor, &target, None)
+        .await
+        .unwrap()
+    else {
+        panic!("a new replay")
+    };
+    archive.finish_replay(record, outcome, None).await.unwrap();
+}
+
+on_both_backends!(messages_stay_open_until_dismissed_settled_or_died_again_and_counts_follow);
+async fn messages_stay_open_until_dismissed_settled_or_died_again_and_counts_follow() {
+    let (_dir, archive) = archive().await;
+    let archive = &*archive;
+    let names = ["a", "b", "c", "d", "e", "f"];
+    let batch = names
+        .iter()
+        .map(|n| with_error(delivery("life.dlq", n, Some(REJECTED)), "timeout"))
+        .collect();
+    assert_eq!(store(archive, batch).await, (6, 0));
+    let m = listed_ids(archive, "life.dlq").await;
+    assert_eq!(group_open(archive).await, 6);
+    assert_open_counts_exact(archive).await;
+    let user = Actor::system("carol");
+
+    // Dismissed: resolved at once.
+    archive
+        .dismiss(&ids(&m[..1]), "[a]", "handled by hand", &user)
+        .await
+        .unwrap();
+    assert_eq!(group_open(archive).await, 5);
+    assert_open_counts_exact(archive).await;
+
+    // Replayed: still open while it settles; a replay the broker refused leaves it open.
+    replay(archive, m[1], "r-b", Outcome::Published).await;
+    replay(archive, m[2], "r-c", Outcome::Unroutable).await;
+    assert_eq!(status(archive, m[1]).await, MessageStatus::Replayed);
+    assert_eq!(status(archive, m[2]).await, MessageStatus::ReplayFailed);
+    assert_eq!(group_open(archive).await, 5);
+    // Not yet due: nothing settles.
+    let an_hour_ago = now() - time::Duration::hours(1);
+    assert_eq!(archive.settle(an_hour_ago, 100).await.unwrap(), 0);
+    // Due: it settles, once.
+    let later = now() + time::Duration::seconds(2);
+    assert_eq!(archive.settle(later, 100).await.unwrap(), 1);
+    assert_eq!(archive.settle(later, 100).await.unwrap(), 0);
+    assert_eq!(status(archive, m[1]).await, MessageStatus::Settled);
+    assert_eq!(group_open(archive).await, 4);
+    assert_open_counts_exact(archive).await;
+
+    // Replayed, and its copy dies again: the original is resolved, the copy is open.
+    replay(archive, m[3], "r-d", Outcome::Published).await;
+    assert_eq!(store(archive, vec![copy_of(m[3], "d-again")]).await, (1, 0));
+    assert_eq!(status(archive, m[3]).await, MessageStatus::DiedAgain);
+    assert_eq!(group_open(archive).await, 4);
+    assert_open_counts_exact(archive).await;
+    // It does not settle.
+    assert_eq!(archive.settle(later, 100).await.unwrap(), 0);
+
+    // The copy dies before the replay's outcome is written down: died again all the same.
+    let actor = Actor::system("test");
+    let target = ReplayTarget {
+        exchange: "orders".into(),
+        routing_key: "order.created".into(),
+    };
+    let ReplayStart::New(record) = archive
+        .begin_replay(m[4], "r-e", &actor, &target, None)
+        .await
+        .unwrap()
+    else {
+        panic!("a new replay")
+    };
+    assert_eq!(store(archive, vec![copy_of(m[4], "e-again")]).await, (1, 0));
+    archive
+        .finish_replay(record, Outcome::Published, None)
+        .await
+        .unwrap();
+    assert_eq!(status(archive, m[4]).await, MessageStatus::DiedAgain);
+    assert_open_counts_exact(archive).await;
+
+    // Filters: open and resolved.
+    let statuses = |filter: StatusFilter| async move {
+        let page = archive
+            .list_messages(
+                &MessageFilter {
+                    queue: Some("life.dlq".into()),
+                    status: Some(filter),
+                    ..Default::default()
+                },
+                PageRequest {
+                    limit: 500,
+                    before: None,
+                },
+            )
+            .await
+            .unwrap();
+        let mut names: Vec<String> = page
+            .messages
+            .into_iter()
+            .filter_map(|m| m.message_id)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        statuses(StatusFilter::Open).await,
+        ["c", "d-again", "e-again", "f"]
+    );
+    assert_eq!(statuses(StatusFilter::Resolved).await, ["a", "b", "d", "e"]);
+
+    // Purges take open messages out of the open counts, and resolved ones not.
+    archive
+        .purge(&ids(&[m[0], m[5]]), "[a, f]", "cleanup", &user)
+        .await
+        .unwrap();
+    assert_eq!(group_open(archive).await, 3);
+    assert_open_counts_exact(archive).await;
+
+    // Replay jobs: a published item settles like a single replay; its step records the time
+    // it was handed out, so a copy archived before the outcome still counts.
+    let copies = listed(archive, "life.dlq").await;
+    let again: Vec<i64> = copies
+        .iter()
+        .filter(|m| {
+            m.message_id
+                .as_deref()
+                .is_some_and(|n| n.ends_with("-again"))
+        })
+        .map(|m| m.id)
+        .collect();
+    let id = job(archive, "life-job", &ids(&again)).await.id;
+    archive
+        .claim_job("runner", None, 60_000, None)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(
+        handed_out(&step(archive, id, "runner", 60_000, &[], 10).await),
+        again
+    );
+    assert_eq!(
+        store(archive, vec![copy_of(again[0], "d-third")]).await,
+        (1, 0)
+    );
+    step(archive, id, "runner", 60_000, &published(&again), 10).await;
+    assert_eq!(status(archive, again[0]).await, MessageStatus::DiedAgain);
+    assert_eq!(status(archive, again[1]).await, MessageStatus::Replayed);
+    assert_open_counts_exact(archive).await;
+    assert_eq!(archive.settle(later, 100).await.unwrap(), 1);
+    assert_eq!(status(archive, again[1]).await, MessageStatus::Settled);
+    assert_open_counts_exact(archive).await;
+}
