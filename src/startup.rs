@@ -78,6 +78,7 @@ impl Application {
         state.masking = Arc::new(web::masking::Masking::new(&config.masks, &config.fields));
         state.schemas = schemas;
         state.replay_policy = Arc::new(config.replay_policy());
+        state.settle = Duration::from_secs(config.settle_secs);
         if state.replay_policy.is_open() && !config.queues.is_empty() {
             tracing::info!(
                 "no --replay-exchange: replays publish to whatever exchange a message's x-death names"

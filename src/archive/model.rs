@@ -168,12 +168,29 @@ pub struct MessageSummary {
     pub deaths: Vec<DeathRecord>,
     pub replay_target: Option<ReplayTarget>,
     pub status: MessageStatus,
+    /// Still to be dealt with ([`MessageStatus::is_open`]).
+    pub open: bool,
+    /// The failing consumer's own description of the error (`--error-header`), if any.
+    pub error: Option<String>,
+    /// The record this one is a replayed copy of (it died again).
+    #[serde(serialize_with = "optional_id_as_string")]
+    pub replay_of: Option<i64>,
     /// Business field values (`--field`), by name.
     pub fields: BTreeMap<String, String>,
 }
 
 pub fn id_as_string<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
+}
+
+pub fn optional_id_as_string<S: serde::Serializer>(
+    id: &Option<i64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match id {
+        Some(id) => s.collect_str(id),
+        None => s.serialize_none(),
+    }
 }
 
 /// One archived message with everything needed to show or replay it, except the body.

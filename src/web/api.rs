@@ -62,6 +62,10 @@ struct MessageDetail {
     #[serde(flatten)]
     message: ArchivedMessage,
     body: BodyJson,
+    /// Its replays, newest first.
+    replays: Vec<crate::archive::ReplayRecord>,
+    /// The ids of its replayed copies that died again (and are archived), newest first.
+    died_again_as: Vec<String>,
 }
 
 pub(super) async fn get_message(
@@ -95,7 +99,21 @@ pub(super) async fn get_message(
     state
         .masking
         .fields(caller.role, &mut message.summary.fields);
-    Ok(Json(MessageDetail { message, body }))
+    let replays = state.archive.replays_of(numeric).await?;
+    let died_again_as = state
+        .archive
+        .related(&message.summary)
+        .await?
+        .into_iter()
+        .filter(|r| r.replay_of == Some(numeric))
+        .map(|r| r.id.to_string())
+        .collect();
+    Ok(Json(MessageDetail {
+        message,
+        body,
+        replays,
+        died_again_as,
+    }))
 }
 
 /// The exact stored bytes, always as an attachment: a body is never rendered by the browser.

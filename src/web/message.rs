@@ -16,7 +16,7 @@ use super::nav::Nav;
 use super::payload::{self, PayloadView};
 use super::{AppError, AppState};
 use crate::amqp::headers::{AmqpValue, Table};
-use crate::archive::{ArchivedMessage, MessageSummary, ReplayRecord};
+use crate::archive::{ArchivedMessage, MessageStatus, MessageSummary, ReplayRecord};
 use crate::death::ReplayTarget;
 use crate::replay::plan::new_request_key;
 
@@ -143,6 +143,61 @@ pub struct MessagePage {
     /// The headers to edit, as typed JSON, death headers left out.
     pub editable_headers: String,
     pub status_note: Option<String>,
+    /// Where it stands (open or resolved, and why), said first.
+    pub lifecycle: Lifecycle,
+    /// May replay and dismiss it (viewers see the replays, not the forms).
+    pub can_act: bool,
+}
+
+/// Where a message stands, as its page says first.
+pub struct Lifecycle {
+    pub open: bool,
+    pub text: String,
+    /// A record to go to: the copy that died again, or the record this one is a copy of.
+    pub link: Option<(String, String)>,
+}
+
+impl Lifecycle {
+    fn new(s: &MessageSummary, related: &[MessageSummary], settle: std::time::Duration) -> Self {
+        let minutes = settle.as_secs().div_ceil(60);
+        let copy = related.iter().find(|r| r.replay_of == Some(s.id));
+        let (text, mut link) = match s.status {
+            MessageStatus::Archived => ("Open: never replayed.".to_owned(), None),
+            MessageStatus::ReplayFailed => (
+                "Open: its last replay was not taken by the broker (see the replays below).".to_owned(),
+                None,
+            ),
+            MessageStatus::Replayed => (
+                format!(
+                    "Open, settling: replayed; resolved {minutes} min after the replay unless its copy dies again."
+                ),
+                None,
+            ),
+            MessageStatus::Settled => (
+                "Resolved: replayed, and its copy did not come back.".to_owned(),
+                None,
+            ),
+            MessageStatus::DiedAgain => (
+                "Resolved here: replayed, and its copy died again — that copy is the open record."
+                    .to_owned(),
+                copy.map(|c| (format!("/messages/{}", c.id), format!("died again as #{}", c.id))),
+            ),
+            MessageStatus::Dismissed => ("Resolved: dismissed.".to_owned(), None),
+        };
+        if link.is_none() {
+            link = s.replay_of.map(|of| {
+                (
+                    format!("/messages/{of}"),
+                    format!("a replayed copy of #{of}"),
+                )
+            });
+        }
+        Lifecycle {
+            open: s.status.is_open(),
+            text,
+            link,
+        }
+    }
 }
 
 /// The largest body the edit form offers.
@@ -350,6 +405,8 @@ pub async fn detail_page(
         editable_body,
         editable_headers: editable_headers(&message),
         status_note: message.status_note.clone(),
+        lifecycle: Lifecycle::new(s, &related, state.settle),
+        can_act: caller.role >= crate::archive::Role::Operator,
         summary: s.clone(),
     };
     Ok(render(&page))

@@ -26,6 +26,9 @@ pub struct Row {
     pub target: String,
     pub size: String,
     pub status: &'static str,
+    pub open: bool,
+    /// The failing consumer's error, as it left it (empty: none).
+    pub error: String,
     /// Business field values, in the order of the configured fields.
     pub fields: Vec<String>,
 }
@@ -62,6 +65,8 @@ impl Row {
             target: target_text(m),
             size: human_bytes(m.body_size),
             status: m.status.as_str(),
+            open: m.open,
+            error: m.error.clone().unwrap_or_default(),
         }
     }
 }
@@ -88,11 +93,14 @@ pub struct MessagesPage {
     /// The filters as hidden fields of the selection form ("all matching").
     pub filter_pairs: Vec<(String, String)>,
     pub chips: Vec<Chip>,
+    /// May replay and dismiss (viewers get no selection boxes).
+    pub can_act: bool,
 }
 
 #[derive(Template)]
 #[template(path = "partials/message_rows.html")]
 pub struct MessageRowsPartial {
+    pub can_act: bool,
     pub field_names: Vec<String>,
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
@@ -226,6 +234,7 @@ pub async fn list_page(
         return Ok((
             [(header::VARY, "HX-Request")],
             render(&MessageRowsPartial {
+                can_act: caller.role >= crate::archive::Role::Operator,
                 field_names: state.business_fields.to_vec(),
                 rows,
                 next_link,
@@ -255,6 +264,7 @@ pub async fn list_page(
         [(header::VARY, "HX-Request")],
         render(&MessagesPage {
             nav: Nav::new(Some(&caller), state.auth.mode),
+            can_act: caller.role >= crate::archive::Role::Operator,
             chips: chips(&pairs),
             filter_pairs: pairs,
             since_input: datetime_local(&form.since),

@@ -77,6 +77,8 @@ pub struct AppState {
     pub hashing: Arc<limits::WorkLimit>,
     /// Where replays may publish (`--replay-exchange`).
     pub replay_policy: Arc<ExchangePolicy>,
+    /// How long a replayed message settles before it is resolved (`--settle-secs`).
+    pub settle: std::time::Duration,
 }
 
 impl AppState {
@@ -104,6 +106,7 @@ impl AppState {
                 "sign-in",
             )),
             replay_policy: Arc::new(ExchangePolicy::default()),
+            settle: std::time::Duration::from_secs(300),
         }
     }
 }

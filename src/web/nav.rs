@@ -20,6 +20,8 @@ pub struct Nav {
     pub role: &'static str,
     /// Signed in with a session cookie: they may sign out.
     pub session: bool,
+    /// May replay and dismiss: operators and admins (viewers are not offered those actions).
+    pub operator: bool,
     /// The audit log and the admin page.
     pub admin: bool,
 }
@@ -32,6 +34,7 @@ impl Nav {
             name: caller.filter(|_| !no_auth).map(|c| c.name.clone()),
             role: caller.map_or("", |c| c.role.as_str()),
             session: caller.is_some_and(|c| c.session),
+            operator: caller.is_some_and(|c| c.role >= Role::Operator),
             admin: caller.is_some_and(|c| c.role >= Role::Admin),
         }
     }

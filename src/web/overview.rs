@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
@@ -20,7 +19,8 @@ const GROUPS_SHOWN: u32 = 50;
 
 pub struct ReasonCount {
     pub reason: String,
-    pub messages: i64,
+    /// Open messages of this reason.
+    pub open: i64,
 }
 
 /// One bar of the sparkline: an hour, its height in a 0..=20 box.
@@ -33,6 +33,9 @@ pub struct Bar {
 
 pub struct QueueRow {
     pub name: String,
+    /// Messages still to deal with (not dismissed, settled or died again).
+    pub open: i64,
+    /// Every message archived from it.
     pub total: i64,
     pub reasons: Vec<ReasonCount>,
     pub bars: Vec<Bar>,
@@ -47,10 +50,14 @@ pub struct GroupRow {
     pub queue: String,
     pub reason: String,
     pub error: String,
+    pub open: i64,
     pub messages: i64,
     pub first_seen: String,
     pub last_seen: String,
+    /// The list of its open messages.
     pub link: String,
+    /// Its filters, as the hidden fields of its replay and dismiss forms.
+    pub fields: Vec<(&'static str, String)>,
 }
 
 #[derive(Template)]
@@ -61,33 +68,78 @@ pub struct OverviewPage {
     pub groups: Vec<GroupRow>,
     /// Risks to a DLQ's messages although it is consumed: (queue, what is wrong).
     pub warnings: Vec<(String, String)>,
+    /// What cannot be reached (the database, RabbitMQ), said in full above everything.
+    pub outages: Vec<String>,
+    /// Messages open across every DLQ.
+    pub open_total: i64,
 }
 
-pub async fn overview(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    nav: Nav,
-) -> Result<Response, PageError> {
-    let page_error = |e| PageError::new(e, &headers);
+pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Response, PageError> {
     let now = OffsetDateTime::now_utc();
-    let counts = state.archive.counts().await.map_err(page_error)?;
-    let hourly = state
-        .archive
-        .hourly_counts(now - Duration::hours(23))
-        .await
-        .map_err(page_error)?;
-    let groups = state
-        .archive
-        .failure_groups(GROUPS_SHOWN)
-        .await
-        .map_err(page_error)?;
     let consumers = state.status.snapshot();
+    let mut outages = outages(&consumers);
+    // The page says the database is down (and keeps refreshing) rather than being an error.
+    let read = async {
+        let counts = state.archive.counts().await?;
+        let hourly = state
+            .archive
+            .hourly_counts(now - Duration::hours(23))
+            .await?;
+        let groups = state.archive.failure_groups(GROUPS_SHOWN).await?;
+        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups))
+    };
+    let (counts, hourly, groups) = match read.await {
+        Ok(read) => read,
+        Err(e) => {
+            outages.insert(0, format!("The database is unreachable: {e}. Nothing archived can be shown; consumers hold their deliveries until it is back."));
+            Default::default()
+        }
+    };
     Ok(render(&OverviewPage {
         nav,
+        open_total: counts.iter().map(|c| c.open).sum(),
         queues: queue_rows(&counts, &hourly, &consumers, now),
         groups: groups.iter().map(group_row).collect(),
         warnings: state.status.warnings().into_iter().collect(),
+        outages,
     }))
+}
+
+/// What the consumers cannot reach, once per cause: RabbitMQ, the database.
+fn outages(consumers: &BTreeMap<String, ConsumerState>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut say = |queues: Vec<&str>, what: &str, detail: &str| {
+        if !queues.is_empty() {
+            out.push(format!("{what} ({}): {detail}", queues.join(", ")));
+        }
+    };
+    let of = |pick: fn(&ConsumerState) -> Option<&String>| -> (Vec<&str>, String) {
+        let hit: Vec<(&str, &String)> = consumers
+            .iter()
+            .filter_map(|(q, s)| pick(s).map(|d| (q.as_str(), d)))
+            .collect();
+        let detail = hit.first().map(|(_, d)| (*d).clone()).unwrap_or_default();
+        (hit.into_iter().map(|(q, _)| q).collect(), detail)
+    };
+    let (queues, detail) = of(|s| match s {
+        ConsumerState::Disconnected(d) => Some(d),
+        _ => None,
+    });
+    say(
+        queues,
+        "RabbitMQ is unreachable; nothing is being archived",
+        &detail,
+    );
+    let (queues, detail) = of(|s| match s {
+        ConsumerState::DatabaseUnavailable(d) => Some(d),
+        _ => None,
+    });
+    say(
+        queues,
+        "The database refuses writes; deliveries are held unacked in RabbitMQ",
+        &detail,
+    );
+    out
 }
 
 /// One row per DLQ that is archived or consumed (a configured queue with nothing yet shows).
@@ -128,12 +180,14 @@ fn queue_rows(
             };
             QueueRow {
                 name: name.to_owned(),
+                open: mine.iter().map(|c| c.open).sum(),
                 total: mine.iter().map(|c| c.messages).sum(),
                 reasons: mine
                     .iter()
+                    .filter(|c| c.open > 0)
                     .map(|c| ReasonCount {
                         reason: c.reason.clone(),
-                        messages: c.messages,
+                        open: c.open,
                     })
                     .collect(),
                 last_24h: per_hour.iter().sum(),
@@ -169,24 +223,35 @@ fn sparkline(per_hour: &[i64], first_hour: i64) -> Vec<Bar> {
 }
 
 fn group_row(g: &FailureGroup) -> GroupRow {
+    let error = if g.error.is_empty() {
+        crate::archive::NO_ERROR
+    } else {
+        &g.error
+    };
+    let fields = vec![
+        ("first_death_queue", g.queue.clone()),
+        ("reason", g.reason.clone()),
+        ("error", error.to_owned()),
+        ("status", "open".to_owned()),
+    ];
     let link = format!(
-        "/messages?first_death_queue={}&reason={}&error={}",
-        urlencode(&g.queue),
-        urlencode(&g.reason),
-        urlencode(if g.error.is_empty() {
-            crate::archive::NO_ERROR
-        } else {
-            &g.error
-        })
+        "/messages?{}",
+        fields
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
     );
     GroupRow {
         queue: g.queue.clone(),
         reason: g.reason.clone(),
         error: g.error.clone(),
+        open: g.open,
         messages: g.messages,
         first_seen: utc(g.first_seen),
         last_seen: utc(g.last_seen),
         link,
+        fields,
     }
 }
 

@@ -132,6 +132,9 @@ pub async fn selection_form(
             dismiss_selection(&state, &selection, note, &caller.actor())
                 .await
                 .map_err(page_error)?;
+            if form.get("return_to") == Some("overview") {
+                return Ok(Redirect::to("/").into_response());
+            }
             let back: ListParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
             Ok(Redirect::to(&format!("/messages?{}", back.to_query(None))).into_response())
         }

@@ -167,6 +167,47 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
         !page.text().contains(r#"href="/audit""#) && !page.text().contains(r#"href="/admin""#),
         "a viewer's page links to the audit log or admin page"
     );
+    // ... nor a replay or dismiss form anywhere (hidden, with the reason on the message page);
+    // an operator is offered them on the same pages.
+    let otto = sign_in(&app, "otto", PASSWORD).await.unwrap();
+    for (path, action) in [
+        ("/".to_owned(), "Replay group…"),
+        ("/".to_owned(), "Dismiss group…"),
+        (format!("/messages?queue={dlq}"), "Plan replay…"),
+        (format!("/messages?queue={dlq}"), r#"class="select-row""#),
+        (
+            format!("/messages/{id}"),
+            r#"action="/messages/{id}/replay""#,
+        ),
+        (
+            format!("/messages/{id}"),
+            r#"action="/messages/{id}/dismiss""#,
+        ),
+    ] {
+        let action = action.replace("{id}", &id);
+        let viewer = http_with(app.addr, "GET", &path, &[("Cookie", &vera)], None).await;
+        assert_eq!(viewer.status, 200, "{path}");
+        assert!(
+            !viewer.text().contains(&action),
+            "a viewer is offered {action} on {path}"
+        );
+        let operator = http_with(app.addr, "GET", &path, &[("Cookie", &otto)], None).await;
+        assert!(
+            operator.text().contains(&action),
+            "an operator is not offered {action} on {path}"
+        );
+    }
+    let page = http_with(
+        app.addr,
+        "GET",
+        &format!("/messages/{id}"),
+        &[("Cookie", &vera)],
+        None,
+    )
+    .await;
+    assert!(page
+        .text()
+        .contains("Replaying and dismissing take the operator role"));
     let replay = as_user(
         &app,
         &vera,

@@ -431,3 +431,125 @@ async fn the_searched_url_holds_only_filters_in_use_and_back_restores_the_form()
     browser.quit().await;
     t.cleanup().await;
 }
+
+/// Waits up to `secs` until the text of `css` satisfies `check` — the page is never reloaded.
+async fn wait_live(
+    browser: &Browser,
+    css: &str,
+    what: &str,
+    secs: u64,
+    check: impl Fn(&str) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        let text = browser.text(css).await;
+        if check(&text) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "{css} never showed {what}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_reload() {
+    let p = unique("hotfix");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| c.settle_secs = 2).await;
+    let worker = rejecting_worker(&work).await;
+    for i in 0..4 {
+        t.publish(
+            "",
+            &work,
+            br#"{"order": 1}"#,
+            json_props(&format!("{p}-{i}")),
+        )
+        .await;
+    }
+    app.wait_for_archived(4, Duration::from_secs(20)).await;
+    worker.abort();
+
+    let browser = Browser::start().await;
+    browser.go(&format!("http://{}/", app.addr)).await;
+    // The archive is this test's own: its one failure group.
+    let group = "table.groups tbody tr";
+    assert_eq!(
+        browser.text(&format!("{group} [data-group-open]")).await,
+        "4"
+    );
+    assert_eq!(browser.text(&format!("[data-open='{dlq}']")).await, "4");
+
+    // The hotfix: the worker now takes what it is given. Replay the group from its row.
+    let fixed = acking_worker(&work).await;
+    let replay = browser
+        .find(&format!("{group} button[title^='Plan a replay']"))
+        .await;
+    browser
+        .call("POST", &format!("/element/{replay}/click"), None)
+        .await;
+    browser
+        .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
+        .await;
+    let plan = browser.text("dl.props").await;
+    assert!(
+        plan.contains("4"),
+        "the plan holds the group's 4 messages: {plan}"
+    );
+    let start = browser.find("#job-progress button").await;
+    browser
+        .call("POST", &format!("/element/{start}/click"), None)
+        .await;
+    browser
+        .wait_text("#job-progress", "the job to complete", |t| {
+            t.contains("completed")
+        })
+        .await;
+
+    // Back on the overview, still open while the replays settle; then, with no reload, the
+    // counts fall to nothing and the group says it is resolved.
+    browser.go(&format!("http://{}/", app.addr)).await;
+    browser
+        .script("document.body.dataset.loadedOnce = 'yes'; return 1")
+        .await;
+    wait_live(
+        &browser,
+        &format!("[data-open='{dlq}']"),
+        "no open message",
+        20,
+        |t| t == "0",
+    )
+    .await;
+    wait_live(
+        &browser,
+        &format!("{group} [data-group-open]"),
+        "the group resolved",
+        10,
+        |t| t == "0",
+    )
+    .await;
+    assert!(browser.text(&group).await.contains("resolved"));
+    assert_eq!(
+        browser
+            .script("return document.body.dataset.loadedOnce")
+            .await,
+        "yes",
+        "the page was not reloaded"
+    );
+    // Every message is settled, none lost: the four copies were taken by the fixed worker.
+    let resolved = app
+        .json(&format!("/api/messages?queue={dlq}&status=resolved"), 200)
+        .await;
+    assert_eq!(resolved["messages"].as_array().unwrap().len(), 4);
+    assert!(resolved["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["status"] == "settled" && m["open"] == false));
+    fixed.abort();
+    browser.quit().await;
+    t.cleanup().await;
+}

@@ -92,6 +92,14 @@ async fn unreachable_broker_keeps_the_web_up_and_says_so() {
     let ready = app.json("/readyz", 503).await;
     assert_eq!(ready["database"]["state"], "ok");
     assert_eq!(app.get("/healthz").await.status, 200);
+    // The overview says so above everything, in a sentence, not in a small badge.
+    let overview = app.get("/").await;
+    assert_eq!(overview.status, 200);
+    assert!(
+        overview.text().contains(r#"<div class="outage" role="alert"><strong>Unreachable.</strong> RabbitMQ is unreachable; nothing is being archived (some.dlq): "#),
+        "{}",
+        overview.text()
+    );
     assert_eq!(app.json("/api/messages", 200).await["messages"], json!([]));
 }
 
@@ -253,6 +261,19 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     // Nothing acked: the broker still holds all 20, delivered to Lazarus and unacknowledged.
     assert_eq!(t.depth(&dlq).await, 0);
     assert_eq!(unacked(&dlq), 20);
+    // The overview still answers, and says what is wrong above everything: writes refused
+    // (the locked SQLite file), or the database unreachable (PostgreSQL down).
+    let overview = app.get("/").await;
+    assert_eq!(overview.status, 200, "{}", overview.text());
+    let banner = match &outage {
+        Outage::Locked(_) => "The database refuses writes; deliveries are held unacked in RabbitMQ",
+        Outage::Down(..) => "The database is unreachable",
+    };
+    assert!(
+        overview.text().contains(banner) && overview.text().contains(r#"class="outage""#),
+        "{}",
+        overview.text()
+    );
     // Readers: a locked SQLite file still reads; a PostgreSQL that refuses connections makes
     // pages and API answer 503 with a plain message, not an error page or a hang.
     match &outage {

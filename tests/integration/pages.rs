@@ -323,8 +323,8 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     let pages = Pages::with(vec![]).await;
     for path in [
         "/static/htmx-2.0.11.min.js",
-        "/static/lazarus-2.css",
-        "/static/lazarus-3.js",
+        "/static/lazarus-3.css",
+        "/static/lazarus-4.js",
     ] {
         let (status, body, headers) = pages.get(path, false).await;
         assert_eq!(status, StatusCode::OK, "{path}");

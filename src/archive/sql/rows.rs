@@ -75,9 +75,16 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
         }),
         _ => None,
     };
+    let status = MessageStatus::parse(&status).ok_or_else(|| ArchiveError::Corrupt {
+        id,
+        reason: format!("unknown status {status:?}"),
+    })?;
     Ok(MessageSummary {
         id,
         queue: row.column("queue")?,
+        error: row.column("error")?,
+        replay_of: row.column("replay_of")?,
+        open: status.is_open(),
         archived_at: from_millis(row.column("archived_at")?),
         message_id: row.column("message_id")?,
         correlation_id: row.column("correlation_id")?,
@@ -90,10 +97,7 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
             reason: e.to_string(),
         })?,
         replay_target,
-        status: MessageStatus::parse(&status).ok_or_else(|| ArchiveError::Corrupt {
-            id,
-            reason: format!("unknown status {status:?}"),
-        })?,
+        status,
         fields: BTreeMap::new(),
     })
 }

@@ -12,8 +12,55 @@ function showLocalTimes(root) {
     el.dataset.done = "1";
   });
 }
-document.addEventListener("DOMContentLoaded", function () { showLocalTimes(document); });
-document.addEventListener("htmx:afterSwap", function (e) { showLocalTimes(e.target); });
+// Shows "3 min ago" beside each <time data-ago>, kept up to date.
+function ago(date) {
+  var s = Math.round((Date.now() - date.getTime()) / 1000);
+  if (s < 45) return "just now";
+  var units = [[86400, "d"], [3600, "h"], [60, "min"]];
+  for (var i = 0; i < units.length; i++) {
+    if (s >= units[i][0]) return Math.floor(s / units[i][0]) + " " + units[i][1] + " ago";
+  }
+  return "just now";
+}
+function showAgo(root) {
+  root.querySelectorAll("time[data-ago]").forEach(function (el) {
+    var d = new Date(el.getAttribute("datetime"));
+    if (isNaN(d)) return;
+    var span = el.nextElementSibling;
+    if (!span || !span.classList.contains("ago")) {
+      span = document.createElement("span");
+      span.className = "ago";
+      el.after(span);
+    }
+    span.textContent = " · " + ago(d);
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { showLocalTimes(document); showAgo(document); });
+document.addEventListener("htmx:afterSwap", function (e) { showLocalTimes(e.target); showAgo(document); });
+setInterval(function () { showAgo(document); }, 30000);
+// A part that refreshes itself (hx-trigger="every ...") waits while someone fills a form in it.
+document.addEventListener("htmx:beforeRequest", function (e) {
+  var elt = e.detail.elt;
+  if (!elt.id || elt.id !== "live") return;
+  var busy = elt.querySelector("details[open]") ||
+    (document.activeElement && elt.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
+  if (busy) e.preventDefault();
+});
+// The server cannot be reached at all (it stopped, or the network is down): one toast that
+// says so, gone once a request gets through again.
+function unreachable(show) {
+  var box = document.getElementById("unreachable");
+  if (!show) { if (box) box.remove(); return; }
+  if (box) return;
+  box = document.createElement("div");
+  box.id = "unreachable";
+  box.className = "error-box";
+  box.setAttribute("role", "alert");
+  box.textContent = "Lazarus cannot be reached: this page is not up to date. Retrying…";
+  document.getElementById("toasts").appendChild(box);
+}
+document.addEventListener("htmx:sendError", function () { unreachable(true); });
+document.addEventListener("htmx:afterRequest", function (e) { if (e.detail.xhr && e.detail.xhr.status) unreachable(false); });
 // The message of an error answer, as text: the "error" of a JSON answer, the text of an
 // HTML one (parsed, not shown: entities read as the characters they stand for, and nothing
 // in it runs), else the status.
