@@ -165,6 +165,7 @@ async fn create_job(archive: &dyn Archive, dlq: &str, key: &str, n: usize) -> Re
             selection: &selection,
             selection_text: &selection_text,
             target: None,
+            to_first_death_queue: false,
             rate_per_sec: None,
             include_replayed: true,
             canary: None,

@@ -124,6 +124,12 @@ pub struct ReplayConfig {
     /// (`/orders` is the default exchange with routing key `orders`).
     #[arg(long)]
     pub target: Option<String>,
+
+    /// Send each message only to the queue it first died in (the default exchange, the
+    /// queue's name as routing key), not to its original exchange and key, which reach every
+    /// queue bound to the key.
+    #[arg(long, conflicts_with = "target")]
+    pub to_first_death_queue: bool,
     /// At most this many messages per second.
     #[arg(long)]
     pub rate: Option<u32>,

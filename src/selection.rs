@@ -277,7 +277,10 @@ mod tests {
             (vec![("limit", "0")], "limit must be between 1 and 500"),
             (vec![("limit", "lots")], "limit must be between"),
             (vec![("cursor", "abc")], "cursor \"abc\" is not one"),
-            (vec![("status", "gone")], "status must be archived"),
+            (
+                vec![("status", "gone")],
+                "status must be open, resolved, archived",
+            ),
             (
                 vec![("since", "yesterday")],
                 "since must be an RFC 3339 time",

@@ -39,6 +39,9 @@ pub struct JobSpec<'a> {
     pub selection_text: &'a str,
     /// One target for every message; `None`: each message's own replay target.
     pub target: Option<&'a ReplayTarget>,
+    /// Each message to the queue it first died in, through the default exchange (not its
+    /// original exchange and key, which reach every queue bound to the key).
+    pub to_first_death_queue: bool,
     pub rate_per_sec: Option<u32>,
     /// Replay messages that were replayed or dismissed before (skipped otherwise).
     pub include_replayed: bool,
@@ -162,6 +165,8 @@ pub struct ReplayJob {
     /// What was selected, as asked.
     pub selection: serde_json::Value,
     pub target: Option<ReplayTarget>,
+    /// Each message to the queue it first died in only (the default exchange).
+    pub to_first_death_queue: bool,
     pub rate_per_sec: Option<u32>,
     pub include_replayed: bool,
     pub canary: Option<Canary>,

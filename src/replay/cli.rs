@@ -65,6 +65,7 @@ impl ReplayConfig {
         Ok(JobRequest {
             selection,
             target: self.target.as_deref().map(parse_target).transpose()?,
+            to_first_death_queue: self.to_first_death_queue,
             rate_per_sec: self.rate,
             dry_run: self.dry_run,
             include_replayed: self.include_replayed,

@@ -111,6 +111,11 @@ pub struct JobRequest {
     pub selection: SelectionRequest,
     /// One target for every message; without it each goes to its own replay target.
     pub target: Option<ReplayTarget>,
+    /// Each message to the queue it first died in only, through the default exchange — not
+    /// to its original exchange and key, which reach every queue bound to the key (an audit
+    /// queue that took it the first time too).
+    #[serde(default)]
+    pub to_first_death_queue: bool,
     pub rate_per_sec: Option<u32>,
     #[serde(default)]
     pub dry_run: bool,
@@ -124,6 +129,11 @@ pub struct JobRequest {
 impl JobRequest {
     /// Validates the options; the selection is resolved separately.
     pub fn check(&self) -> Result<(), PlanError> {
+        if self.to_first_death_queue && self.target.is_some() {
+            return Err(PlanError::Invalid(
+                "give a target or to_first_death_queue, not both".into(),
+            ));
+        }
         if let Some(rate) = self.rate_per_sec {
             if rate == 0 || rate > MAX_RATE {
                 return Err(PlanError::Invalid(format!(
@@ -226,6 +236,7 @@ pub async fn create_job<A: JobStore + ?Sized>(
             selection: &selection,
             selection_text: &selection_text,
             target: request.target.as_ref(),
+            to_first_death_queue: request.to_first_death_queue,
             rate_per_sec: request.rate_per_sec,
             include_replayed: request.include_replayed,
             canary: request.canary,
@@ -235,7 +246,10 @@ pub async fn create_job<A: JobStore + ?Sized>(
         .await?;
     let asked: serde_json::Value =
         serde_json::from_str(&selection_text).unwrap_or(serde_json::Value::Null);
-    if job.selection != asked || job.target != request.target {
+    if job.selection != asked
+        || job.target != request.target
+        || job.to_first_death_queue != request.to_first_death_queue
+    {
         return Err(ArchiveError::Conflict(format!(
             "request_key {key:?} was used for replay job {} with another selection or target; \
              use a new key",

@@ -108,6 +108,7 @@ fn job_request_of(form: &FormPairs, selection: SelectionRequest) -> Result<JobRe
     Ok(JobRequest {
         selection,
         target,
+        to_first_death_queue: form.get("send_to") == Some("first_death_queue"),
         rate_per_sec: form.number("rate_per_sec", "the rate")?,
         dry_run: true,
         include_replayed: form.get("include_replayed").is_some(),
@@ -185,10 +186,16 @@ impl JobView {
             actor: job.actor.clone(),
             created_at: utc(job.created_at),
             selection: job.selection.to_string(),
-            target: job.target.as_ref().map_or_else(
-                || "each message's own replay target".to_owned(),
-                ReplayTarget::label,
-            ),
+            target: match (&job.target, job.to_first_death_queue) {
+                (_, true) => {
+                    "only the queue each message first died in (default exchange)".to_owned()
+                }
+                (Some(target), false) => target.label(),
+                (None, false) => {
+                    "each message's original exchange and routing key (every queue bound to it)"
+                        .to_owned()
+                }
+            },
             rate: job
                 .rate_per_sec
                 .map_or_else(|| "no limit".to_owned(), |r| format!("{r} messages/s")),

@@ -486,10 +486,16 @@ async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_relo
     // The hotfix: the worker now takes what it is given. Replay the group from its row.
     let fixed = acking_worker(&work).await;
     let replay = browser
-        .find(&format!("{group} button[title^='Plan a replay']"))
+        .find(&format!("{group} summary[title^='Plan a replay']"))
         .await;
     browser
         .call("POST", &format!("/element/{replay}/click"), None)
+        .await;
+    let plan = browser
+        .find(&format!("{group} details[open] button[type=submit]"))
+        .await;
+    browser
+        .call("POST", &format!("/element/{plan}/click"), None)
         .await;
     browser
         .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
@@ -531,7 +537,7 @@ async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_relo
         |t| t == "0",
     )
     .await;
-    assert!(browser.text(&group).await.contains("resolved"));
+    assert!(browser.text(group).await.contains("resolved"));
     assert_eq!(
         browser
             .script("return document.body.dataset.loadedOnce")

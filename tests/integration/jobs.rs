@@ -619,6 +619,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
             selection: &selection,
             selection_text: "{}",
             target: Some(&target),
+            to_first_death_queue: false,
             rate_per_sec: Some(2_500),
             include_replayed: false,
             canary: None,

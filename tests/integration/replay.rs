@@ -361,3 +361,109 @@ async fn a_replay_reaches_the_cc_queues_the_broker_dropped_on_dead_lettering() {
     t.wait_for_depth(&audit, 2, Duration::from_secs(5)).await;
     t.cleanup().await;
 }
+
+on_both_backends!(only_the_queue_it_died_in_gets_the_replay_and_an_audit_queue_nothing);
+async fn only_the_queue_it_died_in_gets_the_replay_and_an_audit_queue_nothing() {
+    let p = unique("diedin");
+    let mut t = Topology::new().await;
+    let shop = format!("{p}.shop");
+    let audit = format!("{p}.audit");
+    t.exchange(&shop, ExchangeKind::Topic).await;
+    let (orders, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    t.queue(&audit, FieldTable::default()).await;
+    // The audit queue takes every order, as the work queue does: a replay to the original
+    // exchange and key would give it a second copy.
+    t.bind(&orders, &shop, "order.*").await;
+    t.bind(&audit, &shop, "order.*").await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    let worker = rejecting_worker(&orders).await;
+    for i in 0..2 {
+        t.publish(
+            &shop,
+            "order.created",
+            b"{}",
+            json_props(&format!("{p}-{i}")),
+        )
+        .await;
+    }
+    app.wait_for_archived(2, Duration::from_secs(10)).await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.wait_for_depth(&audit, 2, Duration::from_secs(5)).await;
+    let ids = app.ids(&dlq).await;
+
+    // The message page offers it, as the default exchange and the queue's name.
+    let page = app.get(&format!("/messages/{}", ids[0])).await.text();
+    assert!(
+        page.contains(&format!(
+            r#"<input type="hidden" name="routing_key" value="{orders}">"#
+        )) && page.contains(&format!("Replay to {orders} only")),
+        "{page}"
+    );
+    let form = format!(
+        "request_key={p}-single&exchange=&routing_key={}",
+        orders.replace('.', "%2E")
+    );
+    let replayed = http_with(
+        app.addr,
+        "POST",
+        &format!("/messages/{}/replay", ids[0]),
+        &[("HX-Request", "true")],
+        Some(("application/x-www-form-urlencoded", &form)),
+    )
+    .await;
+    assert_eq!(replayed.status, 200, "{}", replayed.text());
+    assert!(replayed.text().contains("published"), "{}", replayed.text());
+
+    // A job does the same for each message: its own first-death queue.
+    let job = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"ids": [ids[1]], "to_first_death_queue": true, "request_key": format!("{p}-job")}),
+            200,
+        )
+        .await;
+    assert_eq!(job["to_first_death_queue"], true, "{job}");
+    assert_eq!(job["plan"]["targets"][0]["exchange"], "", "{job}");
+    assert_eq!(
+        job["plan"]["targets"][0]["routing_key"],
+        orders.as_str(),
+        "{job}"
+    );
+    let id = job["id"].as_str().unwrap();
+    let done = app
+        .wait_for_job(id, Duration::from_secs(20), |j| j["state"] == "completed")
+        .await;
+    assert_eq!(done["counts"]["published"], 1, "{done}");
+
+    // Both copies are back in the work queue; the audit queue got nothing more.
+    t.wait_for_depth(&orders, 2, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(t.depth(&audit).await, 2, "the audit queue got a duplicate");
+
+    // A message that never died has no such queue: the plan says so. Both at once is refused.
+    t.publish("", &dlq, b"{}", json_props(&format!("{p}-direct")))
+        .await;
+    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let plan = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"filter": {"queue": dlq}, "to_first_death_queue": true, "dry_run": true}),
+            200,
+        )
+        .await;
+    assert_eq!(plan["plan"]["no_target"], 1, "{plan}");
+    let both = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"ids": [ids[0]], "to_first_death_queue": true,
+                "target": {"exchange": "", "routing_key": "x"}}),
+            400,
+        )
+        .await;
+    assert!(
+        both["error"].as_str().unwrap().contains("not both"),
+        "{both}"
+    );
+    t.cleanup().await;
+}

@@ -145,6 +145,7 @@ async fn a_forged_death_history_cannot_send_a_replay_elsewhere() {
             selection: &Selection::Ids(vec![forged_id.parse().unwrap()]),
             selection_text: "{}",
             target: None,
+            to_first_death_queue: false,
             rate_per_sec: None,
             include_replayed: true,
             canary: None,

@@ -41,7 +41,7 @@ pub const REPLAY_COLUMNS: &str =
      detail, (edited_body IS NOT NULL OR edited_headers IS NOT NULL) AS edited";
 
 pub const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at, finished_at, selection, \
-    target_exchange, target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
+    target_exchange, target_routing_key, to_first_death_queue, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
     canary_max_deaths, plan, published, unroutable, nacked, failed, skipped, cancelled, total";
 
 /// What [`user_from_row`](super::rows::user_from_row) reads.

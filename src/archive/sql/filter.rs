@@ -119,8 +119,17 @@ pub fn push_freeze<'a, DB: sqlx::Database>(
     q.push(
         "INSERT INTO replay_job_items (job_id, message_id, target_exchange, target_routing_key) SELECT ",
     );
-    q.push_bind(id)
-        .push(", messages.id, coalesce(")
+    q.push_bind(id);
+    if spec.to_first_death_queue {
+        // The default exchange routes a queue's name to that queue alone. A message without
+        // death history has no such queue: no target.
+        q.push(
+            ", messages.id, CASE WHEN messages.first_death_queue IS NULL THEN NULL ELSE '' END, \
+             messages.first_death_queue",
+        );
+        return;
+    }
+    q.push(", messages.id, coalesce(")
         .push_bind(spec.target.map(|t| t.exchange.clone()))
         .push(", messages.replay_exchange), coalesce(")
         .push_bind(spec.target.map(|t| t.routing_key.clone()))

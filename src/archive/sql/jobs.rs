@@ -223,8 +223,8 @@ impl<T: SqlArchive> JobStore for T {
             .fetch_optional(
                 "INSERT INTO replay_jobs (request_key, actor, created_at, selection, target_exchange, \
                  target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
-                 canary_max_deaths, plan, state) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '{}', $12) \
+                 canary_max_deaths, plan, state, to_first_death_queue) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '{}', $12, $13) \
                  ON CONFLICT (request_key) DO NOTHING RETURNING id",
                 args![
                     spec.request_key,
@@ -239,6 +239,7 @@ impl<T: SqlArchive> JobStore for T {
                     i64::from(canary.wait_secs) * 1000,
                     i64::from(canary.max_deaths),
                     state.as_str(),
+                    spec.to_first_death_queue,
                 ],
             )
             .await?;

@@ -228,6 +228,7 @@ pub fn job_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayJob, ArchiveError> {
         finished_at: row.column::<Option<i64>>("finished_at")?.map(from_millis),
         selection,
         target,
+        to_first_death_queue: row.column("to_first_death_queue")?,
         rate_per_sec: rate_per_sec.map(|r| r as u32),
         include_replayed: row.column("include_replayed")?,
         canary: canary.transpose()?,

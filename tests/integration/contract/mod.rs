@@ -225,6 +225,7 @@ pub(super) fn spec<'a>(
         selection,
         selection_text: r#"{"contract": true}"#,
         target: None,
+        to_first_death_queue: false,
         rate_per_sec: None,
         include_replayed: false,
         canary: None,
