@@ -229,6 +229,12 @@ pub struct ServeConfig {
     #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
     pub error_headers: Vec<String>,
 
+    /// A JSON pointer into the body where failing consumers leave their error, when no
+    /// --error-header holds one (repeatable; the first with text wins): e.g.
+    /// /options/traceback for Dramatiq. A Python traceback is grouped by its last line.
+    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    pub error_pointers: Vec<String>,
+
     /// A business field to extract at ingest from JSON bodies, as name=/json/pointer
     /// (repeatable): shown as a list column, searchable as name:value.
     #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
@@ -349,6 +355,7 @@ impl ServeConfig {
     pub fn ingest_rules(&self, schemas: Option<Arc<Schemas>>) -> IngestRules {
         IngestRules {
             error_headers: self.error_headers.clone(),
+            error_pointers: self.error_pointers.clone(),
             fields: self.fields.clone(),
             masks: self.masks.clone(),
             schemas,
@@ -461,6 +468,7 @@ impl fmt::Debug for ServeConfig {
             .field("batch_interval_ms", &self.batch_interval_ms)
             .field("batch_max_bytes", &self.batch_max_bytes)
             .field("error_headers", &self.error_headers)
+            .field("error_pointers", &self.error_pointers)
             .field("fields", &self.fields)
             .field("replay_window", &self.replay_window)
             .field("job_lease_secs", &self.job_lease_secs)

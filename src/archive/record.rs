@@ -124,6 +124,9 @@ impl std::str::FromStr for BusinessField {
 pub struct IngestRules {
     /// Header names (case-insensitive, first match wins) holding the failing consumer's error.
     pub error_headers: Vec<String>,
+    /// JSON pointers into the body (first match wins) holding it, when no header does:
+    /// frameworks such as Dramatiq leave their traceback in the body.
+    pub error_pointers: Vec<String>,
     pub fields: Vec<BusinessField>,
     /// JSON pointers (`--mask`) whose values stay out of the full-text index.
     pub masks: Vec<String>,
@@ -138,6 +141,7 @@ impl Default for IngestRules {
                 .iter()
                 .map(|h| h.to_string())
                 .collect(),
+            error_pointers: Vec::new(),
             fields: Vec::new(),
             masks: Vec::new(),
             schemas: None,
@@ -238,20 +242,41 @@ fn json_unescaped(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The error description a failing consumer left in the headers, if any: the first
-/// configured header with a text value, trimmed, its first line, at most 300 bytes.
+/// configured header with a text value, as [`error_line`] reads it.
 pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<String> {
     let headers = headers?;
     names.iter().find_map(|name| {
         let (_, value) = headers
             .iter()
             .find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name.as_bytes()))?;
-        let text = value.as_str()?.trim().lines().next()?.trim();
-        if text.is_empty() {
-            return None;
-        }
-        let text = crate::body::prefix(text, MAX_ERROR_LEN);
-        Some(column_text(text).into_owned())
+        error_line(value.as_str()?)
     })
+}
+
+/// The error a failing consumer left in a JSON body, at the first of `pointers` holding text.
+pub fn body_error(body_text: Option<&str>, pointers: &[String]) -> Option<String> {
+    let text = body_text.filter(|t| !pointers.is_empty() && t.len() <= FIELD_BODY_BYTES)?;
+    let json = serde_json::from_str::<serde_json::Value>(text).ok()?;
+    pointers
+        .iter()
+        .find_map(|p| json.pointer(p)?.as_str().and_then(error_line))
+}
+
+/// The line of an error text that names the error, at most 300 bytes: the first, except in
+/// a Python traceback, which names it last (`ValueError: boom` after the frames). Failures of
+/// one kind share it, whatever their frames or ids further down — a failure group.
+pub fn error_line(text: &str) -> Option<String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    let line = match first.starts_with("Traceback (most recent call last)") {
+        true => text
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty() && !l.starts_with("File \"") && !l.starts_with('^'))
+            .unwrap_or(first),
+        false => first,
+    };
+    Some(column_text(crate::body::prefix(line, MAX_ERROR_LEN)).into_owned())
 }
 
 /// The business field values of a message and the text search finds it by, as `rules`
@@ -260,8 +285,17 @@ pub(crate) fn searchable(
     message: &IncomingMessage,
     rules: &IngestRules,
 ) -> (Vec<(String, String)>, SearchText) {
+    let (fields, search_text, _) = derived(message, rules);
+    (fields, search_text)
+}
+
+/// [`searchable`], and the error the body holds at an `--error-pointer`, from one decoding.
+fn derived(
+    message: &IncomingMessage,
+    rules: &IngestRules,
+) -> (Vec<(String, String)>, SearchText, Option<String>) {
     let p = &message.properties;
-    let limit = if rules.fields.is_empty() {
+    let limit = if rules.fields.is_empty() && rules.error_pointers.is_empty() {
         INDEXED_BODY_BYTES
     } else {
         FIELD_BODY_BYTES
@@ -274,6 +308,7 @@ pub(crate) fn searchable(
         .with_schemas(rules.schemas.as_deref());
     let text = crate::body::text(&message.body, &encoding, limit);
     let fields = extract_fields(text.as_deref(), &rules.fields);
+    let error = body_error(text.as_deref(), &rules.error_pointers);
     let search_text = if rules.masks.is_empty() {
         search_text(message, text.as_deref(), &fields)
     } else {
@@ -296,7 +331,7 @@ pub(crate) fn searchable(
             .collect();
         search_text(message, masked.as_deref(), &indexed)
     };
-    (fields, search_text)
+    (fields, search_text, error)
 }
 
 /// An incoming message with everything the archive stores derived from it.
@@ -335,8 +370,9 @@ impl PreparedMessage {
     }
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
-        let error = error_description(message.headers.as_ref(), &rules.error_headers);
-        let (fields, search_text) = searchable(&message, rules);
+        let (fields, search_text, body_error) = derived(&message, rules);
+        let error =
+            error_description(message.headers.as_ref(), &rules.error_headers).or(body_error);
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let mut history = death::decode(message.headers.as_ref());
@@ -576,6 +612,62 @@ mod tests {
         for v in variants {
             assert_ne!(PreparedMessage::new(v).fingerprint, base);
         }
+    }
+
+    #[test]
+    fn an_error_is_named_by_its_first_line_or_a_python_tracebacks_last() {
+        assert_eq!(
+            error_line("java.lang.IllegalStateException: boom\n\tat a.B.c(B.java:3)").as_deref(),
+            Some("java.lang.IllegalStateException: boom")
+        );
+        let traceback = "Traceback (most recent call last):\n  File \"tasks.py\", line 9, in charge\n    raise ValueError(\"card declined\")\n    ^^^^^^^^^^^^^\nValueError: card declined\n\n";
+        assert_eq!(
+            error_line(traceback).as_deref(),
+            Some("ValueError: card declined")
+        );
+        assert_eq!(error_line("  \n  "), None);
+        assert_eq!(error_line(&"x".repeat(1000)).unwrap().len(), MAX_ERROR_LEN);
+    }
+
+    #[test]
+    fn a_body_error_is_read_at_the_first_pointer_holding_text() {
+        let body = r#"{"options": {"retries": 3, "traceback": "Traceback (most recent call last):\n  File \"w.py\", line 1\nKeyError: 'sku'"}, "args": [1]}"#;
+        let pointers = [
+            "/missing".to_owned(),
+            "/options/retries".to_owned(),
+            "/options/traceback".to_owned(),
+        ];
+        assert_eq!(
+            body_error(Some(body), &pointers).as_deref(),
+            Some("KeyError: 'sku'")
+        );
+        assert_eq!(body_error(Some("not json"), &pointers), None);
+        assert_eq!(body_error(Some(body), &[]), None);
+        // A header, when there is one, names the error first.
+        let rules = IngestRules {
+            error_pointers: vec!["/options/traceback".into()],
+            ..Default::default()
+        };
+        let mut message = IncomingMessage {
+            body: body.as_bytes().to_vec(),
+            ..message()
+        };
+        assert_eq!(
+            PreparedMessage::with_rules(message.clone(), &rules)
+                .error
+                .as_deref(),
+            Some("KeyError: 'sku'")
+        );
+        message
+            .headers
+            .get_or_insert_with(Table::new)
+            .insert("x-exception-message", AmqpValue::text("from the header"));
+        assert_eq!(
+            PreparedMessage::with_rules(message, &rules)
+                .error
+                .as_deref(),
+            Some("from the header")
+        );
     }
 
     #[test]

@@ -54,6 +54,19 @@ impl AccessTable {
     }
 }
 
+impl AccessTable {
+    /// Every declared route: method, pattern and the access it needs, by pattern.
+    pub fn entries(&self) -> Vec<(Method, &'static str, Access)> {
+        let mut all: Vec<_> = self
+            .routes
+            .iter()
+            .map(|((method, path), access)| (method.clone(), *path, *access))
+            .collect();
+        all.sort_by(|a, b| (a.1, a.0.as_str()).cmp(&(b.1, b.0.as_str())));
+        all
+    }
+}
+
 /// The router being built, with the access table that goes with it.
 pub struct Routes {
     router: Router<AppState>,

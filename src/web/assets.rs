@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 pub const HTMX: &str = "/static/htmx-2.0.11.min.js";
 pub const CSS: &str = "/static/lazarus-3.css";
 pub const JS: &str = "/static/lazarus-4.js";
+pub const FAVICON: &str = "/static/favicon-1.svg";
 
 const CACHE_FOREVER: &str = "public, max-age=31536000, immutable";
 
@@ -38,5 +39,12 @@ pub(super) async fn js() -> impl IntoResponse {
     asset(
         "text/javascript; charset=utf-8",
         include_bytes!("../../static/lazarus-4.js"),
+    )
+}
+
+pub(super) async fn favicon() -> impl IntoResponse {
+    asset(
+        "image/svg+xml",
+        include_bytes!("../../static/favicon-1.svg"),
     )
 }

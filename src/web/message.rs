@@ -147,6 +147,33 @@ pub struct MessagePage {
     pub lifecycle: Lifecycle,
     /// May replay and dismiss it (viewers see the replays, not the forms).
     pub can_act: bool,
+    /// What names it for people: its first business field, its message-id, or `#id`.
+    pub title: String,
+    /// The error its consumer left, whole (a stack trace too), when a header holds it.
+    pub error_text: Option<String>,
+}
+
+/// The name of a message on its page: its first business field value, else its message-id,
+/// else its archive id.
+fn title(s: &MessageSummary, field_names: &[String]) -> String {
+    field_names
+        .iter()
+        .find_map(|f| s.fields.get(f).filter(|v| !v.is_empty()))
+        .or(s.message_id.as_ref().filter(|m| !m.is_empty()))
+        .map_or_else(
+            || format!("#{}", s.id),
+            |name| format!("{name} · #{}", s.id),
+        )
+}
+
+/// The whole text of the header the error line was taken from: the first top-level header
+/// whose text holds that line.
+fn error_text(error: Option<&str>, headers: Option<&[HeaderRow]>) -> Option<String> {
+    let error = error?;
+    headers?
+        .iter()
+        .find(|h| h.depth == 0 && h.value.contains(error))
+        .map(|h| h.value.trim().to_owned())
 }
 
 /// Where a message stands, as its page says first.
@@ -406,6 +433,11 @@ pub async fn detail_page(
         editable_headers: editable_headers(&message),
         status_note: message.status_note.clone(),
         lifecycle: Lifecycle::new(s, &related, state.settle),
+        title: title(s, &state.business_fields),
+        error_text: error_text(
+            s.error.as_deref(),
+            message.headers.as_ref().map(header_rows).as_deref(),
+        ),
         can_act: caller.role >= crate::archive::Role::Operator,
         summary: s.clone(),
     };

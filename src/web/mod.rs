@@ -4,6 +4,7 @@
 pub mod access;
 mod admin;
 mod api;
+mod api_page;
 mod api_replays;
 mod assets;
 mod audit;
@@ -128,8 +129,10 @@ fn routes() -> Routes {
         .get(PUBLIC, assets::HTMX, assets::htmx)
         .get(PUBLIC, assets::CSS, assets::css)
         .get(PUBLIC, assets::JS, assets::js)
+        .get(PUBLIC, assets::FAVICON, assets::favicon)
         // Viewers: reading.
         .get(VIEWER, "/", overview::overview)
+        .get(VIEWER, "/api", api_page::api_page)
         .get(VIEWER, "/messages", messages::list_page)
         .get(VIEWER, "/messages/{id}", message::detail_page)
         .get(VIEWER, "/replays", replays::list_page)

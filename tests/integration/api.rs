@@ -64,6 +64,9 @@ async fn list_pages_newest_first_without_gaps_or_repeats() {
         "deaths",
         "replay_target",
         "status",
+        "open",
+        "error",
+        "replay_of",
     ] {
         assert!(
             summary.get(field).is_some(),
@@ -71,6 +74,8 @@ async fn list_pages_newest_first_without_gaps_or_repeats() {
         );
     }
     assert_eq!(summary["status"], "archived");
+    assert_eq!(summary["open"], true);
+    assert_eq!(summary["replay_of"], Value::Null);
     assert_eq!(summary["content_encoding"], Value::Null);
     t.cleanup().await;
 }
@@ -146,7 +151,10 @@ async fn unknown_ids_and_bad_queries_get_clear_answers() {
             "/api/messages?cursor=%27%3B%20DROP",
             "is not one this API returned",
         ),
-        ("/api/messages?status=lost", "status must be archived"),
+        (
+            "/api/messages?status=lost",
+            "status must be open, resolved, archived",
+        ),
         (
             "/api/messages?since=yesterday",
             "since must be an RFC 3339 time",

@@ -559,3 +559,151 @@ async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_relo
     browser.quit().await;
     t.cleanup().await;
 }
+
+/// Saves a screenshot of the window as `docs/NAME.png` when `LAZARUS_SCREENSHOTS=1` (how the
+/// README's pictures are refreshed: `LAZARUS_SCREENSHOTS=1 cargo test --test integration
+/// browser::pages_fit`).
+async fn screenshot(browser: &Browser, name: &str) {
+    if std::env::var_os("LAZARUS_SCREENSHOTS").is_none() {
+        return;
+    }
+    use base64::Engine;
+    let png = browser.call("GET", "/screenshot", None).await;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(png.as_str().expect("a screenshot"))
+        .unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/{name}.png"));
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[tokio::test]
+async fn pages_fit_a_phone_and_follow_the_dark_theme() {
+    let p = unique("phone");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.fields = vec!["invoice=/invoice_id".parse().unwrap()]
+    })
+    .await;
+    let worker = rejecting_worker(&work).await;
+    let trace = "java.lang.IllegalStateException: card processor timed out after 30000 ms\n\tat com.shop.billing.Charge.run(Charge.java:88)\n\tat com.shop.billing.Worker.handle(Worker.java:41)";
+    for i in 0..6 {
+        let mut headers = lapin::types::FieldTable::default();
+        let error = if i % 3 == 0 {
+            "KeyError: 'customer_id'"
+        } else {
+            trace
+        };
+        headers.insert("x-exception-message".into(), s(error));
+        let body = format!(
+            r#"{{"invoice_id": "INV-2026-{i:05}", "customer": "a-very-long-customer-name-without-any-space-{i}", "amount": {}}}"#,
+            100 + i
+        );
+        t.publish(
+            "",
+            &work,
+            body.as_bytes(),
+            json_props(&format!("{p}-{i}")).with_headers(headers),
+        )
+        .await;
+    }
+    app.wait_for_archived(6, Duration::from_secs(20)).await;
+    worker.abort();
+    let id = app.ids(&dlq).await[1].clone();
+
+    let browser = Browser::start().await;
+    let base = format!("http://{}", app.addr);
+    let pages = [
+        ("overview", "/".to_owned()),
+        ("messages", format!("/messages?queue={dlq}")),
+        ("message", format!("/messages/{id}")),
+        ("replays", "/replays".to_owned()),
+        ("api", "/api".to_owned()),
+    ];
+    // Desktop, light: the README's pictures; the message page names the invoice and shows
+    // its error first, the stack trace wrapped.
+    browser.go(&format!("{base}/")).await;
+    screenshot(&browser, "overview").await;
+    browser.go(&format!("{base}/messages/{id}")).await;
+    let title = browser.script("return document.title").await;
+    assert!(title.as_str().unwrap().starts_with("INV-2026-"), "{title}");
+    let error = browser.text(".error-first").await;
+    assert!(
+        error.contains("IllegalStateException") || error.contains("KeyError"),
+        "{error}"
+    );
+    screenshot(&browser, "message").await;
+    let favicon = browser
+        .script("return document.querySelector('link[rel=icon]').href")
+        .await;
+    assert!(favicon.as_str().unwrap().ends_with(".svg"), "{favicon}");
+    let icon = app.get("/static/favicon-1.svg").await;
+    assert_eq!(icon.status, 200);
+
+    // A phone: nothing wider than the screen on any page (tables scroll inside their card).
+    browser
+        .call(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": 390, "height": 844})),
+        )
+        .await;
+    for (name, path) in &pages {
+        browser.go(&format!("{base}{path}")).await;
+        browser.find("main").await;
+        let fits = browser
+            .script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            .await;
+        let (scroll, inner) = (fits[0].as_i64().unwrap(), fits[1].as_i64().unwrap());
+        assert!(inner <= 420, "the window is a phone's: {fits}");
+        if scroll > inner {
+            // The widest culprits, outside any scrolling card, to say what to fix.
+            let wide = browser
+                .script(
+                    "return Array.from(document.querySelectorAll('body *'))\
+                     .map(e => [e, e.getBoundingClientRect()]).filter(([e, r]) => r.right > window.innerWidth + 1)\
+                     .map(([e, r]) => e.tagName + '.' + e.className + ' ' + Math.round(r.left) + '-' + Math.round(r.right) + ' in ' + (e.closest('section') || {}).className).slice(-12)",
+                )
+                .await;
+            panic!("{path} is {scroll} px wide on a {inner} px screen: {wide}");
+        }
+        if *name == "overview" || *name == "message" {
+            screenshot(&browser, &format!("{name}-phone")).await;
+        }
+    }
+    // The skip link is the first thing a keyboard reaches, and leads to the content.
+    let skip = browser
+        .script("return document.querySelector('body > a.skip').getAttribute('href')")
+        .await;
+    assert_eq!(skip, "#main");
+
+    // Dark, as the system asks: the page's background follows.
+    browser
+        .call(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": 1280, "height": 900})),
+        )
+        .await;
+    browser
+        .call(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Emulation.setEmulatedMedia",
+                "params": {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}})),
+        )
+        .await;
+    for (name, path) in &pages[..3] {
+        browser.go(&format!("{base}{path}")).await;
+        browser.find("main").await;
+        let background = browser
+            .script("return getComputedStyle(document.body).backgroundColor")
+            .await;
+        assert_eq!(background, "rgb(18, 21, 28)", "{path} is not dark");
+        if *name != "messages" {
+            screenshot(&browser, &format!("{name}-dark")).await;
+        }
+    }
+    browser.quit().await;
+    t.cleanup().await;
+}

@@ -64,13 +64,18 @@ fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> In
 
 impl Pages {
     async fn with(messages: Vec<IncomingMessage>) -> Self {
+        Self::with_rules(messages, IngestRules::default()).await
+    }
+
+    /// Archived as `rules` say, with the business field `invoice` besides.
+    async fn with_rules(messages: Vec<IncomingMessage>, rules: IngestRules) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let archive = lazarus::archive::open(&archive_url(dir.path()).await)
             .await
             .unwrap();
         let rules = IngestRules {
             fields: vec!["invoice=/invoice_id".parse().unwrap()],
-            ..Default::default()
+            ..rules
         };
         let prepared: Vec<_> = messages
             .into_iter()
@@ -153,6 +158,50 @@ async fn overview_shows_queues_reasons_and_failure_groups() {
         "the group without an error links to it: {html}"
     );
     assert!(html.contains("<svg class=\"spark\""));
+}
+
+on_both_backends!(errors_left_in_bodies_group_failures_by_the_error_they_name);
+async fn errors_left_in_bodies_group_failures_by_the_error_they_name() {
+    // As Dramatiq leaves a retried message: the traceback of its last failure in the body.
+    let dramatiq = |id: &str, line: u32| {
+        let body = format!(
+            r#"{{"queue_name": "default", "actor_name": "charge", "args": ["{id}"], "kwargs": {{}}, "options": {{"retries": 3, "traceback": "Traceback (most recent call last):\n  File \"tasks.py\", line {line}, in charge\n    raise ValueError(\"card declined\")\nValueError: card declined\n"}}, "message_id": "{id}"}}"#
+        );
+        dead_letter(id, body.as_bytes(), &[])
+    };
+    let rules = IngestRules {
+        error_pointers: vec!["/options/traceback".into()],
+        ..Default::default()
+    };
+    let pages = Pages::with_rules(
+        vec![
+            dramatiq("d-1", 9),
+            dramatiq("d-2", 12),
+            dead_letter(
+                "h-1",
+                b"{}",
+                &[("x-exception-message", text("TimeoutError: upstream"))],
+            ),
+        ],
+        rules,
+    )
+    .await;
+    let (status, html, _) = pages.get("/", false).await;
+    assert_eq!(status, StatusCode::OK);
+    // One group for both, named by the traceback's last line, whatever its frames say.
+    assert!(
+        html.contains("error=ValueError%3A%20card%20declined&#38;status=open"),
+        "{html}"
+    );
+    assert!(html.contains("TimeoutError: upstream"), "{html}");
+    assert!(!html.contains("Traceback (most recent"), "{html}");
+    let (_, list, _) = pages
+        .get("/messages?error=ValueError%3A+card+declined", true)
+        .await;
+    assert!(
+        list.contains("d-1") && list.contains("d-2") && !list.contains("h-1"),
+        "{list}"
+    );
 }
 
 on_both_backends!(list_page_filters_and_answers_htmx_with_rows_only);
