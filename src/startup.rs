@@ -239,12 +239,16 @@ async fn reindex_search(
 }
 
 /// Resolves replayed messages whose copy has not died again within `settle`, checking every
-/// tenth of it (between 1 and 30 seconds). A failing database is waited out.
+/// tenth of it (between 1 and 30 seconds), and forgets old per-minute counts. A failing
+/// database is waited out.
 async fn settle_replays(archive: Arc<dyn Archive>, settle: Duration, shutdown: CancellationToken) {
     const BATCH: u32 = 1_000;
     let every = (settle / 10).clamp(Duration::from_secs(1), Duration::from_secs(30));
     loop {
         let before = time::OffsetDateTime::now_utc() - settle;
+        if let Err(e) = archive.prune_minutes().await {
+            tracing::warn!(error = %e, "forgetting old per-minute counts failed");
+        }
         let pause = loop {
             match archive.settle(before, BATCH).await {
                 Ok(n) if n == u64::from(BATCH) => continue,

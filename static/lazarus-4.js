@@ -38,6 +38,12 @@ function showAgo(root) {
 document.addEventListener("DOMContentLoaded", function () { showLocalTimes(document); showAgo(document); });
 document.addEventListener("htmx:afterSwap", function (e) { showLocalTimes(e.target); showAgo(document); });
 setInterval(function () { showAgo(document); }, 30000);
+// A form answered beside itself starts each request with its old error gone.
+document.addEventListener("htmx:beforeRequest", function (e) {
+  var form = e.detail.elt.closest && e.detail.elt.closest("[data-errors]");
+  var place = form && document.getElementById(form.dataset.errors);
+  if (place) { place.textContent = ""; place.classList.remove("error-box"); }
+});
 // A part that refreshes itself (hx-trigger="every ...") waits while someone fills a form in it.
 document.addEventListener("htmx:beforeRequest", function (e) {
   var elt = e.detail.elt;
@@ -84,6 +90,14 @@ function errorMessage(xhr) {
 }
 // htmx errors (a 4xx/5xx answer to a partial request) become a toast with the server's message.
 document.addEventListener("htmx:responseError", function (e) {
+  // A form that names a place for its errors (data-errors) is answered there, beside it.
+  var form = e.detail.elt.closest && e.detail.elt.closest("[data-errors]");
+  var place = form && document.getElementById(form.dataset.errors);
+  if (place) {
+    place.textContent = errorMessage(e.detail.xhr);
+    place.classList.add("error-box");
+    return;
+  }
   var box = document.createElement("div");
   box.className = "error-box";
   box.setAttribute("role", "alert");

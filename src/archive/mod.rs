@@ -30,7 +30,7 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Console, Ingest, InstanceLock, JobLease, JobStore,
-    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Settle,
+    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

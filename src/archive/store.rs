@@ -41,6 +41,11 @@ pub trait MessageStore: Send + Sync {
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
     /// Archived messages per DLQ and hour, from `since` on.
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
+    /// Archived messages per DLQ from `since` on (within the last hour): what dies now.
+    async fn recent_counts(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<Vec<(String, i64)>, ArchiveError>;
     /// The largest failure groups, most recent activity first.
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
     /// Checks the database answers.
@@ -282,12 +287,15 @@ pub struct ReindexProgress {
     pub rewritten: u64,
 }
 
-/// Resolving replayed messages whose copy did not come back within the settle time.
+/// What `lazarus serve` keeps up in the background: resolving replayed messages whose copy
+/// did not come back within the settle time, and forgetting old per-minute counts.
 #[async_trait]
-pub trait Settle: Send + Sync {
+pub trait Upkeep: Send + Sync {
     /// Settles up to `limit` messages replayed before `before` whose copy has not died again:
     /// they are resolved. Returns how many.
     async fn settle(&self, before: OffsetDateTime, limit: u32) -> Result<u64, ArchiveError>;
+    /// Forgets the per-minute counts older than `MINUTES_KEPT` minutes (ingest only adds).
+    async fn prune_minutes(&self) -> Result<(), ArchiveError>;
 }
 
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
@@ -302,6 +310,6 @@ impl<T> Console for T where
 }
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
-pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + Settle + 'static {}
+pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + 'static {}
 
-impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Settle + 'static> Archive for T {}
+impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + 'static> Archive for T {}

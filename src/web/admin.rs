@@ -3,7 +3,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -266,27 +266,60 @@ async fn admin_page_with(
     }))
 }
 
-/// `GET /admin`
+/// The cookie that carries a token just created to the page that shows it, once.
+const NEW_TOKEN_COOKIE: &str = "lazarus_new_token";
+
+/// `Set-Cookie` for the new token (`None`: clears it), readable by `/admin` only.
+fn new_token_cookie(state: &AppState, token: Option<&str>) -> HeaderValue {
+    let mut cookie = match token {
+        Some(token) => {
+            format!(
+                "{NEW_TOKEN_COOKIE}={token}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=120"
+            )
+        }
+        None => format!("{NEW_TOKEN_COOKIE}=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"),
+    };
+    if state.auth.secure_cookies {
+        cookie.push_str("; Secure");
+    }
+    HeaderValue::from_str(&cookie).expect("a token is ASCII")
+}
+
+/// `GET /admin`; a token just created is shown this once (then its cookie is cleared).
 pub async fn admin_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     nav: Nav,
 ) -> Result<Response, PageError> {
-    admin_page_with(&state, &headers, nav, None).await
+    let new_token = super::auth::cookie(&headers, NEW_TOKEN_COOKIE)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned);
+    let mut response = admin_page_with(&state, &headers, nav, new_token.clone()).await?;
+    if new_token.is_some() {
+        response
+            .headers_mut()
+            .insert(header::SET_COOKIE, new_token_cookie(&state, None));
+    }
+    Ok(response)
 }
 
-/// `POST /admin/tokens` from the page: the new token is shown once.
+/// `POST /admin/tokens` from the page: then to `/admin` (post-redirect-get: reloading it
+/// makes no second token), which shows the new token once.
 pub async fn token_form(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    nav: Nav,
     AppForm(request): AppForm<TokenRequest>,
 ) -> Result<Response, PageError> {
     let token = make_token(&state, &caller, &request)
         .await
         .map_err(|e| PageError::new(e, &headers))?;
-    admin_page_with(&state, &headers, nav, Some(token.token)).await
+    let mut response = axum::response::Redirect::to("/admin").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        new_token_cookie(&state, Some(&token.token)),
+    );
+    Ok(response)
 }
 
 /// `POST /admin/tokens/{id}/revoke` from the page.

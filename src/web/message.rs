@@ -234,7 +234,44 @@ fn editable_body(message: &ArchivedMessage, bytes: &[u8]) -> Option<String> {
     if bytes.len() > MAX_EDITABLE_BODY || !crate::body::edits_as_text(bytes, &message.encoding()) {
         return None;
     }
-    String::from_utf8(bytes.to_vec()).ok()
+    let text = String::from_utf8(bytes.to_vec()).ok()?;
+    Some(pretty_json(&text).unwrap_or(text))
+}
+
+/// JSON laid out to edit, when nothing but its layout changes: every number, escape and key
+/// order as written. A body serde_json would write otherwise (`1e3`, a number too big for a
+/// double, an escape such as `\u00e9`, a repeated key) keeps its text as it was.
+fn pretty_json(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    if !value.is_object() && !value.is_array() {
+        return None;
+    }
+    let same = serde_json::to_string(&value).ok()? == without_layout(text);
+    same.then(|| serde_json::to_string_pretty(&value).ok())
+        .flatten()
+}
+
+/// JSON text without the whitespace between its tokens.
+fn without_layout(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn editable_headers(message: &ArchivedMessage) -> String {
@@ -447,6 +484,24 @@ pub async fn detail_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_to_edit_is_laid_out_only_when_nothing_else_changes() {
+        assert_eq!(
+            pretty_json(r#"{"b":1,"a":[true,"x y"]}"#).as_deref(),
+            Some("{\n  \"b\": 1,\n  \"a\": [\n    true,\n    \"x y\"\n  ]\n}")
+        );
+        // Written in a way serde_json would change: kept as it is.
+        for kept in [
+            r#"{"n": 1e3}"#,
+            r#"{"big": 123456789012345678901234567890}"#,
+            r#"{"s": "\u00e9"}"#,
+            r#"{"a": 1, "a": 2}"#,
+            "42",
+        ] {
+            assert_eq!(pretty_json(kept), None, "{kept}");
+        }
+    }
 
     #[test]
     fn decimals_read_as_numbers() {

@@ -16,6 +16,8 @@ use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.
 const GROUPS_SHOWN: u32 = 50;
+/// The minutes "dying now" looks back over.
+pub const RECENT_MINUTES: i64 = 5;
 
 pub struct ReasonCount {
     pub reason: String,
@@ -40,6 +42,8 @@ pub struct QueueRow {
     pub reasons: Vec<ReasonCount>,
     pub bars: Vec<Bar>,
     pub last_24h: i64,
+    /// Archived in the last few minutes: what dies now.
+    pub recent: i64,
     pub newest: Option<String>,
     pub oldest: Option<String>,
     pub consumer: String,
@@ -72,6 +76,8 @@ pub struct OverviewPage {
     pub outages: Vec<String>,
     /// Messages open across every DLQ.
     pub open_total: i64,
+    /// The minutes "dying now" counts.
+    pub recent_minutes: i64,
 }
 
 pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Response, PageError> {
@@ -86,9 +92,14 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Respons
             .hourly_counts(now - Duration::hours(23))
             .await?;
         let groups = state.archive.failure_groups(GROUPS_SHOWN).await?;
-        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups))
+        // Whole minutes: the current one and the four before it.
+        let recent = state
+            .archive
+            .recent_counts(now - Duration::minutes(RECENT_MINUTES - 1))
+            .await?;
+        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent))
     };
-    let (counts, hourly, groups) = match read.await {
+    let (counts, hourly, groups, recent) = match read.await {
         Ok(read) => read,
         Err(e) => {
             outages.insert(0, format!("The database is unreachable: {e}. Nothing archived can be shown; consumers hold their deliveries until it is back."));
@@ -98,7 +109,8 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Respons
     Ok(render(&OverviewPage {
         nav,
         open_total: counts.iter().map(|c| c.open).sum(),
-        queues: queue_rows(&counts, &hourly, &consumers, now),
+        recent_minutes: RECENT_MINUTES,
+        queues: queue_rows(&counts, &hourly, &recent, &consumers, now),
         groups: groups.iter().map(group_row).collect(),
         warnings: state.status.warnings().into_iter().collect(),
         outages,
@@ -146,6 +158,7 @@ fn outages(consumers: &BTreeMap<String, ConsumerState>) -> Vec<String> {
 fn queue_rows(
     counts: &[QueueReasonCount],
     hourly: &[HourlyCount],
+    recent: &[(String, i64)],
     consumers: &BTreeMap<String, ConsumerState>,
     now: OffsetDateTime,
 ) -> Vec<QueueRow> {
@@ -191,6 +204,10 @@ fn queue_rows(
                     })
                     .collect(),
                 last_24h: per_hour.iter().sum(),
+                recent: recent
+                    .iter()
+                    .find(|(q, _)| q == name)
+                    .map_or(0, |(_, n)| *n),
                 bars: sparkline(&per_hour, this_hour - 23),
                 newest: mine.iter().map(|c| c.newest).max().map(utc),
                 oldest: mine.iter().map(|c| c.oldest).min().map(utc),

@@ -134,18 +134,30 @@ pub async fn selection_form(
                 .await
                 .map_err(page_error)?;
             if form.get("return_to") == Some("overview") {
-                return Ok(Redirect::to("/").into_response());
+                return Ok(see_other(&headers, "/"));
             }
             let back: ListParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-            Ok(Redirect::to(&format!("/messages?{}", back.to_query(None))).into_response())
+            Ok(see_other(
+                &headers,
+                &format!("/messages?{}", back.to_query(None)),
+            ))
         }
         _ => {
             let request = job_request_of(&form, selection).map_err(page_error)?;
             let job = api_replays::create(&state, request, &caller.actor())
                 .await
                 .map_err(page_error)?;
-            Ok(Redirect::to(&format!("/replays/{}", job.id)).into_response())
+            Ok(see_other(&headers, &format!("/replays/{}", job.id)))
         }
+    }
+}
+
+/// Where a form's answer goes next: a redirect, or for htmx (whose errors are answered in
+/// the page the form is on) the page htmx is to open.
+fn see_other(headers: &HeaderMap, to: &str) -> Response {
+    match is_htmx(headers) {
+        true => ([("HX-Redirect", to.to_owned())], "").into_response(),
+        false => Redirect::to(to).into_response(),
     }
 }
 
@@ -153,7 +165,6 @@ pub async fn selection_form(
 pub struct JobView {
     pub id: i64,
     pub state: &'static str,
-    pub active: bool,
     pub detail: String,
     pub actor: String,
     pub created_at: String,
@@ -168,6 +179,15 @@ pub struct JobView {
     /// Percent done, for the progress bar.
     pub percent: i64,
     pub counts: Vec<(&'static str, i64)>,
+    /// The bar, split by outcome: (outcome, x, width) in a 1000-wide box.
+    pub segments: Vec<(&'static str, i64, i64)>,
+    /// Still changing: its page refreshes itself (a cancelled job until its last messages
+    /// are settled too).
+    pub live: bool,
+    /// The heading: a plan, a job running, paused, cancelled or completed.
+    pub heading: &'static str,
+    /// Why a plan publishes nothing, and what to do about it (empty otherwise).
+    pub nothing_to_publish: Vec<String>,
     pub can_pause: bool,
     pub can_resume: bool,
     pub can_cancel: bool,
@@ -181,7 +201,6 @@ impl JobView {
         JobView {
             id: job.id,
             state: state.as_str(),
-            active: !state.is_final() && state != JobState::Planned,
             detail: job.detail.clone().unwrap_or_default(),
             actor: job.actor.clone(),
             created_at: utc(job.created_at),
@@ -229,12 +248,82 @@ impl JobView {
                 ("cancelled", c.cancelled),
                 ("pending", c.pending),
             ],
-            can_start: state == JobState::Planned,
+            segments: segments(job),
+            live: state != JobState::Planned && (!state.is_final() || c.pending > 0),
+            heading: match state {
+                JobState::Planned => "Replay plan",
+                JobState::Queued => "Replay job (queued)",
+                JobState::Running => "Replay job (running)",
+                JobState::Paused => "Replay job (paused)",
+                JobState::Cancelled => "Replay job (cancelled)",
+                JobState::Completed => "Replay job (completed)",
+            },
+            nothing_to_publish: nothing_to_publish(job),
+            can_start: state == JobState::Planned && job.plan.to_publish > 0,
             can_pause: matches!(state, JobState::Queued | JobState::Running),
             can_resume: state == JobState::Paused,
             can_cancel: !state.is_final(),
         }
     }
+}
+
+/// The progress bar's parts, by outcome, in a 1000-wide box.
+fn segments(job: &ReplayJob) -> Vec<(&'static str, i64, i64)> {
+    let c = &job.counts;
+    let total = job.total.max(1);
+    let mut x = 0;
+    [
+        ("published", c.published),
+        ("failed", c.unroutable + c.nacked + c.failed),
+        ("skipped", c.skipped),
+        ("cancelled", c.cancelled),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, n)| {
+        let width = n * 1000 / total;
+        let segment = (name, x, width);
+        x += width;
+        segment
+    })
+    .collect()
+}
+
+/// Why a plan would publish nothing, each with what to do instead.
+fn nothing_to_publish(job: &ReplayJob) -> Vec<String> {
+    let p = &job.plan;
+    if job.state != JobState::Planned || p.to_publish > 0 {
+        return Vec::new();
+    }
+    let mut why = Vec::new();
+    if p.messages == 0 {
+        why.push("the selection holds no message: change the filters".to_owned());
+    }
+    if p.no_target > 0 {
+        why.push(format!(
+            "{} have no known target (no death history): plan again with an exchange and routing key in the Replay options",
+            p.no_target
+        ));
+    }
+    if p.already_replayed + p.dismissed > 0 {
+        why.push(format!(
+            "{} were replayed and {} dismissed before: plan again with \"include already replayed or dismissed\" ticked to replay them anyway",
+            p.already_replayed, p.dismissed
+        ));
+    }
+    if p.in_other_jobs > 0 {
+        why.push(format!(
+            "{} wait in another unfinished job: let it finish, or cancel it",
+            p.in_other_jobs
+        ));
+    }
+    if p.not_allowed > 0 {
+        why.push(format!(
+            "{} go to an exchange --replay-exchange does not allow: plan again with an allowed target",
+            p.not_allowed
+        ));
+    }
+    why
 }
 
 pub struct ItemRow {
@@ -268,6 +357,8 @@ pub struct JobPage {
     pub outcomes: &'static [&'static str],
     pub items: Vec<ItemRow>,
     pub next_link: Option<String>,
+    /// This page's own address (with its outcome filter), which it refreshes itself from.
+    pub self_link: String,
 }
 
 #[derive(Template)]
@@ -311,10 +402,19 @@ pub async fn job_page(
         outcomes: &ITEM_OUTCOMES,
         items: items.iter().map(ItemRow::new).collect(),
         next_link,
+        self_link: match (outcome, after) {
+            (None, None) => format!("/replays/{id}"),
+            (outcome, after) => format!(
+                "/replays/{id}?outcome={}&after={}",
+                outcome.unwrap_or_default(),
+                after.map(|a| a.to_string()).unwrap_or_default()
+            ),
+        },
     }))
 }
 
-/// `/replays/{id}/progress`: the live part of the job page, polled while the job is active.
+/// `/replays/{id}/progress`: the live part of the job page alone (the page itself refreshes
+/// the whole of it; this serves scripts and older pages).
 pub async fn progress_partial(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -338,12 +438,9 @@ pub async fn control_form(
     let job = api_replays::control(&state, id, &action, &caller.actor())
         .await
         .map_err(page_error)?;
-    if is_htmx(&headers) {
-        return Ok(render(&ProgressPartial {
-            job: JobView::new(&job),
-        }));
-    }
-    Ok(Redirect::to(&format!("/replays/{id}")).into_response())
+    let _ = job;
+    // The whole page again: its heading, bar and messages follow the new state.
+    Ok(see_other(&headers, &format!("/replays/{id}")))
 }
 
 #[derive(Template)]

@@ -373,6 +373,54 @@ async fn each_role_gets_what_it_may_on_pages_and_api() {
     .await;
     assert_eq!(revoke.status, 200);
     assert_eq!(with_token("/api/replays", plan.clone()).await.status, 401);
+
+    // From the admin page: post, redirect, get. The new token is shown once, on the page the
+    // browser is sent to; reloading it makes no second token and shows none.
+    let created = http_with(
+        app.addr,
+        "POST",
+        "/admin/tokens",
+        &[("Cookie", &ada)],
+        Some((
+            "application/x-www-form-urlencoded",
+            "name=nightly-export&role=viewer&expires_in_days=30",
+        )),
+    )
+    .await;
+    assert_eq!(created.status, 303, "{}", created.text());
+    assert_eq!(created.header("location"), Some("/admin"));
+    let carried = created.header("set-cookie").unwrap().to_owned();
+    assert!(
+        carried.starts_with("lazarus_new_token=lzr_")
+            && carried.contains("Path=/admin")
+            && carried.contains("HttpOnly"),
+        "{carried}"
+    );
+    let new_token = carried.split(';').next().unwrap().to_owned();
+    let shown = http_with(
+        app.addr,
+        "GET",
+        "/admin",
+        &[("Cookie", &format!("{ada}; {new_token}"))],
+        None,
+    )
+    .await;
+    let secret = new_token.trim_start_matches("lazarus_new_token=");
+    assert!(shown.text().contains(secret), "the new token is shown");
+    assert!(shown
+        .header("set-cookie")
+        .is_some_and(|c| c.starts_with("lazarus_new_token=;") && c.contains("Max-Age=0")));
+    let again = http_with(app.addr, "GET", "/admin", &[("Cookie", &ada)], None).await;
+    assert!(!again.text().contains(secret), "shown once");
+    assert_eq!(
+        again.text().matches("<td>nightly-export</td>").count(),
+        1,
+        "one token: {}",
+        again.text()
+    );
+    assert!(again
+        .text()
+        .contains("<summary class=\"button secondary\">Revoke…</summary>"));
     let garbage = http_with(
         app.addr,
         "GET",

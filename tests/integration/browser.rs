@@ -514,6 +514,12 @@ async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_relo
             t.contains("completed")
         })
         .await;
+    // The heading follows, with no reload.
+    browser
+        .wait_text("h1", "the heading to follow", |t| {
+            t.contains("Replay job (completed)")
+        })
+        .await;
 
     // Back on the overview, still open while the replays settle; then, with no reload, the
     // counts fall to nothing and the group says it is resolved.
@@ -704,6 +710,56 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
             screenshot(&browser, &format!("{name}-dark")).await;
         }
     }
+    browser.quit().await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn selection_mistakes_are_answered_beside_the_form() {
+    let p = unique("mistake");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    for i in 0..2 {
+        t.publish("", &dlq, b"{}", json_props(&format!("{p}-{i}")))
+            .await;
+    }
+    app.wait_for_archived(2, Duration::from_secs(10)).await;
+    let browser = Browser::start().await;
+    let list = format!("http://{}/messages?queue={dlq}", app.addr);
+    browser.go(&list).await;
+    let click = |css: &'static str| {
+        let browser = &browser;
+        async move {
+            let button = browser.find(css).await;
+            browser
+                .call("POST", &format!("/element/{button}/click"), None)
+                .await;
+        }
+    };
+    // Nothing ticked: said beside the form, the page stays.
+    click("button[value=plan]").await;
+    browser
+        .wait_text("#selection-error", "the mistake", |t| {
+            t.contains("tick the messages to act on")
+        })
+        .await;
+    assert_eq!(browser.call("GET", "/url", None).await, list.as_str());
+    // Ticked, but dismissed without a note.
+    click("input.select-row").await;
+    click("button[value=dismiss]").await;
+    browser
+        .wait_text("#selection-error", "the missing note", |t| {
+            t.contains("say why in a note")
+        })
+        .await;
+    assert_eq!(browser.call("GET", "/url", None).await, list.as_str());
+    // Put right, it goes through: the plan page opens.
+    click("button[value=plan]").await;
+    browser
+        .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
+        .await;
     browser.quit().await;
     t.cleanup().await;
 }

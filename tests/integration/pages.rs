@@ -158,6 +158,11 @@ async fn overview_shows_queues_reasons_and_failure_groups() {
         "the group without an error links to it: {html}"
     );
     assert!(html.contains("<svg class=\"spark\""));
+    // All three died just now.
+    assert!(
+        html.contains(r#"data-dying="orders.dlq" title="3 archived in the last 5 minutes">3 "#),
+        "{html}"
+    );
 }
 
 on_both_backends!(errors_left_in_bodies_group_failures_by_the_error_they_name);

@@ -7,7 +7,7 @@ use sqlx::{PgConnection, Row};
 
 use super::search;
 use super::PostgresArchive;
-use crate::archive::sql::overview::{overview, totals};
+use crate::archive::sql::overview::{overview, totals, Overview};
 use crate::archive::sql::{lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
@@ -83,7 +83,11 @@ async fn insert_batch(
         .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
         .collect();
     let totals = totals(rows);
-    let (hours, groups) = overview(rows);
+    let Overview {
+        hours,
+        minutes,
+        groups,
+    } = overview(rows);
     sqlx::query(
         "WITH new_messages AS (\
          INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
@@ -120,7 +124,11 @@ async fn insert_batch(
          new_hours AS (\
          INSERT INTO hourly_counts (queue, hour, messages) \
          SELECT * FROM UNNEST($34::text[], $35::bigint[], $36::bigint[]) \
-         ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages) \
+         ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages), \
+         new_minutes AS (\
+         INSERT INTO minute_counts (queue, minute, messages) \
+         SELECT * FROM UNNEST($43::text[], $44::bigint[], $45::bigint[]) \
+         ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages) \
          INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
          SELECT q, r, e, n, n, f, l FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
          AS t (q, r, e, n, f, l) \
@@ -172,6 +180,9 @@ async fn insert_batch(
     .bind(groups.values().map(|v| v.0).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.1).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.2).collect::<Vec<_>>())
+    .bind(minutes.keys().map(|k| k.0).collect::<Vec<_>>())
+    .bind(minutes.keys().map(|k| k.1).collect::<Vec<_>>())
+    .bind(minutes.values().copied().collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

@@ -1,6 +1,6 @@
 //! Open and resolved: every change of a message's status goes through [`set_status`], which
 //! keeps the open counts of its DLQ and failure group (`open_messages`) in the same
-//! transaction; its [`Settle`] resolves replayed messages whose copy did not come back in time.
+//! transaction; [`Upkeep::settle`] resolves replayed messages whose copy did not come back in time.
 //!
 //! A message is open while archived, replayed and settling, or its replay failed; it is
 //! resolved once dismissed, settled, or died again (its copy, archived back, is the open
@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::{args, millis, ArchiveRow, Conn, Dialect, SqlArchive};
-use crate::archive::{ArchiveError, MessageStatus, Settle, NO_REASON};
+use crate::archive::{ArchiveError, MessageStatus, Upkeep, NO_REASON};
 
 /// Messages whose status one statement reads and changes at most.
 const CHUNK: usize = 5_000;
@@ -215,7 +215,15 @@ pub async fn dismiss(conn: &mut Conn<'_>, ids: &[i64], note: &str) -> Result<u64
 }
 
 #[async_trait]
-impl<T: SqlArchive> Settle for T {
+impl<T: SqlArchive> Upkeep for T {
+    async fn prune_minutes(&self) -> Result<(), ArchiveError> {
+        let before = super::now() / 60_000 - super::overview::MINUTES_KEPT;
+        self.db()
+            .execute("DELETE FROM minute_counts WHERE minute < $1", args![before])
+            .await?;
+        Ok(())
+    }
+
     async fn settle(&self, before: OffsetDateTime, limit: u32) -> Result<u64, ArchiveError> {
         let mut tx = self.db().begin().await?;
         let mut conn = tx.conn();

@@ -126,6 +126,24 @@ impl<T: SqlArchive> MessageStore for T {
         rows.iter().map(hourly_from_row).collect()
     }
 
+    async fn recent_counts(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<Vec<(String, i64)>, ArchiveError> {
+        let db = self.db();
+        let sql = format!(
+            "SELECT queue, CAST(sum(messages) AS BIGINT) AS n FROM minute_counts WHERE minute >= $1 \
+             GROUP BY queue ORDER BY {}",
+            db.dialect().byte_order("queue")
+        );
+        let rows = db
+            .fetch_all(&sql, args![since.unix_timestamp().div_euclid(60)])
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.column("queue")?, r.column("n")?)))
+            .collect()
+    }
+
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
         let rows = self
             .db()

@@ -6,27 +6,40 @@ use std::collections::BTreeMap;
 use super::millis;
 use crate::archive::{PreparedMessage, NO_REASON};
 
-/// Messages per (DLQ, hour), and per failure group (queue, reason, error): how many, the
-/// first and the last archive time; in key order, the order every backend writes them in.
-pub type Overview<'a> = (
-    BTreeMap<(&'a str, i64), i64>,
-    BTreeMap<(&'a str, &'a str, &'a str), (i64, i64, i64)>,
-);
+/// Messages per (DLQ, hour) (the sparkline), per (DLQ, minute) (the rate it dies at now), and
+/// per failure group (queue, reason, error): how many, the first and the last archive time;
+/// in key order, the order every backend writes them in.
+pub struct Overview<'a> {
+    pub hours: BTreeMap<(&'a str, i64), i64>,
+    pub minutes: BTreeMap<(&'a str, i64), i64>,
+    pub groups: BTreeMap<(&'a str, &'a str, &'a str), (i64, i64, i64)>,
+}
+
+/// Minutes of per-minute counts kept: the overview shows the last few.
+pub const MINUTES_KEPT: i64 = 60;
 
 pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
     let mut hours: BTreeMap<(&str, i64), i64> = BTreeMap::new();
+    let mut minutes: BTreeMap<(&str, i64), i64> = BTreeMap::new();
     let mut groups: BTreeMap<(&str, &str, &str), (i64, i64, i64)> = BTreeMap::new();
     for (_, m) in rows {
         let at = millis(m.message.received_at);
         *hours
             .entry((m.message.queue.as_str(), at / 3_600_000))
             .or_default() += 1;
+        *minutes
+            .entry((m.message.queue.as_str(), at / 60_000))
+            .or_default() += 1;
         let entry = groups.entry(m.group()).or_insert((0, at, at));
         entry.0 += 1;
         entry.1 = entry.1.min(at);
         entry.2 = entry.2.max(at);
     }
-    (hours, groups)
+    Overview {
+        hours,
+        minutes,
+        groups,
+    }
 }
 
 /// Per DLQ and first-death reason: how many rows, the oldest and the newest archive time.

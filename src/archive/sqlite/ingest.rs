@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::SqliteArchive;
-use crate::archive::sql::overview::{overview, totals};
+use crate::archive::sql::overview::{overview, totals, Overview};
 use crate::archive::sql::{lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
@@ -86,7 +86,22 @@ async fn record_overview(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
-    let (hours, groups) = overview(rows);
+    let Overview {
+        hours,
+        minutes,
+        groups,
+    } = overview(rows);
+    for ((queue, minute), messages) in minutes {
+        sqlx::query(
+            "INSERT INTO minute_counts (queue, minute, messages) VALUES (?, ?, ?) \
+             ON CONFLICT (queue, minute) DO UPDATE SET messages = messages + excluded.messages",
+        )
+        .bind(queue)
+        .bind(minute)
+        .bind(messages)
+        .execute(&mut **tx)
+        .await?;
+    }
     for ((queue, hour), messages) in hours {
         sqlx::query(
             "INSERT INTO hourly_counts (queue, hour, messages) VALUES (?, ?, ?) \

@@ -71,6 +71,21 @@ async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice
         .await
         .unwrap();
     assert!(recent.iter().all(|c| c.hour == h), "{recent:?}");
+    // What dies now: per minute, the last hour kept; older minutes are forgotten.
+    let now_dying = archive
+        .recent_counts(base - time::Duration::minutes(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        now_dying,
+        [("billing.dlq".to_owned(), 1), ("orders.dlq".to_owned(), 3)]
+    );
+    let since_earlier = earlier - time::Duration::minutes(1);
+    let before = archive.recent_counts(since_earlier).await.unwrap();
+    assert_eq!(before[1], ("orders.dlq".to_owned(), 5));
+    archive.prune_minutes().await.unwrap();
+    let after = archive.recent_counts(since_earlier).await.unwrap();
+    assert_eq!(after[1], ("orders.dlq".to_owned(), 3));
 
     let mut groups: Vec<_> = archive
         .failure_groups(10)
