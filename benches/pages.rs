@@ -569,7 +569,28 @@ fn cases(rows: usize) -> Vec<Case> {
         "/messages?first_death_queue={GROUP_QUEUE}&reason=rejected&error={}&status=open",
         GROUP_ERROR.replace(' ', "%20").replace(':', "%3A")
     );
+    const COUNT_FTS: &str = "SELECT count(*) FROM (SELECT rowid FROM messages_fts \
+        WHERE messages_fts MATCH ? LIMIT 10001)";
+    const COUNT_TSQUERY: &str = "SELECT count(*) FROM (SELECT id FROM messages \
+        WHERE search @@ $1::tsquery LIMIT 10001) AS found";
+    let group_count_uri = group_uri.replacen("/messages?", "/messages/count?", 1);
     vec![
+        Case {
+            finds: true,
+            name: "match count, common word (pending: more than 10,000)",
+            uri: "/messages/count?q=pending".into(),
+            target: "< 20 ms",
+            sqlite: (COUNT_FTS, some("\"pending\"")),
+            postgres: (COUNT_TSQUERY, some("'pending'")),
+        },
+        Case {
+            finds: true,
+            name: "match count, a group's open messages",
+            uri: group_count_uri,
+            target: "< 20 ms",
+            sqlite: (GROUP, Some(format!("{GROUP_QUEUE}\u{0}{GROUP_ERROR}"))),
+            postgres: (GROUP_PG, Some(format!("{GROUP_QUEUE}\u{0}{GROUP_ERROR}"))),
+        },
         Case {
             finds: true,
             name: "a group's open messages (90 % of it resolved)",
@@ -750,7 +771,13 @@ async fn main() {
                 response.status()
             );
             let body = response.into_body().collect().await.unwrap().to_bytes();
-            assert!(body.len() > 500, "{uri} rendered almost nothing");
+            // The match count is a few words; every page is more.
+            let least = if uri.starts_with("/messages/count") {
+                5
+            } else {
+                500
+            };
+            assert!(body.len() > least, "{uri} rendered almost nothing");
         }
     };
     println!();

@@ -8,6 +8,13 @@
 ALTER TABLE messages ADD COLUMN replayed_at INTEGER;
 CREATE INDEX messages_settling ON messages (replayed_at) WHERE status = 'replayed';
 
+-- A failure group's open messages, newest first (the overview's group links), however many
+-- of the group are resolved: only open messages are in it. The list writes the condition
+-- exactly as here (src/archive/sql/filter.rs), which is how SQLite knows it may use it.
+CREATE INDEX messages_group_open ON messages
+    (coalesce(first_death_queue, queue), first_death_reason, coalesce(error, ''), id)
+    WHERE status IN ('archived', 'replayed', 'replay_failed');
+
 ALTER TABLE queue_reason_counts ADD COLUMN open_messages INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE failure_groups ADD COLUMN open_messages INTEGER NOT NULL DEFAULT 0;
 

@@ -61,6 +61,9 @@ pub trait MessageSearch: Send + Sync {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError>;
+    /// How many messages the filter finds, counted up to `cap` (a count of `cap` means at
+    /// least that many): the list's "1,234 match".
+    async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError>;
     /// Other records of the same message: the same message-id, the record it is a replayed
     /// copy of, and the copies of it that died again; newest first.
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;

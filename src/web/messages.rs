@@ -95,12 +95,15 @@ pub struct MessagesPage {
     pub chips: Vec<Chip>,
     /// May replay and dismiss (viewers get no selection boxes).
     pub can_act: bool,
+    /// Where the number of matches is asked for, once the rows are shown.
+    pub count_link: Option<String>,
 }
 
 #[derive(Template)]
 #[template(path = "partials/message_rows.html")]
 pub struct MessageRowsPartial {
     pub can_act: bool,
+    pub count_link: Option<String>,
     pub field_names: Vec<String>,
     pub rows: Vec<Row>,
     pub next_link: Option<String>,
@@ -179,6 +182,51 @@ fn value(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("")
 }
 
+/// Matches counted at most: past it the list says "more than 10,000".
+pub const COUNT_CAP: u64 = 10_000;
+
+/// `/messages/count`: how many messages the list's filters find, as the list shows it (asked
+/// for after the rows are shown, so counting never holds them up).
+pub async fn count_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    caller: Caller,
+    AppQuery(form): AppQuery<ListParams>,
+) -> Result<Response, PageError> {
+    let (filter, _) = form
+        .parse(&state.business_fields)
+        .map_err(|e| PageError::new(AppError::from(e), &headers))?;
+    state
+        .masking
+        .check_search(caller.role, &filter)
+        .map_err(|e| PageError::new(e, &headers))?;
+    let n = state
+        .archive
+        .count_messages(&filter, COUNT_CAP + 1)
+        .await
+        .map_err(|e| PageError::new(e, &headers))?;
+    let text = match n {
+        0 => "no message matches".to_owned(),
+        1 => "1 message matches".to_owned(),
+        n if n > COUNT_CAP => format!("more than {} match", thousands(COUNT_CAP)),
+        n => format!("{} match", thousands(n)),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], text).into_response())
+}
+
+/// 1234567 as "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
 pub async fn list_page(
     State(state): State<AppState>,
@@ -229,12 +277,15 @@ pub async fn list_page(
         Err(e) => (Vec::new(), None, Some(e.to_string())),
     };
     let pairs = filter_pairs(&form);
+    let count_link = (error.is_none() && !rows.is_empty())
+        .then(|| format!("/messages/count?{}", form.to_query(None)));
     if is_htmx(&headers) {
         // 200 even for a bad filter: the inline message replaces the results as you type.
         return Ok((
             [(header::VARY, "HX-Request")],
             render(&MessageRowsPartial {
                 can_act: caller.role >= crate::archive::Role::Operator,
+                count_link,
                 field_names: state.business_fields.to_vec(),
                 rows,
                 next_link,
@@ -265,6 +316,7 @@ pub async fn list_page(
         render(&MessagesPage {
             nav: Nav::new(Some(&caller), state.auth.mode),
             can_act: caller.role >= crate::archive::Role::Operator,
+            count_link,
             chips: chips(&pairs),
             filter_pairs: pairs,
             since_input: datetime_local(&form.since),
@@ -283,6 +335,14 @@ pub async fn list_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_written_with_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234), "1,234");
+        assert_eq!(thousands(10_000_000), "10,000,000");
+    }
 
     #[test]
     fn each_filter_in_use_is_a_chip_whose_link_drops_it() {

@@ -134,6 +134,7 @@ fn routes() -> Routes {
         .get(VIEWER, "/", overview::overview)
         .get(VIEWER, "/api", api_page::api_page)
         .get(VIEWER, "/messages", messages::list_page)
+        .get(VIEWER, "/messages/count", messages::count_fragment)
         .get(VIEWER, "/messages/{id}", message::detail_page)
         .get(VIEWER, "/replays", replays::list_page)
         .get(VIEWER, "/replays/{id}", replays::job_page)

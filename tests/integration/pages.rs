@@ -227,6 +227,17 @@ async fn list_page_filters_and_answers_htmx_with_rows_only() {
     assert!(partial.contains("Older messages"), "{partial}");
     let (_, none, _) = pages.get("/messages?queue=elsewhere", true).await;
     assert!(none.contains("No archived message matches."));
+    // How many match is asked for once the rows are shown, with the same filters.
+    assert!(
+        partial.contains(r#"hx-get="/messages/count?queue=orders.dlq&#38;limit=1""#),
+        "{partial}"
+    );
+    let (status, count, _) = pages.get("/messages/count?queue=orders.dlq", true).await;
+    assert_eq!((status, count.as_str()), (StatusCode::OK, "2 match"));
+    let (_, one, _) = pages.get("/messages/count?q=message_id:a-1", true).await;
+    assert_eq!(one, "1 message matches");
+    let (status, bad, _) = pages.get("/messages/count?status=lost", true).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
 }
 
 on_both_backends!(a_group_links_filter_is_shown_editable_and_removable);

@@ -49,6 +49,18 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Postgres>, selection: 
 
 #[async_trait]
 impl MessageSearch for PostgresArchive {
+    async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError> {
+        let mut q = QueryBuilder::<Postgres>::new("SELECT count(*) FROM (SELECT messages.id");
+        push_filter(&mut q, filter);
+        q.push(" LIMIT ").push_bind(cap as i64).push(") AS found");
+        let n: i64 = q
+            .build_query_scalar()
+            .persistent(false)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
     async fn list_messages(
         &self,
         filter: &MessageFilter,

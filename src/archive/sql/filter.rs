@@ -72,8 +72,12 @@ pub fn push_condition<'a, DB: sqlx::Database>(
             }
             let list = list.join(", ");
             match status_in {
+                // Looked up for each row the list walks (newest first, through whichever index
+                // its other conditions use), never as a join over the whole status table: a
+                // semi-join hashed all of it first (270 ms at a million messages).
                 StatusIn::Table => q.push(format!(
-                    " AND messages.id IN (SELECT id FROM message_status WHERE status IN ({list}))"
+                    " AND (SELECT status FROM message_status WHERE message_status.id = messages.id) \
+                     IN ({list})"
                 )),
                 StatusIn::Column => q.push(format!(" AND status IN ({list})")),
             };

@@ -52,6 +52,19 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'
 
 #[async_trait]
 impl MessageSearch for SqliteArchive {
+    async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError> {
+        let mut conn = self.pool.acquire().await?;
+        let fts5 = match &filter.text {
+            Some(text) => Some(super::terms::list_query(&mut conn, text).await?),
+            None => None,
+        };
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT count(*) FROM (SELECT messages.id");
+        push_filter_matching(&mut q, filter, fts5);
+        q.push(" LIMIT ").push_bind(cap as i64).push(")");
+        let n: i64 = q.build_query_scalar().fetch_one(&mut *conn).await?;
+        Ok(n as u64)
+    }
+
     async fn list_messages(
         &self,
         filter: &MessageFilter,
