@@ -435,10 +435,9 @@ pub async fn control_form(
     JobActionPath { id, action }: JobActionPath,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let job = api_replays::control(&state, id, &action, &caller.actor())
+    api_replays::control(&state, id, &action, &caller.actor())
         .await
         .map_err(page_error)?;
-    let _ = job;
     // The whole page again: its heading, bar and messages follow the new state.
     Ok(see_other(&headers, &format!("/replays/{id}")))
 }

@@ -63,22 +63,25 @@ pub fn push_condition<'a, DB: sqlx::Database>(
             // One status, or the set `open` / `resolved` stands for; unknown words (a search's
             // `status:`) match nothing, as any other unknown value.
             let statuses = StatusFilter::parse(value).map_or_else(Vec::new, |s| s.statuses());
-            let mut list = statuses
+            let mut list: Vec<String> = statuses
                 .iter()
                 .map(|s| format!("'{}'", s.as_str()))
-                .collect::<Vec<_>>();
+                .collect();
             if list.is_empty() {
                 list.push("NULL".into());
             }
             let list = list.join(", ");
             match status_in {
                 // Looked up for each row the list walks (newest first, through whichever index
-                // its other conditions use), never as a join over the whole status table: a
-                // semi-join hashed all of it first (270 ms at a million messages).
+                // its other conditions use), never joined with the whole status table: a hashed
+                // semi-join took 270 ms at a million messages, and an anti-join planned on
+                // statistics from before a mass dismissal took 49 s. The cost is bounded by
+                // the rows walked: a group 90 % resolved still walks its resolved ones.
                 StatusIn::Table => q.push(format!(
                     " AND (SELECT status FROM message_status WHERE message_status.id = messages.id) \
                      IN ({list})"
                 )),
+                // SQLite: the exact condition of its partial index of open messages by group.
                 StatusIn::Column => q.push(format!(" AND status IN ({list})")),
             };
             return;
