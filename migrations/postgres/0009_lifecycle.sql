@@ -8,6 +8,13 @@
 ALTER TABLE message_status ADD COLUMN replayed_at BIGINT;
 CREATE INDEX message_status_settling ON message_status (replayed_at) WHERE status = 'replayed';
 
+-- Each message's failure group beside its status, so that a group's open messages, newest
+-- first (the overview's group links), are one partial index away however much of the group
+-- is resolved: the group's columns are in `messages`, the status is not, and walking the
+-- group there to look each status up took 175 ms with 90 % of a group resolved.
+ALTER TABLE message_status ADD COLUMN group_queue TEXT,
+    ADD COLUMN group_reason TEXT, ADD COLUMN group_error TEXT;
+
 ALTER TABLE queue_reason_counts ADD COLUMN open_messages BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE failure_groups ADD COLUMN open_messages BIGINT NOT NULL DEFAULT 0;
 
@@ -16,6 +23,11 @@ WHERE status = 'replayed' AND id IN (SELECT replay_of FROM messages WHERE replay
 UPDATE message_status SET status = 'settled' WHERE status = 'replayed';
 
 SET LOCAL statement_timeout = 0;
+UPDATE message_status s SET group_queue = coalesce(m.first_death_queue, m.queue),
+    group_reason = coalesce(m.first_death_reason, 'none'), group_error = coalesce(m.error, '')
+FROM messages m WHERE m.id = s.id;
+CREATE INDEX message_status_group_open ON message_status (group_queue, group_reason, group_error, id)
+    WHERE status IN ('archived', 'replayed', 'replay_failed');
 UPDATE queue_reason_counts SET open_messages = d.n FROM
     (SELECT m.queue AS q, coalesce(m.first_death_reason, 'none') AS r, count(*) AS n
      FROM messages m JOIN message_status s ON s.id = m.id

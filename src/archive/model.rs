@@ -282,6 +282,26 @@ pub struct MessageFilter {
 }
 
 impl MessageFilter {
+    /// The failure group (queue, reason, error as stored) whose open messages this filter
+    /// asks for, when it asks for nothing else: the overview's group link.
+    pub fn open_group(&self) -> Option<(&str, &str, &str)> {
+        let only_group = self.queue.is_none()
+            && self.exchange.is_none()
+            && self.routing_key.is_none()
+            && self.content_type.is_none()
+            && self.text.is_none()
+            && self.terms.is_empty()
+            && self.since.is_none()
+            && self.until.is_none()
+            && self.status == Some(StatusFilter::Open);
+        match (&self.first_death_queue, &self.reason, &self.error) {
+            (Some(queue), Some(reason), Some(error)) if only_group => {
+                Some((queue, reason, filter_value(error)))
+            }
+            _ => None,
+        }
+    }
+
     /// Every `field = value` condition, from the filter's own fields and the search terms,
     /// with the names of empty values (`(AMQP default)`, ...) resolved.
     pub fn conditions(&self) -> Vec<(&str, &str)> {

@@ -108,7 +108,8 @@ async fn insert_batch(
          replay_routing_key, error, replay_of, search)), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
-         new_status AS (INSERT INTO message_status (id) SELECT * FROM UNNEST($1::bigint[])), \
+         new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_error) \
+         SELECT * FROM UNNEST($1::bigint[], $43::text[], $44::text[], $45::text[])), \
          new_fields AS (\
          INSERT INTO message_fields (message_id, name, value) \
          SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
@@ -127,7 +128,7 @@ async fn insert_batch(
          ON CONFLICT (queue, hour) DO UPDATE SET messages = hourly_counts.messages + excluded.messages), \
          new_minutes AS (\
          INSERT INTO minute_counts (queue, minute, messages) \
-         SELECT * FROM UNNEST($43::text[], $44::bigint[], $45::bigint[]) \
+         SELECT * FROM UNNEST($46::text[], $47::bigint[], $48::bigint[]) \
          ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages) \
          INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
          SELECT q, r, e, n, n, f, l FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
@@ -180,6 +181,9 @@ async fn insert_batch(
     .bind(groups.values().map(|v| v.0).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.1).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.2).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().0).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().1).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().2).collect::<Vec<_>>())
     .bind(minutes.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(minutes.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(minutes.values().copied().collect::<Vec<_>>())

@@ -10,7 +10,7 @@ use crate::archive::sql::columns::SUMMARY_WITH_STATUS_TABLE as SUMMARY;
 use crate::archive::sql::filter::{push_conditions, StatusIn};
 use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
-use crate::archive::sql::SqlArchive;
+use crate::archive::sql::{lifecycle, SqlArchive};
 use crate::archive::{
     ArchiveError, MessageFilter, MessagePage, MessageSearch, MessageSummary, PageRequest,
     Selection, MAX_PAGE_SIZE,
@@ -47,11 +47,29 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Postgres>, selection: 
     }
 }
 
+/// `SELECT id FROM message_status WHERE` a failure group's open messages: through the partial
+/// index of open messages by group, however much of the group is resolved.
+fn push_open_group<'a>(q: &mut QueryBuilder<'a, Postgres>, group: (&'a str, &'a str, &'a str)) {
+    q.push("SELECT id FROM message_status WHERE group_queue = ")
+        .push_bind(group.0)
+        .push(" AND group_reason = ")
+        .push_bind(group.1)
+        .push(" AND group_error = ")
+        .push_bind(group.2)
+        .push(format!(" AND status IN ({})", lifecycle::open_list()));
+}
+
 #[async_trait]
 impl MessageSearch for PostgresArchive {
     async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError> {
-        let mut q = QueryBuilder::<Postgres>::new("SELECT count(*) FROM (SELECT messages.id");
-        push_filter(&mut q, filter);
+        let mut q = QueryBuilder::<Postgres>::new("SELECT count(*) FROM (");
+        match filter.open_group() {
+            Some(group) => push_open_group(&mut q, group),
+            None => {
+                q.push("SELECT messages.id");
+                push_filter(&mut q, filter);
+            }
+        }
         q.push(" LIMIT ").push_bind(cap as i64).push(") AS found");
         let n: i64 = q
             .build_query_scalar()
@@ -67,11 +85,24 @@ impl MessageSearch for PostgresArchive {
         page: PageRequest,
     ) -> Result<MessagePage, ArchiveError> {
         let mut q = QueryBuilder::<Postgres>::new(format!("SELECT {}", SUMMARY));
+        let limit = page.limit.clamp(1, MAX_PAGE_SIZE);
+        if let Some(group) = filter.open_group() {
+            // The page's ids from the status table's index, then their rows.
+            q.push(" FROM messages WHERE id IN (");
+            push_open_group(&mut q, group);
+            if let Some(before) = page.before {
+                q.push(" AND id < ").push_bind(before);
+            }
+            q.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1)
+                .push(") ORDER BY id DESC");
+            let rows = q.build().persistent(false).fetch_all(&self.pool).await?;
+            return page_of(self.db(), &rows, limit).await;
+        }
         push_filter(&mut q, filter);
         if let Some(before) = page.before {
             q.push(" AND id < ").push_bind(before);
         }
-        let limit = page.limit.clamp(1, MAX_PAGE_SIZE);
         q.push(" ORDER BY id DESC LIMIT ")
             .push_bind(i64::from(limit) + 1);
         // Planned with its values every time (an unnamed statement), never from a cached
