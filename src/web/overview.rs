@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
-use super::html::{filters, render, utc, PageError};
+use super::html::{filters, render, utc};
 use super::nav::Nav;
 use super::AppState;
 use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
@@ -80,7 +80,9 @@ pub struct OverviewPage {
     pub recent_minutes: i64,
 }
 
-pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Response, PageError> {
+/// `/`: never an error page — what cannot be read is said in a banner, and the page keeps
+/// refreshing itself until it can.
+pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
     let now = OffsetDateTime::now_utc();
     let consumers = state.status.snapshot();
     let mut outages = outages(&consumers);
@@ -106,7 +108,7 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Respons
             Default::default()
         }
     };
-    Ok(render(&OverviewPage {
+    render(&OverviewPage {
         nav,
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
@@ -114,7 +116,7 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Result<Respons
         groups: groups.iter().map(group_row).collect(),
         warnings: state.status.warnings().into_iter().collect(),
         outages,
-    }))
+    })
 }
 
 /// What the consumers cannot reach, once per cause: RabbitMQ, the database.

@@ -28,7 +28,7 @@ pub fn open_list() -> String {
 
 /// What a status change may move from: `to` is taken by the messages whose status `from`
 /// accepts (and is not `to` already).
-pub type From = fn(MessageStatus) -> bool;
+pub type FromStatus = fn(MessageStatus) -> bool;
 
 /// Any status.
 pub fn any(_: MessageStatus) -> bool {
@@ -46,7 +46,7 @@ pub async fn set_status(
     conn: &mut Conn<'_>,
     ids: &[i64],
     to: MessageStatus,
-    from: From,
+    from: FromStatus,
     replayed_at: Option<i64>,
 ) -> Result<Vec<i64>, sqlx::Error> {
     let mut ids = ids.to_vec();
