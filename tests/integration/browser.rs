@@ -763,3 +763,69 @@ async fn selection_mistakes_are_answered_beside_the_form() {
     browser.quit().await;
     t.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_group_dismissed_from_the_overview_resolves_and_a_lost_server_is_said() {
+    let p = unique("dismissgroup");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let mut app = TestApp::spawn(&[&dlq]).await;
+    for i in 0..3 {
+        t.publish("", &dlq, b"{}", json_props(&format!("{p}-{i}")))
+            .await;
+    }
+    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    let browser = Browser::start().await;
+    browser.go(&format!("http://{}/", app.addr)).await;
+    let group = "table.groups tbody tr";
+    assert_eq!(
+        browser.text(&format!("{group} [data-group-open]")).await,
+        "3"
+    );
+    // Relative times beside the UTC ones.
+    let ago = browser.text(&format!("{group} .ago")).await;
+    assert!(ago.contains("just now") || ago.contains("min ago"), "{ago}");
+
+    // Dismiss group…: a note is asked for beside the row, then back on the overview.
+    let summary = browser
+        .find(&format!("{group} details.inline-form:last-of-type summary"))
+        .await;
+    browser
+        .call("POST", &format!("/element/{summary}/click"), None)
+        .await;
+    browser
+        .type_into(
+            &format!("{group} details[open] input[name=note]"),
+            "duplicates of refunded orders",
+        )
+        .await;
+    let dismiss = browser
+        .find(&format!("{group} details[open] button.danger"))
+        .await;
+    browser
+        .call("POST", &format!("/element/{dismiss}/click"), None)
+        .await;
+    browser
+        .wait_text(
+            &format!("{group} [data-group-open]"),
+            "the group resolved",
+            |t| t == "0",
+        )
+        .await;
+    assert!(browser.text(group).await.contains("resolved"));
+    let dismissed = app
+        .json(&format!("/api/messages?queue={dlq}&status=dismissed"), 200)
+        .await;
+    assert_eq!(dismissed["messages"].as_array().unwrap().len(), 3);
+
+    // The server goes away: the page says it is not up to date any more, in words.
+    app.stop().await;
+    browser
+        .wait_text("#toasts", "the lost server", |t| {
+            t.contains("Lazarus cannot be reached: this page is not up to date")
+        })
+        .await;
+    browser.quit().await;
+    t.cleanup().await;
+}
