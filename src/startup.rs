@@ -79,6 +79,7 @@ impl Application {
         state.schemas = schemas;
         state.replay_policy = Arc::new(config.replay_policy());
         state.settle = Duration::from_secs(config.settle_secs);
+        state.management = management.clone();
         if state.replay_policy.is_open() && !config.queues.is_empty() {
             tracing::info!(
                 "no --replay-exchange: replays publish to whatever exchange a message's x-death names"

@@ -1,6 +1,6 @@
 //! RabbitMQ's management HTTP API, read only (`--management-url`): what a DLQ's own settings
-//! put at risk, known before its messages are delivered again and again. Lazarus never
-//! changes anything through it.
+//! put at risk, known before its messages are delivered again and again, and which queues a
+//! replay's target reaches. Lazarus never changes anything through it.
 
 use std::time::Duration;
 
@@ -101,6 +101,34 @@ impl Management {
         );
         let details = self.get(&path).await?;
         Ok(QueueInfo { details })
+    }
+
+    /// Where a publish to `exchange` with `key` goes in the AMQP URL's vhost: the default
+    /// exchange to the queue named `key`, any other as its type and bindings route it.
+    pub async fn reach(
+        &self,
+        exchange: &str,
+        key: &str,
+    ) -> Result<Vec<crate::amqp::routing::Destination>, ManagementError> {
+        use crate::amqp::routing::{reached, Destination};
+        if exchange.is_empty() {
+            return Ok(vec![Destination::Queue(key.to_owned())]);
+        }
+        let base = format!(
+            "/api/exchanges/{}/{}",
+            path_segment(&self.vhost),
+            path_segment(exchange)
+        );
+        let kind = self.get(&base).await?["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let bindings = self.get(&format!("{base}/bindings/source")).await?;
+        Ok(reached(
+            &kind,
+            bindings.as_array().map_or(&[][..], Vec::as_slice),
+            key,
+        ))
     }
 
     async fn get(&self, path: &str) -> Result<Value, ManagementError> {

@@ -8,4 +8,5 @@ pub mod headers;
 pub mod lapin_types;
 pub mod management;
 pub mod publisher;
+pub mod routing;
 pub mod wire;

@@ -80,6 +80,8 @@ pub struct AppState {
     pub replay_policy: Arc<ExchangePolicy>,
     /// How long a replayed message settles before it is resolved (`--settle-secs`).
     pub settle: std::time::Duration,
+    /// RabbitMQ's management API (`--management-url`): which queues a plan's targets reach.
+    pub management: Option<Arc<crate::amqp::management::Management>>,
 }
 
 impl AppState {
@@ -108,6 +110,7 @@ impl AppState {
             )),
             replay_policy: Arc::new(ExchangePolicy::default()),
             settle: std::time::Duration::from_secs(300),
+            management: None,
         }
     }
 }

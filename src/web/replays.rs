@@ -359,6 +359,36 @@ pub struct JobPage {
     pub next_link: Option<String>,
     /// This page's own address (with its outcome filter), which it refreshes itself from.
     pub self_link: String,
+    /// For a plan, with `--management-url`: the queues each of its targets reaches, in the
+    /// order of the plan's targets.
+    pub reaches: Vec<String>,
+}
+
+/// Plan targets whose reach is looked up at most (each costs two management API calls).
+const REACH_LOOKUPS: usize = 20;
+
+/// What each target of a plan reaches, said in words (`None` without the management API, or
+/// for a job already started).
+async fn reaches(state: &AppState, job: &ReplayJob) -> Vec<String> {
+    let Some(management) = state.management.as_ref() else {
+        return Vec::new();
+    };
+    if job.state != JobState::Planned {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for t in job.plan.targets.iter().take(REACH_LOOKUPS) {
+        out.push(match management.reach(&t.exchange, &t.routing_key).await {
+            Ok(found) if found.is_empty() => "no queue: it would be unroutable".to_owned(),
+            Ok(found) => found
+                .iter()
+                .map(crate::amqp::routing::Destination::label)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("not known ({e})"),
+        });
+    }
+    out
 }
 
 #[derive(Template)]
@@ -402,6 +432,7 @@ pub async fn job_page(
         outcomes: &ITEM_OUTCOMES,
         items: items.iter().map(ItemRow::new).collect(),
         next_link,
+        reaches: reaches(&state, &job).await,
         self_link: match (outcome, after) {
             (None, None) => format!("/replays/{id}"),
             (outcome, after) => format!(

@@ -467,3 +467,77 @@ async fn only_the_queue_it_died_in_gets_the_replay_and_an_audit_queue_nothing() 
     );
     t.cleanup().await;
 }
+
+/// With `--management-url` a plan says which queues each of its targets reaches now: the
+/// original exchange and key reach the audit queue too, the queue it died in alone does not.
+#[tokio::test]
+async fn a_plan_says_which_queues_each_target_reaches_rabbitmq4() {
+    let broker = crate::brokers::Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let vhost = crate::brokers::Vhost::create("reach");
+            let mut t = Topology::on(&vhost.url()).await;
+            t.exchange("shop", ExchangeKind::Topic).await;
+            t.exchange("dlx", ExchangeKind::Fanout).await;
+            t.queue("orders.dlq", FieldTable::default()).await;
+            t.bind("orders.dlq", "dlx", "").await;
+            t.queue("orders", args(&[("x-dead-letter-exchange", s("dlx"))]))
+                .await;
+            t.queue("audit", FieldTable::default()).await;
+            t.bind("orders", "shop", "order.*").await;
+            t.bind("audit", "shop", "#").await;
+            let management = broker
+                .management_url()
+                .expect("4.x runs the management API");
+            let app = TestApp::spawn_with(&["orders.dlq"], |c| {
+                c.connection.amqp_url = vhost.url();
+                c.management_url = Some(management.clone());
+            })
+            .await;
+            let worker = spawn_worker(&vhost.url(), "orders", |_, d| async move {
+                d.reject(lapin::options::BasicRejectOptions { requeue: false })
+                    .await
+                    .unwrap();
+            })
+            .await;
+            t.publish("shop", "order.created", b"{}", json_props("reach-1"))
+                .await;
+            app.wait_for_archived(1, Duration::from_secs(20)).await;
+            worker.abort();
+
+            let plan = |to_first_death_queue: bool| {
+                let app = &app;
+                async move {
+                    let job = app
+                        .post_json(
+                            "/api/replays",
+                            serde_json::json!({"filter": {"queue": "orders.dlq"}, "dry_run": true,
+                                "to_first_death_queue": to_first_death_queue}),
+                            200,
+                        )
+                        .await;
+                    let page = app
+                        .get(&format!("/replays/{}", job["id"].as_str().unwrap()))
+                        .await
+                        .text();
+                    let cell = page
+                        .split(r#"<td class="wrap reach">"#)
+                        .nth(1)
+                        .unwrap_or_else(|| panic!("no reach column: {page}"))
+                        .split("</td>")
+                        .next()
+                        .unwrap()
+                        .to_owned();
+                    cell
+                }
+            };
+            let original = plan(false).await;
+            assert!(
+                original.contains("orders") && original.contains("audit"),
+                "{original}"
+            );
+            assert_eq!(plan(true).await, "orders");
+            t.cleanup().await;
+        })
+        .await;
+}
