@@ -829,3 +829,79 @@ async fn a_group_dismissed_from_the_overview_resolves_and_a_lost_server_is_said(
     browser.quit().await;
     t.cleanup().await;
 }
+
+/// Signs in through the login page, as a person would.
+async fn sign_in(browser: &Browser, base: &str, name: &str) {
+    browser.go(&format!("{base}/login")).await;
+    browser.type_into("input[name=name]", name).await;
+    browser
+        .type_into("input[name=password]", crate::auth::PASSWORD)
+        .await;
+    let submit = browser.find("form button[type=submit]").await;
+    browser
+        .call("POST", &format!("/element/{submit}/click"), None)
+        .await;
+    browser
+        .wait_text("header .who", "the signed-in name", |t| t.contains(name))
+        .await;
+}
+
+#[tokio::test]
+async fn a_viewer_is_offered_no_action_and_an_operator_each() {
+    let (app, t, dlq, id) = crate::auth::users_app(|_| {}).await;
+    let base = format!("http://{}", app.addr);
+    let forms = "return document.querySelectorAll(\"form[action$='/replay'], form[action$='/dismiss'], form[action='/messages/select'], input.select-row\").length";
+    for (name, offered) in [("vera", false), ("otto", true)] {
+        let browser = Browser::start().await;
+        sign_in(&browser, &base, name).await;
+        for path in [
+            "/".to_owned(),
+            format!("/messages?queue={dlq}"),
+            format!("/messages/{id}"),
+        ] {
+            browser.go(&format!("{base}{path}")).await;
+            browser.find("main").await;
+            let n = browser.script(forms).await.as_i64().unwrap();
+            assert_eq!(n > 0, offered, "{name} on {path}: {n} action forms");
+        }
+        let page = browser.text("main").await;
+        assert_eq!(
+            page.contains("Replaying and dismissing take the operator role"),
+            !offered,
+            "{name}"
+        );
+        browser.quit().await;
+    }
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_broker_outage_is_a_banner_on_the_overview() {
+    let app = TestApp::spawn_with(&["some.dlq"], |c| {
+        c.connection.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into()
+    })
+    .await;
+    let browser = Browser::start().await;
+    browser.go(&format!("http://{}/", app.addr)).await;
+    // It appears by itself once the consumer has tried (the page refreshes every 5 s).
+    let start = Instant::now();
+    loop {
+        let shown = browser
+            .script("const b = document.querySelector('.outage'); return b ? b.textContent : ''")
+            .await;
+        let text = shown.as_str().unwrap_or_default();
+        if text.contains("RabbitMQ is unreachable; nothing is being archived (some.dlq)") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no banner: {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let role = browser
+        .script("return document.querySelector('.outage').getAttribute('role')")
+        .await;
+    assert_eq!(role, "alert");
+    browser.quit().await;
+}
