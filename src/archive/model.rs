@@ -175,6 +175,9 @@ pub struct MessageSummary {
     /// The record this one is a replayed copy of (it died again).
     #[serde(serialize_with = "optional_id_as_string")]
     pub replay_of: Option<i64>,
+    /// The start of its body as text, whitespace folded (none for binary bodies, for
+    /// messages archived before snippets, and for viewers under `--mask`).
+    pub snippet: Option<String>,
     /// Business field values (`--field`), by name.
     pub fields: BTreeMap<String, String>,
 }

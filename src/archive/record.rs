@@ -158,6 +158,8 @@ pub struct SearchText {
     pub ids: String,
     /// Every text value of every header, nested ones included.
     pub headers: String,
+    /// The start of the body text, whitespace folded: what the list shows of it.
+    pub snippet: Option<String>,
 }
 
 fn header_text(table: &Table, out: &mut String) {
@@ -219,13 +221,34 @@ fn search_text(
     }
     let unescaped = json_unescaped(body_text.unwrap_or_default());
     let body = crate::body::prefix(&unescaped, INDEXED_BODY_BYTES);
+    let snippet = snippet(body);
     // CJK runs as bigrams, so that any part of one can be searched for.
     let indexed = |text: &str| crate::cjk::bigrams(&column_text(text)).into_owned();
     SearchText {
         body: indexed(body),
         ids: indexed(&ids.join("\n")),
         headers: indexed(&headers),
+        snippet,
     }
+}
+
+/// Characters of a body the list shows.
+const SNIPPET_CHARS: usize = 160;
+
+/// The start of a body's text, whitespace folded (`None` when there is no text).
+fn snippet(text: &str) -> Option<String> {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if out.chars().count() >= SNIPPET_CHARS {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    let out: String = out.chars().take(SNIPPET_CHARS).collect();
+    (!out.is_empty()).then(|| column_text(&out).into_owned())
 }
 
 /// JSON whose strings escape what is not ASCII (`"\u652f\u4ed8"`, as Python's `json.dumps`
@@ -612,6 +635,17 @@ mod tests {
         for v in variants {
             assert_ne!(PreparedMessage::new(v).fingerprint, base);
         }
+    }
+
+    #[test]
+    fn a_snippet_is_the_start_of_the_text_whitespace_folded() {
+        assert_eq!(
+            snippet("{\n  \"note\":\t\"card   declined\"\n}").as_deref(),
+            Some("{ \"note\": \"card declined\" }")
+        );
+        assert_eq!(snippet(" \n "), None);
+        let long = "wörd ".repeat(100);
+        assert_eq!(snippet(&long).unwrap().chars().count(), SNIPPET_CHARS);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(super) async fn list_messages(
     state.masking.check_search(caller.role, &filter)?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
-        state.masking.fields(caller.role, &mut m.fields);
+        state.masking.summary(caller.role, m);
     }
     Ok(Json(page))
 }
@@ -96,9 +96,7 @@ pub(super) async fn get_message(
             BodyJson::new(&masking.body(role, body, schemas.as_deref()).bytes)
         })
         .await?;
-    state
-        .masking
-        .fields(caller.role, &mut message.summary.fields);
+    state.masking.summary(caller.role, &mut message.summary);
     let replays = state.archive.replays_of(numeric).await?;
     let died_again_as = state
         .archive

@@ -100,6 +100,15 @@ impl Masking {
     }
 
     /// Masks the business fields a caller with `role` may not read.
+    /// A message's summary as a caller with `role` may see it: business fields masked, and no
+    /// body snippet (it was cut from the body before any mask added since).
+    pub fn summary(&self, role: Role, summary: &mut crate::archive::MessageSummary) {
+        if self.applies(role) {
+            summary.snippet = None;
+        }
+        self.fields(role, &mut summary.fields);
+    }
+
     pub fn fields(&self, role: Role, fields: &mut BTreeMap<String, String>) {
         if !self.applies(role) {
             return;

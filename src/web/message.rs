@@ -369,9 +369,7 @@ pub async fn detail_page(
         .await
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
-    state
-        .masking
-        .fields(caller.role, &mut message.summary.fields);
+    state.masking.summary(caller.role, &mut message.summary);
     // A few bodies at a time are loaded, decoded and rendered, off the async threads.
     let permit = state.bodies.acquire().await.map_err(page_error)?;
     let stored = state

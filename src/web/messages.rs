@@ -27,6 +27,8 @@ pub struct Row {
     pub size: String,
     pub status: &'static str,
     pub open: bool,
+    /// The start of its body, as text (empty: none, or not for this caller).
+    pub snippet: String,
     /// The failing consumer's error, as it left it (empty: none).
     pub error: String,
     /// Business field values, in the order of the configured fields.
@@ -66,6 +68,7 @@ impl Row {
             size: human_bytes(m.body_size),
             status: m.status.as_str(),
             open: m.open,
+            snippet: m.snippet.clone().unwrap_or_default(),
             error: m.error.clone().unwrap_or_default(),
         }
     }
@@ -259,7 +262,7 @@ pub async fn list_page(
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
             for m in &mut page.messages {
-                state.masking.fields(caller.role, &mut m.fields);
+                state.masking.summary(caller.role, m);
             }
             let next = page
                 .next_cursor

@@ -227,6 +227,12 @@ async fn list_page_filters_and_answers_htmx_with_rows_only() {
     assert!(partial.contains("Older messages"), "{partial}");
     let (_, none, _) = pages.get("/messages?queue=elsewhere", true).await;
     assert!(none.contains("No archived message matches."));
+    // Each row shows the start of its body.
+    let (_, noted, _) = pages.get("/messages?queue=orders.dlq", true).await;
+    assert!(
+        noted.contains(r#"<div class="snippet clamp" title="the start of its body">{}</div>"#),
+        "{noted}"
+    );
     // How many match is asked for once the rows are shown, with the same filters.
     assert!(
         partial.contains(r#"hx-get="/messages/count?queue=orders.dlq&#38;limit=1""#),

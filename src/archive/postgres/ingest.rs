@@ -93,19 +93,19 @@ async fn insert_batch(
          INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search) \
+         replay_routing_key, error, replay_of, search, snippet) \
          SELECT id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search::tsvector \
+         replay_routing_key, error, replay_of, search::tsvector, snippet \
          FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
-         $21::text[], $22::text[], $23::bigint[], $24::text[]) \
+         $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[]) \
          AS t (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search)), \
+         replay_routing_key, error, replay_of, search, snippet)), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
          new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_error) \
@@ -187,6 +187,7 @@ async fn insert_batch(
     .bind(minutes.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(minutes.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(minutes.values().copied().collect::<Vec<_>>())
+    .bind(col(&|m| m.search_text.snippet.as_deref()))
     .execute(conn)
     .await?;
     Ok(())

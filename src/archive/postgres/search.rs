@@ -109,6 +109,7 @@ mod tests {
             body: body.into(),
             ids: "INV-1".into(),
             headers: "it's\\here".into(),
+            snippet: None,
         }
     }
 

@@ -8,7 +8,7 @@ macro_rules! summary_columns {
         concat!(
             "id, queue, archived_at, message_id, correlation_id, content_type, content_encoding, ",
             "body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, ",
-            "replay_exchange, replay_routing_key, error, replay_of, ",
+            "replay_exchange, replay_routing_key, error, replay_of, snippet, ",
             $status
         )
     };

@@ -84,6 +84,7 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
         queue: row.column("queue")?,
         error: row.column("error")?,
         replay_of: row.column("replay_of")?,
+        snippet: row.column("snippet")?,
         open: status.is_open(),
         archived_at: from_millis(row.column("archived_at")?),
         message_id: row.column("message_id")?,

@@ -47,7 +47,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of) ",
+        "INSERT INTO messages (id, fingerprint, queue, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -75,7 +75,8 @@ async fn insert_messages(
             .push_bind(target.map(|t| &t.exchange))
             .push_bind(target.map(|t| &t.routing_key))
             .push_bind(&m.error)
-            .push_bind(m.replay_of);
+            .push_bind(m.replay_of)
+            .push_bind(&m.search_text.snippet);
     });
     q.build().execute(&mut **tx).await?;
     Ok(())

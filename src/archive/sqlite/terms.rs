@@ -152,6 +152,7 @@ mod tests {
                 .into(),
             ids: "msg-1 ab".into(),
             headers: "測試死信 résumé".into(),
+            snippet: None,
         });
         let ascii: Vec<&str> = terms.ascii.iter().map(String::as_str).collect();
         assert_eq!(
