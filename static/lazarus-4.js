@@ -115,7 +115,7 @@ document.addEventListener("change", function (e) {
 // The list's filters leave empty fields out of the request, so the URL pushed into the
 // history holds only the filters in use.
 document.addEventListener("htmx:configRequest", function (e) {
-  if (!e.detail.elt.matches || !e.detail.elt.matches("form.filters")) return;
+  if (!e.detail.elt.matches || !e.detail.elt.matches("form[data-drop-empty]")) return;
   var params = e.detail.parameters;
   Object.keys(params).forEach(function (k) {
     if (typeof params[k] === "string" && params[k].trim() === "") delete params[k];

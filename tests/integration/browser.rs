@@ -905,3 +905,52 @@ async fn a_broker_outage_is_a_banner_on_the_overview() {
     assert_eq!(role, "alert");
     browser.quit().await;
 }
+
+#[tokio::test]
+async fn only_the_queue_it_died_in_gets_a_replay_from_the_page_and_an_audit_queue_nothing() {
+    let p = unique("diedinpage");
+    let mut t = Topology::new().await;
+    let shop = format!("{p}.shop");
+    let audit = format!("{p}.audit");
+    t.exchange(&shop, ExchangeKind::Topic).await;
+    let (orders, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    t.queue(&audit, Default::default()).await;
+    t.bind(&orders, &shop, "order.*").await;
+    t.bind(&audit, &shop, "order.*").await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    let worker = rejecting_worker(&orders).await;
+    t.publish(&shop, "order.created", b"{}", json_props(&format!("{p}-1")))
+        .await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    worker.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.wait_for_depth(&audit, 1, Duration::from_secs(5)).await;
+    let id = app.ids(&dlq).await[0].clone();
+
+    let browser = Browser::start().await;
+    browser
+        .go(&format!("http://{}/messages/{id}", app.addr))
+        .await;
+    let only = browser
+        .find("button[title^='Through the default exchange']")
+        .await;
+    assert_eq!(
+        browser
+            .call("GET", &format!("/element/{only}/text"), None)
+            .await,
+        format!("Replay to {orders} only").as_str()
+    );
+    let clicked = browser
+        .call("POST", &format!("/element/{only}/click"), None)
+        .await;
+    assert!(clicked.is_null(), "{clicked}");
+    let result = browser
+        .wait_text("#replay-result", "the outcome", |t| !t.is_empty())
+        .await;
+    assert!(result.contains("published"), "{result}");
+    t.wait_for_depth(&orders, 1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(t.depth(&audit).await, 1, "the audit queue got a duplicate");
+    browser.quit().await;
+    t.cleanup().await;
+}
