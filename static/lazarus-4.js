@@ -105,12 +105,22 @@ document.addEventListener("htmx:responseError", function (e) {
   document.getElementById("toasts").appendChild(box);
   setTimeout(function () { box.remove(); }, 8000);
 });
-// Row selection (for replay): "select page" ticks every row; the count follows.
+// Row selection (for replay): "select page" ticks every row; the count follows, and says
+// "all 1,234 selected" when every match is.
 document.addEventListener("change", function (e) {
   var rows = document.querySelectorAll("input.select-row");
   if (e.target.id === "select-page") rows.forEach(function (r) { r.checked = e.target.checked; });
   var count = document.getElementById("selected-count");
-  if (count) count.textContent = Array.prototype.filter.call(rows, function (r) { return r.checked; }).length;
+  if (!count) return;
+  var all = document.getElementById("select-all-matching");
+  if (all && all.checked) {
+    var matched = document.getElementById("match-count");
+    var n = matched ? matched.textContent.replace(/ (match|message matches)$/, "") : "";
+    count.textContent = /^[0-9,]+$/.test(n) ? "all " + n + " selected" : "all of them selected";
+    return;
+  }
+  var ticked = Array.prototype.filter.call(rows, function (r) { return r.checked; }).length;
+  count.textContent = ticked + " selected on this page";
 });
 // The list's filters leave empty fields out of the request, so the URL pushed into the
 // history holds only the filters in use.

@@ -755,6 +755,17 @@ async fn selection_mistakes_are_answered_beside_the_form() {
         })
         .await;
     assert_eq!(browser.call("GET", "/url", None).await, list.as_str());
+    // How many match, and "all of them" once every match is selected.
+    browser
+        .wait_text("#match-count", "the count", |t| t == "2 match")
+        .await;
+    click("#select-all-matching").await;
+    assert_eq!(browser.text("#selected-count").await, "all 2 selected");
+    click("#select-all-matching").await;
+    assert_eq!(
+        browser.text("#selected-count").await,
+        "1 selected on this page"
+    );
     // Put right, it goes through: the plan page opens.
     click("button[value=plan]").await;
     browser
