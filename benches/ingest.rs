@@ -1,12 +1,16 @@
 //! Ingest benchmark: drain a DLQ backlog into the archive with the real `lazarus` binary,
-//! against a raw lapin consumer that only acks (same prefetch) in the same run, for each
-//! archive backend (SQLite, PostgreSQL) against the same baseline; then again with a few
+//! against a raw lapin consumer that only acks — every 500 with `multiple`, as Lazarus acks —
+//! (same prefetch) in the same run, for each archive backend (SQLite, PostgreSQL) against the
+//! same baseline. The backlog is what production sends: messages dead-lettered by the broker
+//! (published to a work queue with `x-message-ttl` 0 and a dead-letter exchange, so each
+//! carries `x-death` and `x-first-death-*`); a second row publishes them straight into the DLQ
+//! (no death history, BENCH_DIRECT=0 leaves it out). Then again with a few
 //! 16 MiB messages in the backlog to check the memory bound; then a backlog that comes back
 //! redelivered (as after a broker crash), first into an empty archive, then once more into
 //! the archive that holds it already.
 //!
 //! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3, BENCH_PREFETCH=1000,
-//! BENCH_REDELIVERED=1 (0: no redelivered backlog),
+//! BENCH_REDELIVERED=1 (0: no redelivered backlog), BENCH_DIRECT=1,
 //! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
 //! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
@@ -17,26 +21,43 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use lapin::options::*;
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::process::Command;
 
 mod common;
 use common::{amqp_url, backend_names, env_or, median, postgres_url};
 
-/// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them.
-async fn fill(channel: &Channel, queue: &str, n: usize, big: usize) {
+/// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them:
+/// dead-lettered into it by the broker (`dead`: each expires at once in a work queue whose
+/// dead-letter target is `queue`), or published straight into it.
+async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
     channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+        .queue_declare(queue.into(), durable, FieldTable::default())
         .await
         .unwrap();
+    let work = format!("{queue}.work");
+    if dead {
+        let mut args = FieldTable::default();
+        args.insert("x-message-ttl".into(), AMQPValue::LongInt(0));
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("".into()),
+        );
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(queue.into()),
+        );
+        channel
+            .queue_declare(work.as_str().into(), durable, args)
+            .await
+            .unwrap();
+    }
+    let to = if dead { work.as_str() } else { queue };
     let big_body = vec![0x5a_u8; 16 * 1024 * 1024];
     let every = n.checked_div(big).unwrap_or(usize::MAX).max(1);
     let mut pending = Vec::new();
@@ -61,7 +82,7 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize) {
             channel
                 .basic_publish(
                     "".into(),
-                    queue.into(),
+                    to.into(),
                     BasicPublishOptions::default(),
                     payload,
                     props,
@@ -77,6 +98,22 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize) {
     }
     for c in pending {
         c.await.unwrap();
+    }
+    if dead {
+        // Dead-lettering is the broker's own work, after the publishes are confirmed.
+        let start = Instant::now();
+        while ready(channel, queue).await < n as u32 {
+            assert!(
+                start.elapsed() < Duration::from_secs(600),
+                "{queue} got {} of {n} dead letters",
+                ready(channel, queue).await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        channel
+            .queue_delete(work.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
     }
 }
 
@@ -97,9 +134,20 @@ async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: 
         )
         .await
         .unwrap();
-    for _ in 0..n {
+    // Acked as Lazarus acks a batch: every 500 at once (`multiple`), and the rest at the end.
+    let multiple = BasicAckOptions { multiple: true };
+    let mut last = None;
+    for i in 1..=n {
         let delivery = consumer.next().await.unwrap().unwrap();
-        delivery.ack(BasicAckOptions::default()).await.unwrap();
+        if i % 500 == 0 {
+            delivery.ack(multiple).await.unwrap();
+            last = None;
+        } else {
+            last = Some(delivery);
+        }
+    }
+    if let Some(delivery) = last {
+        delivery.ack(multiple).await.unwrap();
     }
     let elapsed = start.elapsed();
     channel.close(200, "done".into()).await.unwrap();
@@ -297,6 +345,8 @@ struct Run {
     big: usize,
     /// What was special about the backlog, for the table.
     note: &'static str,
+    /// Dead-lettered by the broker (with `x-death`), not published straight into the DLQ.
+    dead: bool,
     elapsed: Duration,
     rss: Option<f64>,
 }
@@ -310,21 +360,26 @@ async fn drain(
     backend: Option<&str>,
     (n, prefetch): (usize, u16),
     big: usize,
-    round: usize,
+    (round, dead): (usize, bool),
 ) -> Run {
-    println!("filling {queue} with {n} 1 KB messages and {big} of 16 MiB...");
-    fill(channel, &queue, n, big).await;
+    let how = if dead { "dead-lettered" } else { "published" };
+    println!("filling {queue} with {n} 1 KB messages and {big} of 16 MiB, {how}...");
+    fill(channel, &queue, n, big, dead).await;
     let run = match backend {
         None => Run {
             round,
             backend: None,
             big,
             note: "",
+            dead,
             elapsed: raw_consumer(connection, &queue, n, prefetch).await,
             rss: None,
         },
         Some(name) => {
-            let target = Target::new(name, round * 2 + usize::from(big > 0));
+            let target = Target::new(
+                name,
+                round * 4 + usize::from(big > 0) + 2 * usize::from(dead),
+            );
             let (elapsed, rss) =
                 lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
             let backend = Some(target.backend);
@@ -334,6 +389,7 @@ async fn drain(
                 backend,
                 big,
                 note: "",
+                dead,
                 elapsed,
                 rss: Some(rss),
             }
@@ -362,16 +418,17 @@ async fn redelivered(
         backend: Some(target.backend),
         big: 0,
         note,
+        dead: true,
         elapsed,
         rss: Some(rss),
     };
     println!("filling {queue} with {n} 1 KB messages, all redelivered...");
-    fill(channel, &queue, n, 0).await;
+    fill(channel, &queue, n, 0, true).await;
     redeliver_all(connection, &queue, n).await;
     let first = lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
     let first = timed("every message redelivered, none archived", first);
     println!("filling {queue} with the same {n} messages, all redelivered...");
-    fill(channel, &queue, n, 0).await;
+    fill(channel, &queue, n, 0, true).await;
     redeliver_all(connection, &queue, n).await;
     let again = lazarus(&target, &queue, Until::Drained(channel), prefetch).await;
     let again = timed("every message redelivered, all archived", again);
@@ -396,6 +453,11 @@ async fn main() {
     let prefetch = env_or("BENCH_PREFETCH", 1000) as u16;
     let rounds = env_or("BENCH_ROUNDS", 3).max(1);
     let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
+    let modes: &[bool] = if env_or("BENCH_DIRECT", 1) > 0 {
+        &[true, false]
+    } else {
+        &[true]
+    };
     let backends = backend_names();
     let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
@@ -412,19 +474,21 @@ async fn main() {
     // shared: a slow moment then weighs on one round, not on one contender).
     let mut runs = Vec::new();
     for round in 1..=rounds {
-        let queue = format!("bench.{tag}.raw.{round}");
-        runs.push(drain(&connection, &channel, queue, None, sizes, 0, round).await);
-        for backend in &backends {
-            let queue = format!("bench.{tag}.{backend}.{round}");
-            let b = Some(backend.as_str());
-            runs.push(drain(&connection, &channel, queue, b, sizes, 0, round).await);
+        for &dead in modes {
+            let queue = format!("bench.{tag}.raw.{round}.{dead}");
+            runs.push(drain(&connection, &channel, queue, None, sizes, 0, (round, dead)).await);
+            for backend in &backends {
+                let queue = format!("bench.{tag}.{backend}.{round}.{dead}");
+                let b = Some(backend.as_str());
+                runs.push(drain(&connection, &channel, queue, b, sizes, 0, (round, dead)).await);
+            }
         }
     }
     if big > 0 {
         for backend in &backends {
             let queue = format!("bench.{tag}.{backend}.big");
             let b = Some(backend.as_str());
-            runs.push(drain(&connection, &channel, queue, b, sizes, big, 0).await);
+            runs.push(drain(&connection, &channel, queue, b, sizes, big, (0, true)).await);
         }
     }
     if redeliveries {
@@ -439,11 +503,16 @@ async fn main() {
     println!("| run (prefetch {prefetch}) | round | messages | seconds | msg/s | peak RSS |");
     println!("|---|---|---|---|---|---|");
     for r in &runs {
+        let how = if r.dead {
+            "dead letters"
+        } else {
+            "published straight into the DLQ"
+        };
         let name = match r.backend {
-            None => "raw lapin consumer, ack only".to_owned(),
+            None => format!("raw lapin consumer, ack only, {how}"),
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
             Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
-            Some(b) => format!("lazarus → {b}"),
+            Some(b) => format!("lazarus → {b}, {how}"),
         };
         println!(
             "| {name} | {} | {n} | {:.2} | {:.0} | {} |",
@@ -458,35 +527,42 @@ async fn main() {
         );
     }
     println!();
-    let rates = |backend: Option<&str>| -> Vec<f64> {
+    let rates = |backend: Option<&str>, dead: bool| -> Vec<f64> {
         runs.iter()
-            .filter(|r| r.round > 0 && r.backend == backend)
+            .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead)
             .map(|r| rate(r.elapsed))
             .collect()
     };
-    let raw = rates(None);
-    println!("raw: median {:.0} msg/s", median(raw.clone()));
-    for backend in ["SQLite", "PostgreSQL"] {
-        let own = rates(Some(backend));
-        if own.is_empty() {
-            continue;
-        }
-        let per_round: Vec<String> = own
-            .iter()
-            .zip(&raw)
-            .map(|(l, r)| format!("{:.2}", l / r))
-            .collect();
-        let peak = runs
-            .iter()
-            .filter(|r| r.backend == Some(backend))
-            .filter_map(|r| r.rss)
-            .fold(0.0, f64::max);
-        println!(
-            "lazarus → {backend}: median {:.0} msg/s, ratio of medians {:.2} (target ≥ 0.70), \
-             per round {}; peak RSS {peak:.0} MiB (target < 200 MiB)",
+    for &dead in modes {
+        let how = if dead {
+            "dead letters (x-death)"
+        } else {
+            "published straight into the DLQ"
+        };
+        let raw = rates(None, dead);
+        println!("{how}: raw median {:.0} msg/s", median(raw.clone()));
+        for backend in ["SQLite", "PostgreSQL"] {
+            let own = rates(Some(backend), dead);
+            if own.is_empty() {
+                continue;
+            }
+            let per_round: Vec<String> = own
+                .iter()
+                .zip(&raw)
+                .map(|(l, r)| format!("{:.2}", l / r))
+                .collect();
+            let peak = runs
+                .iter()
+                .filter(|r| r.backend == Some(backend))
+                .filter_map(|r| r.rss)
+                .fold(0.0, f64::max);
+            println!(
+            "  lazarus → {backend}: median {:.0} msg/s, ratio of medians {:.2} (target ≥ 1.0), \
+             per round {}; peak RSS {peak:.0} MiB (target < 150 MiB)",
             median(own.clone()),
             median(own) / median(raw.clone()),
             per_round.join(", ")
         );
+        }
     }
 }
