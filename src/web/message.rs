@@ -407,6 +407,8 @@ pub async fn detail_page(
         .await
         .map_err(|e| page_error(e.into()))?;
     let s = &message.summary;
+    let headers = message.headers.as_ref().map(header_rows);
+    let error_text = error_text(s.error.as_deref(), headers.as_deref());
     let page = MessagePage {
         nav: Nav::new(Some(&caller), state.auth.mode),
         id: id.clone(),
@@ -426,7 +428,7 @@ pub async fn detail_page(
             }
         ),
         properties: properties(&message),
-        headers: message.headers.as_ref().map(header_rows),
+        headers,
         deaths: s
             .deaths
             .iter()
@@ -469,10 +471,7 @@ pub async fn detail_page(
         status_note: message.status_note.clone(),
         lifecycle: Lifecycle::new(s, &related, state.settle),
         title: title(s, &state.business_fields),
-        error_text: error_text(
-            s.error.as_deref(),
-            message.headers.as_ref().map(header_rows).as_deref(),
-        ),
+        error_text,
         can_act: caller.role >= crate::archive::Role::Operator,
         summary: s.clone(),
     };

@@ -921,13 +921,7 @@ async fn a_broker_outage_is_a_banner_on_the_overview() {
 async fn only_the_queue_it_died_in_gets_a_replay_from_the_page_and_an_audit_queue_nothing() {
     let p = unique("diedinpage");
     let mut t = Topology::new().await;
-    let shop = format!("{p}.shop");
-    let audit = format!("{p}.audit");
-    t.exchange(&shop, ExchangeKind::Topic).await;
-    let (orders, dlq) = work_queue_with_dlq(&mut t, &p).await;
-    t.queue(&audit, Default::default()).await;
-    t.bind(&orders, &shop, "order.*").await;
-    t.bind(&audit, &shop, "order.*").await;
+    let (shop, orders, dlq, audit) = shop_with_audit(&mut t, &p).await;
     let app = TestApp::spawn(&[&dlq]).await;
     let worker = rejecting_worker(&orders).await;
     t.publish(&shop, "order.created", b"{}", json_props(&format!("{p}-1")))

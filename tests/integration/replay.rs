@@ -366,15 +366,7 @@ on_both_backends!(only_the_queue_it_died_in_gets_the_replay_and_an_audit_queue_n
 async fn only_the_queue_it_died_in_gets_the_replay_and_an_audit_queue_nothing() {
     let p = unique("diedin");
     let mut t = Topology::new().await;
-    let shop = format!("{p}.shop");
-    let audit = format!("{p}.audit");
-    t.exchange(&shop, ExchangeKind::Topic).await;
-    let (orders, dlq) = work_queue_with_dlq(&mut t, &p).await;
-    t.queue(&audit, FieldTable::default()).await;
-    // The audit queue takes every order, as the work queue does: a replay to the original
-    // exchange and key would give it a second copy.
-    t.bind(&orders, &shop, "order.*").await;
-    t.bind(&audit, &shop, "order.*").await;
+    let (shop, orders, dlq, audit) = shop_with_audit(&mut t, &p).await;
     let app = TestApp::spawn(&[&dlq]).await;
     let worker = rejecting_worker(&orders).await;
     for i in 0..2 {

@@ -92,27 +92,22 @@ async fn record_overview(
         minutes,
         groups,
     } = overview(rows);
-    for ((queue, minute), messages) in minutes {
-        sqlx::query(
-            "INSERT INTO minute_counts (queue, minute, messages) VALUES (?, ?, ?) \
-             ON CONFLICT (queue, minute) DO UPDATE SET messages = messages + excluded.messages",
-        )
-        .bind(queue)
-        .bind(minute)
-        .bind(messages)
-        .execute(&mut **tx)
-        .await?;
-    }
-    for ((queue, hour), messages) in hours {
-        sqlx::query(
-            "INSERT INTO hourly_counts (queue, hour, messages) VALUES (?, ?, ?) \
-             ON CONFLICT (queue, hour) DO UPDATE SET messages = messages + excluded.messages",
-        )
-        .bind(queue)
-        .bind(hour)
-        .bind(messages)
-        .execute(&mut **tx)
-        .await?;
+    // Messages per DLQ and period: the sparkline's hours, "dying now"'s minutes.
+    for (table, period, counts) in [
+        ("minute_counts", "minute", minutes),
+        ("hourly_counts", "hour", hours),
+    ] {
+        for ((queue, at), messages) in counts {
+            sqlx::query(&format!(
+                "INSERT INTO {table} (queue, {period}, messages) VALUES (?, ?, ?) \
+                 ON CONFLICT (queue, {period}) DO UPDATE SET messages = messages + excluded.messages"
+            ))
+            .bind(queue)
+            .bind(at)
+            .bind(messages)
+            .execute(&mut **tx)
+            .await?;
+        }
     }
     for ((queue, reason, error), (messages, first, last)) in groups {
         sqlx::query(

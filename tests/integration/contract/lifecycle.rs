@@ -76,17 +76,7 @@ async fn assert_open_counts_exact(archive: &dyn Archive) {
 }
 
 async fn open_count(archive: &dyn Archive, filter: MessageFilter) -> i64 {
-    let page = archive
-        .list_messages(
-            &filter,
-            PageRequest {
-                limit: 500,
-                before: None,
-            },
-        )
-        .await
-        .unwrap();
-    page.messages.len() as i64
+    message_ids(archive, &filter).await.len() as i64
 }
 
 async fn group_open(archive: &dyn Archive) -> i64 {
@@ -194,28 +184,13 @@ async fn messages_stay_open_until_dismissed_settled_or_died_again_and_counts_fol
     assert_open_counts_exact(archive).await;
 
     // Filters: open and resolved.
-    let statuses = |filter: StatusFilter| async move {
-        let page = archive
-            .list_messages(
-                &MessageFilter {
-                    queue: Some("life.dlq".into()),
-                    status: Some(filter),
-                    ..Default::default()
-                },
-                PageRequest {
-                    limit: 500,
-                    before: None,
-                },
-            )
-            .await
-            .unwrap();
-        let mut names: Vec<String> = page
-            .messages
-            .into_iter()
-            .filter_map(|m| m.message_id)
-            .collect();
-        names.sort();
-        names
+    let statuses = |status: StatusFilter| async move {
+        let filter = MessageFilter {
+            queue: Some("life.dlq".into()),
+            status: Some(status),
+            ..Default::default()
+        };
+        message_ids(archive, &filter).await
     };
     assert_eq!(
         statuses(StatusFilter::Open).await,

@@ -44,9 +44,14 @@ pub(super) async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
         text: search.text_query(),
         ..Default::default()
     };
+    message_ids(archive, &filter).await
+}
+
+/// The message-ids `filter` finds (at most 500), sorted.
+pub(super) async fn message_ids(archive: &dyn Archive, filter: &MessageFilter) -> Vec<String> {
     let page = archive
         .list_messages(
-            &filter,
+            filter,
             PageRequest {
                 limit: 500,
                 before: None,

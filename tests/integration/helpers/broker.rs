@@ -333,6 +333,19 @@ pub async fn work_queue_with_dlq(t: &mut Topology, p: &str) -> (String, String) 
     (work, dlq)
 }
 
+/// A topic exchange `{p}.shop` routing `order.*` to a work queue (dead-lettering into a DLQ)
+/// and to an audit queue that takes every order too: (shop, work, dlq, audit). A replay to
+/// the original exchange and key would give the audit queue a second copy.
+pub async fn shop_with_audit(t: &mut Topology, p: &str) -> (String, String, String, String) {
+    let (shop, audit) = (format!("{p}.shop"), format!("{p}.audit"));
+    t.exchange(&shop, ExchangeKind::Topic).await;
+    let (work, dlq) = work_queue_with_dlq(t, p).await;
+    t.queue(&audit, Default::default()).await;
+    t.bind(&work, &shop, "order.*").await;
+    t.bind(&audit, &shop, "order.*").await;
+    (shop, work, dlq, audit)
+}
+
 /// A consumer that still fails: it rejects everything, until aborted.
 pub async fn rejecting_worker(queue: &str) -> tokio::task::JoinHandle<()> {
     spawn_worker(&amqp_url(), queue, |_, d| async move {
