@@ -30,7 +30,8 @@ pub fn is_cjk(c: char) -> bool {
 /// The text with every run of CJK letters as its overlapping bigrams, each a word of its
 /// own; a lone CJK letter stays as it is. Text without any is returned as it is.
 pub fn bigrams(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_cjk) {
+    // Most text is ASCII, and no CJK letter is: that answer is a fast scan of the bytes.
+    if text.is_ascii() || !text.chars().any(is_cjk) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() * 3);
@@ -128,6 +129,7 @@ mod tests {
     #[test]
     fn text_without_cjk_is_left_alone() {
         assert!(matches!(bigrams("Zürich INV-1"), Cow::Borrowed(_)));
+        assert!(matches!(bigrams("INV-1 pending"), Cow::Borrowed(_)));
         assert!(!is_cjk('。') && !is_cjk('、') && !is_cjk('a'));
     }
 

@@ -4,7 +4,9 @@
 //! Any broker error drops the connection and starts over after a backoff: unacked
 //! deliveries come back flagged redelivered, and the archive recognises those it committed
 //! before the ack was lost (see `Archive::store_batch`).
-//! A database error holds the batch (unacked, consuming nothing more) and retries it.
+//! A batch is stored by a task of its own while the next one fills (one batch in the database
+//! at a time, acked in order). A database error holds the batch (unacked) and retries it; the
+//! consumer fills at most one batch more meanwhile, and takes nothing further.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,17 +277,42 @@ async fn consume_on(
             ctx.shutdown.clone(),
         ));
     }
+    let mut storing = None;
+    let result =
+        consume_deliveries(&mut channel, queue, ctx, &watch, &mut stream, &mut storing).await;
+    // Whatever ended it, the batch being stored is written (or given up) before the consumer
+    // reconnects: its redelivered copies must find it archived, not race it.
+    if let Some(mut store) = storing.take() {
+        let _ = store.done().await;
+    }
+    result
+}
+
+/// The consuming loop: deliveries decoded into a batch while the batch before it is stored
+/// (see [`Storing`]).
+async fn consume_deliveries(
+    channel: &mut Channel,
+    queue: &str,
+    ctx: &ConsumerContext,
+    watch: &DeliveryLimitWatch,
+    stream: &mut Option<StreamPosition>,
+    storing: &mut Option<Storing>,
+) -> Result<(), ConsumeError> {
     let mut batch = Batch::default();
     loop {
         let deadline = batch.deadline(ctx.settings.max_delay);
         tokio::select! {
             biased;
             _ = ctx.shutdown.cancelled() => {
-                flush(&mut channel, queue, &mut batch, ctx).await?;
+                flush(channel, queue, &mut batch, ctx, storing).await?;
                 return Ok(());
             }
+            stored = async { storing.as_mut().expect("checked").done().await }, if storing.is_some() => {
+                let store = storing.take().expect("checked");
+                store.acked(channel, stored, queue, ctx).await?;
+            }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                flush(&mut channel, queue, &mut batch, ctx).await?;
+                hand_over(channel, queue, &mut batch, ctx, storing).await?;
             }
             event = channel.next_event() => match event {
                 Event::Delivery(delivery) => {
@@ -293,18 +320,18 @@ async fn consume_on(
                     let offset = stream.as_mut().and_then(|s| s.read(queue, &delivery, ctx));
                     batch.push(queue, delivery, offset, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
-                        flush(&mut channel, queue, &mut batch, ctx).await?;
+                        hand_over(channel, queue, &mut batch, ctx, storing).await?;
                     }
                 }
                 // The channel or consumer is gone. Store what we hold anyway: if the broker
                 // dropped it (a deleted queue) this is the only copy; if it redelivers it, the
                 // archive recognises what it committed. The ack then fails, and we reconnect.
                 Event::Closed(e) => {
-                    let _ = flush(&mut channel, queue, &mut batch, ctx).await;
+                    let _ = flush(channel, queue, &mut batch, ctx, storing).await;
                     return Err(e.into());
                 }
                 Event::ConsumerCancelled => {
-                    let _ = flush(&mut channel, queue, &mut batch, ctx).await;
+                    let _ = flush(channel, queue, &mut batch, ctx, storing).await;
                     return Err(ConsumeError::Cancelled);
                 }
                 Event::Ack { .. } | Event::Nack { .. } | Event::Return(_) => {}
@@ -466,20 +493,107 @@ impl Batch {
     }
 }
 
-/// Stores the batch (retrying while the database is unavailable) and then acks it.
-async fn flush(
-    channel: &mut Channel,
+/// A batch being stored by a task of its own while the next batch fills: the broker's
+/// deliveries and their decoding go on during the commit (with `--prefetch` at least twice
+/// `--batch-size`, as by default, the broker has room to send the next batch meanwhile). One
+/// batch is stored at a time, and each is acked — `multiple`, up to its last delivery — only
+/// once it is durable, in delivery order.
+struct Storing {
+    last_tag: u64,
+    /// Body bytes of the batch.
+    bytes: usize,
+    task: tokio::task::JoinHandle<Result<(), ConsumeError>>,
+}
+
+impl Storing {
+    fn start(queue: &str, batch: &mut Batch, ctx: &ConsumerContext) -> Option<Self> {
+        let last_tag = batch.last_tag?;
+        let bytes = batch.bytes;
+        let messages = std::mem::take(batch).messages;
+        let (queue, ctx) = (queue.to_owned(), ctx.clone());
+        let task = tokio::spawn(async move { store(&queue, messages, &ctx).await });
+        Some(Storing {
+            last_tag,
+            bytes,
+            task,
+        })
+    }
+
+    /// Waits for the store to end (a panic in it is the consumer's: see [`supervise`]).
+    async fn done(&mut self) -> Result<(), ConsumeError> {
+        match (&mut self.task).await {
+            Ok(stored) => stored,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: only when the runtime itself shuts down.
+            Err(_) => Err(ConsumeError::ShuttingDown),
+        }
+    }
+
+    /// Acks the batch once it is stored.
+    async fn acked(
+        self,
+        channel: &Channel,
+        stored: Result<(), ConsumeError>,
+        queue: &str,
+        ctx: &ConsumerContext,
+    ) -> Result<(), ConsumeError> {
+        stored?;
+        // Durable now: acknowledge everything up to its last delivery in one frame.
+        channel.ack(self.last_tag, true).await?;
+        ctx.status.set(queue, ConsumerState::Consuming);
+        ctx.metrics.set_connected(queue, true);
+        Ok(())
+    }
+}
+
+/// Starts storing the batch once the one before it is stored and acked.
+async fn hand_over(
+    channel: &Channel,
     queue: &str,
     batch: &mut Batch,
     ctx: &ConsumerContext,
+    storing: &mut Option<Storing>,
 ) -> Result<(), ConsumeError> {
-    let Some(last_tag) = batch.last_tag else {
-        return Ok(());
-    };
+    if let Some(mut before) = storing.take() {
+        let stored = before.done().await;
+        before.acked(channel, stored, queue, ctx).await?;
+    }
+    *storing = Storing::start(queue, batch, ctx);
+    // A batch cut by its size (big bodies) is stored before another is read: two of them at
+    // once would double the memory `--batch-max-bytes` bounds.
+    if storing
+        .as_ref()
+        .is_some_and(|s| s.bytes >= ctx.settings.max_bytes)
+    {
+        let mut big = storing.take().expect("checked");
+        let stored = big.done().await;
+        big.acked(channel, stored, queue, ctx).await?;
+    }
+    Ok(())
+}
+
+/// Stores and acks everything held: the batch being stored, then the one filling.
+async fn flush(
+    channel: &Channel,
+    queue: &str,
+    batch: &mut Batch,
+    ctx: &ConsumerContext,
+    storing: &mut Option<Storing>,
+) -> Result<(), ConsumeError> {
+    hand_over(channel, queue, batch, ctx, storing).await?;
+    hand_over(channel, queue, batch, ctx, storing).await
+}
+
+/// Stores a batch, retrying while the database is unavailable.
+async fn store(
+    queue: &str,
+    mut messages: Vec<PreparedMessage>,
+    ctx: &ConsumerContext,
+) -> Result<(), ConsumeError> {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let started = Instant::now();
-        match ctx.archive.store_batch(&batch.messages).await {
+        match ctx.archive.store_batch(&messages).await {
             Ok(outcome) => {
                 ctx.metrics
                     .batch_commit_seconds
@@ -495,17 +609,17 @@ async fn flush(
                     .duplicates
                     .get_or_create(&labels)
                     .inc_by(outcome.duplicates);
-                break;
+                return Ok(());
             }
             Err(e) => {
-                tracing::error!(queue, error = %e, messages = batch.messages.len(), "storing batch failed; holding it unacked and retrying");
+                tracing::error!(queue, error = %e, messages = messages.len(), "storing batch failed; holding it unacked and retrying");
                 ctx.metrics.ingest_error(queue, "database");
                 ctx.status
                     .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
                 ctx.metrics.set_connected(queue, false);
                 // A connection lost during COMMIT leaves its outcome unknown (PostgreSQL):
                 // the retry stores only what it finds no archived copy of.
-                for m in &mut batch.messages {
+                for m in &mut messages {
                     m.maybe_stored = true;
                 }
                 if ctx.shutdown.is_cancelled() {
@@ -519,10 +633,4 @@ async fn flush(
             }
         }
     }
-    // Durable now: acknowledge everything up to the last delivery in one frame.
-    channel.ack(last_tag, true).await?;
-    ctx.status.set(queue, ConsumerState::Consuming);
-    ctx.metrics.set_connected(queue, true);
-    *batch = Batch::default();
-    Ok(())
 }

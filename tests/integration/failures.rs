@@ -226,6 +226,8 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
         if let Some(proxy) = &proxy {
             c.connection.database_url = proxy.url(&c.connection.database_url);
         }
+        // Batches of 5: one is stored (held, retrying) while the next fills behind it.
+        c.batch_size = 5;
     })
     .await;
     wait_until("consuming", Duration::from_secs(10), || async {
@@ -319,7 +321,26 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
 
     outage.end().await;
     app.wait_for_archived(20, Duration::from_secs(30)).await;
-    assert_eq!(app.all_messages(&dlq).await.len(), 20);
+    // Stored once each, batch after batch in the order they were delivered, and only then
+    // acked: the broker holds none of them any more.
+    let mut stored: Vec<(i64, String)> = app
+        .all_messages(&dlq)
+        .await
+        .iter()
+        .map(|m| {
+            let id: i64 = m["id"].as_str().unwrap().parse().unwrap();
+            (id, m["message_id"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    stored.sort();
+    let in_archive_order: Vec<&str> = stored.iter().map(|(_, m)| m.as_str()).collect();
+    let delivered: Vec<String> = (0..20).map(|i| format!("locked-{i}")).collect();
+    assert_eq!(in_archive_order, delivered);
+    wait_until("all acked", Duration::from_secs(30), || async {
+        unacked(&dlq) == 0
+    })
+    .await;
+    assert_eq!(t.depth(&dlq).await, 0);
     wait_until("ready again", Duration::from_secs(10), || async {
         app.get("/readyz").await.status == 200
     })

@@ -33,17 +33,35 @@ pub(super) struct Terms {
 impl Terms {
     pub fn add(&mut self, text: &SearchText) {
         for part in [&text.body, &text.ids, &text.headers] {
+            if part.is_ascii() {
+                // Most text: taken apart byte by byte.
+                for word in part.split(|c: char| !c.is_ascii_alphanumeric()) {
+                    self.add_ascii(word);
+                }
+                continue;
+            }
             // ASCII punctuation and spaces separate words for FTS5 whatever surrounds them.
             for piece in part.split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric()) {
                 if piece.is_ascii() {
-                    if piece.len() >= MIN_ASCII_TERM {
-                        self.ascii.insert(piece.to_ascii_lowercase());
-                    }
+                    self.add_ascii(piece);
                 } else {
                     self.other.push_str(piece);
                     self.other.push(' ');
                 }
             }
+        }
+    }
+
+    /// An ASCII word, lowercased, if it is long enough (a copy only of a word not seen yet:
+    /// the same queue, reason and field names come with every message).
+    fn add_ascii(&mut self, word: &str) {
+        if word.len() < MIN_ASCII_TERM {
+            return;
+        }
+        if word.bytes().any(|b| b.is_ascii_uppercase()) {
+            self.ascii.insert(word.to_ascii_lowercase());
+        } else if !self.ascii.contains(word) {
+            self.ascii.insert(word.to_owned());
         }
     }
 
@@ -150,7 +168,8 @@ mod tests {
         terms.add(&SearchText {
             body: r#"{"note":"Payment PENDING in Zürich","id":"INV-2026-00042","x":"e\u0301tude"}"#
                 .into(),
-            ids: "msg-1 ab".into(),
+            // All ASCII (taken apart byte by byte): mixed case, words seen already.
+            ids: "msg-1 ab MSG-2 Payment".into(),
             headers: "測試死信 résumé".into(),
             snippet: None,
         });
