@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use lapin::options::*;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::process::Command;
 
 mod common;
-use common::{amqp_url, backend_names, env_or, median, postgres_url};
+use common::{amqp_url, backend_names, env_or, expiring_into, median, postgres_url, publish_all};
 
 /// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them:
 /// dead-lettered into it by the broker (`dead`: each expires at once in a work queue whose
@@ -42,26 +42,15 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) 
         .unwrap();
     let work = format!("{queue}.work");
     if dead {
-        let mut args = FieldTable::default();
-        args.insert("x-message-ttl".into(), AMQPValue::LongInt(0));
-        args.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("".into()),
-        );
-        args.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(queue.into()),
-        );
         channel
-            .queue_declare(work.as_str().into(), durable, args)
+            .queue_declare(work.as_str().into(), durable, expiring_into(queue))
             .await
             .unwrap();
     }
     let to = if dead { work.as_str() } else { queue };
     let big_body = vec![0x5a_u8; 16 * 1024 * 1024];
     let every = n.checked_div(big).unwrap_or(usize::MAX).max(1);
-    let mut pending = Vec::new();
-    for i in 0..n {
+    let messages = (0..n).map(|i| {
         let mut body = format!(
             r#"{{"invoice_id":"INV-2026-{i:06}","customer":"c-{}","lines":["#,
             i % 977
@@ -73,32 +62,14 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) 
             .with_content_type("application/json".into())
             .with_delivery_mode(2)
             .with_message_id(format!("m-{i}").into());
-        let payload: &[u8] = if i % every == every / 2 {
-            &big_body
+        let payload = if i % every == every / 2 {
+            big_body.clone()
         } else {
-            &body
+            body
         };
-        pending.push(
-            channel
-                .basic_publish(
-                    "".into(),
-                    to.into(),
-                    BasicPublishOptions::default(),
-                    payload,
-                    props,
-                )
-                .await
-                .unwrap(),
-        );
-        if pending.len() >= 2000 {
-            for c in pending.drain(..) {
-                c.await.unwrap();
-            }
-        }
-    }
-    for c in pending {
-        c.await.unwrap();
-    }
+        (payload, props)
+    });
+    publish_all(channel, "", to, messages).await;
     if dead {
         // Dead-lettering is the broker's own work, after the publishes are confirmed.
         let start = Instant::now();

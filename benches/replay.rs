@@ -1,10 +1,14 @@
-//! Replay benchmark: bulk-replays N archived dead letters to their original exchange with a
-//! Lazarus replay job (run in-process, as `lazarus replay` runs its own job), alternately
-//! with a raw lapin publisher that has the same window of outstanding confirms, in the same
-//! run; then times RabbitMQ's shovel "Move messages" of the same N messages between queues.
+//! Replay benchmark: bulk-replays N dead letters — made by the broker's own dead-lettering
+//! (published to a work queue with `x-message-ttl` 0 whose dead-letter target is the DLQ, so
+//! each carries `x-death`) and archived by the release `lazarus serve` — through the API a
+//! user takes: `POST /api/replays` with a filter on the DLQ, timed from the request (planning
+//! included) until `GET /api/replays/{id}` says `completed`. Alternately, in the same run, a
+//! raw lapin publisher sends the same number of messages of the same shape with the same
+//! window of outstanding confirms (and `mandatory`); then RabbitMQ's shovel "Move messages"
+//! moves N such messages between two queues.
 //!
-//! `cargo bench --bench replay` (env: BENCH_MESSAGES=100000, BENCH_RUNS=3, BENCH_WINDOW=500,
-//! BENCH_SHOVEL=1, BENCH_BACKEND=sqlite — or `postgres`: a fresh database
+//! `cargo bench --bench replay` (env: BENCH_MESSAGES=50000, BENCH_RUNS=3, BENCH_SHOVEL=1,
+//! BENCH_BACKENDS=sqlite,postgres — PostgreSQL: a fresh database
 //! `lazarus_bench_replay_<pid>` on BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/,
 //! dropped afterwards — LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
 //! needs `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel`
@@ -20,21 +24,17 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::amqp::publisher::replay_headers;
-use lazarus::archive::{
-    open, Actor, Archive, IncomingMessage, JobSpec, JobState, MessageFilter, PreparedMessage,
-    ReplayJob, Selection,
-};
+use lazarus::archive::IncomingMessage;
 use lazarus::death::ReplayTarget;
-use lazarus::replay::job::{run_one, RunnerSettings};
+use lazarus::replay::job::RunnerSettings;
 use time::OffsetDateTime;
 use tokio::process::Command;
-use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{amqp_url, env_or, median, postgres_url, text};
+use common::{
+    amqp_url, backend_names, env_or, expiring_into, median, postgres_url, publish_all, text,
+};
 
-/// Archived messages stored per transaction while filling, as ingest's default batch.
-const FILL_BATCH: usize = 500;
 /// The routing key every message was first published with.
 const KEY: &str = "work";
 
@@ -100,17 +100,6 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
     }
 }
 
-/// Stores `n` dead letters through the archive, in ingest-sized transactions.
-async fn fill_archive(archive: &dyn Archive, base: &str, n: usize) {
-    for start in (0..n).step_by(FILL_BATCH) {
-        let batch: Vec<PreparedMessage> = (start..(start + FILL_BATCH).min(n))
-            .map(|i| PreparedMessage::new(dead_letter(base, i)))
-            .collect();
-        let stored = archive.store_batch(&batch).await.unwrap();
-        assert_eq!(stored.inserted as usize, batch.len());
-    }
-}
-
 async fn depth(channel: &Channel, queue: &str) -> u32 {
     let passive = QueueDeclareOptions {
         passive: true,
@@ -150,59 +139,171 @@ fn durable() -> QueueDeclareOptions {
     }
 }
 
-/// A new, started job replaying every archived message of `dlq` to its own target (the same
-/// messages every run: they are `replayed` after the first, hence `include_replayed`).
-async fn create_job(archive: &dyn Archive, dlq: &str, key: &str, n: usize) -> ReplayJob {
-    let selection = Selection::Filter(Box::new(MessageFilter {
-        queue: Some(dlq.to_owned()),
-        ..Default::default()
-    }));
-    let selection_text = serde_json::json!({ "queue": dlq }).to_string();
-    let job = archive
-        .create_job(&JobSpec {
-            request_key: key,
-            actor: &Actor::system("bench"),
-            selection: &selection,
-            selection_text: &selection_text,
-            target: None,
-            to_first_death_queue: false,
-            rate_per_sec: None,
-            include_replayed: true,
-            canary: None,
-            start: true,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
-        })
+/// Fills `<base>.dlq` with `n` dead letters made by the broker: each is published to exchange
+/// `<base>` with key `work`, routed to `<base>.work`, where it expires at once and is
+/// dead-lettered into the DLQ. The work queue is deleted afterwards, so that replays to the
+/// original exchange and key reach only the target queue bound later.
+async fn fill_dlq(channel: &Channel, base: &str, n: usize) {
+    let (work, dlq) = (format!("{base}.work"), format!("{base}.dlq"));
+    channel
+        .queue_declare(dlq.as_str().into(), durable(), FieldTable::default())
         .await
         .unwrap();
-    assert_eq!(job.plan.to_publish as usize, n, "plan: {:?}", job.plan);
-    job
-}
-
-async fn check_completed(archive: &dyn Archive, id: i64, n: usize) {
-    let job = archive.job(id).await.unwrap().unwrap();
-    assert_eq!(job.state, JobState::Completed, "{job:?}");
-    assert_eq!(job.counts.published as usize, n, "{:?}", job.counts);
-}
-
-/// Lazarus: a job replaying every archived message of `dlq`, run here by the library's
-/// runner until it completes; timed from before `create_job`.
-async fn lazarus(
-    archive: &dyn Archive,
-    settings: &RunnerSettings,
-    dlq: &str,
-    run: usize,
-    n: usize,
-) -> Duration {
-    let key = format!("bench-{}-{run}", std::process::id());
+    channel
+        .queue_declare(work.as_str().into(), durable(), expiring_into(&dlq))
+        .await
+        .unwrap();
+    channel
+        .queue_bind(
+            work.as_str().into(),
+            base.into(),
+            KEY.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let messages = (0..n).map(|i| {
+        let m = dead_letter(base, i);
+        // The producer's own headers: the broker adds the death history.
+        let mut headers = m.headers.unwrap_or_default();
+        headers.retain(|name, _| {
+            !name.as_bytes().starts_with(b"x-death")
+                && !name.as_bytes().starts_with(b"x-first-death")
+        });
+        (m.body, m.properties.to_lapin(Some(&headers)))
+    });
+    publish_all(channel, base, KEY, messages).await;
     let start = Instant::now();
-    let job = create_job(archive, dlq, &key, n).await;
-    let ran = run_one(archive, settings, job.id, &CancellationToken::new())
+    while (depth(channel, &dlq).await as usize) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "{dlq} got {} of {n} dead letters",
+            depth(channel, &dlq).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    channel
+        .queue_delete(work.as_str().into(), QueueDeleteOptions::default())
         .await
         .unwrap();
-    let elapsed = start.elapsed();
-    assert!(ran, "job {} was not claimed", job.id);
-    check_completed(archive, job.id, n).await;
-    elapsed
+}
+
+/// One HTTP/1.1 request to the Lazarus on `port`: (status, body).
+async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// `lazarus serve` archiving `dlq` into `database_url`, its web on `port` (no sign-in: the
+/// default, loopback only).
+fn serve(database_url: &str, dlq: &str, port: u16) -> tokio::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args(["serve", "--queue", dlq, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--database-url")
+        .arg(database_url)
+        .env("LAZARUS_AMQP_URL", amqp_url())
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the Lazarus on `port` has archived `n` messages (its `/metrics` totals).
+async fn wait_archived(port: u16, n: usize) {
+    let start = Instant::now();
+    loop {
+        // Refused until it listens.
+        let (status, metrics) = http(port, "GET", "/metrics", None)
+            .await
+            .unwrap_or_default();
+        let archived: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("lazarus_archived_messages{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if status == 200 && archived as usize >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "lazarus archived {archived} of {n} in 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Lazarus: `POST /api/replays` of every archived message of `dlq` (already replayed ones
+/// too: the same messages every run), timed until the job is `completed`.
+async fn lazarus(port: u16, dlq: &str, key: &str, n: usize) -> Duration {
+    let start = Instant::now();
+    let request = serde_json::json!({
+        "filter": { "queue": dlq },
+        "include_replayed": true,
+        "request_key": key,
+    });
+    let (status, body) = http(port, "POST", "/api/replays", Some(&request))
+        .await
+        .unwrap();
+    assert!(
+        (200..300).contains(&status),
+        "POST /api/replays: {status} {body}"
+    );
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = job["id"].to_string().trim_matches('"').to_owned();
+    assert_eq!(job["plan"]["to_publish"], n, "plan: {job}");
+    loop {
+        let (status, body) = http(port, "GET", &format!("/api/replays/{id}"), None)
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "GET /api/replays/{id}: {body}");
+        let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+        match job["state"].as_str().unwrap() {
+            "completed" => {
+                let elapsed = start.elapsed();
+                assert_eq!(job["counts"]["published"], n, "{job}");
+                return elapsed;
+            }
+            "queued" | "running" => {}
+            other => panic!("job {id} is {other}: {job}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A free port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The baseline: the same messages, held in memory, published on a confirm channel with
@@ -313,29 +414,13 @@ async fn shovel(
             .unwrap();
     }
     println!("filling {src} with {} messages...", messages.len());
-    let mut pending = Vec::new();
-    for (body, props) in messages {
-        pending.push(
-            channel
-                .basic_publish(
-                    "".into(),
-                    src.as_str().into(),
-                    BasicPublishOptions::default(),
-                    body,
-                    props.clone(),
-                )
-                .await
-                .unwrap(),
-        );
-        if pending.len() >= 2000 {
-            for c in pending.drain(..) {
-                c.await.unwrap();
-            }
-        }
-    }
-    for c in pending {
-        c.await.unwrap();
-    }
+    publish_all(
+        channel,
+        "",
+        &src,
+        messages.iter().map(|(body, props)| (body, props.clone())),
+    )
+    .await;
     let n = messages.len();
     let definition = serde_json::json!({
         "src-protocol": "amqp091",
@@ -390,62 +475,40 @@ async fn shovel(
     })
 }
 
-#[tokio::main]
-async fn main() {
-    let n = env_or("BENCH_MESSAGES", 100_000);
-    let runs = env_or("BENCH_RUNS", 3).max(1);
-    let url = amqp_url();
-    let nanos = OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000;
-    let base = format!("bench.replay.{}.{nanos}", std::process::id());
-    let (exchange, dlq, target) = (
-        base.clone(),
-        format!("{base}.dlq"),
-        format!("{base}.target"),
-    );
-    // The job's settings, as `lazarus serve` and `lazarus replay` use them; BENCH_WINDOW (a
-    // diagnosis) changes the confirm window and the step size, for the baseline too.
-    let mut settings = RunnerSettings::new(&url);
-    settings.window = env_or("BENCH_WINDOW", settings.window);
-    let window = settings.window;
-
-    let dir = tempfile::tempdir().unwrap();
-    let backend = std::env::var("BENCH_BACKEND").unwrap_or_else(|_| "sqlite".into());
-    let db = match backend.as_str() {
-        "sqlite" => format!("sqlite://{}", dir.path().join("replay.db").display()),
-        "postgres" => postgres_url(&format!("lazarus_bench_replay_{}", std::process::id())),
-        other => panic!("BENCH_BACKEND: unknown backend {other:?} (sqlite, postgres)"),
-    };
-    let archive = open(&db).await.unwrap();
-    println!("archiving {n} 1 KB dead letters of {dlq} into {backend}...");
-    let filling = Instant::now();
-    fill_archive(&*archive, &base, n).await;
-    println!("archived in {:.1} s", filling.elapsed().as_secs_f64());
-
-    // What the job publishes, held in memory for the raw publisher and the shovel: the same
-    // bodies, properties and headers (minus the death headers, plus the link to the record).
-    let messages: Vec<(Vec<u8>, BasicProperties)> = (0..n)
+/// What the raw publisher and the shovel send: the dead letters' bodies, properties and
+/// headers as a replay publishes them (death headers replaced by the link to the record).
+fn replayed_messages(base: &str, n: usize) -> Vec<(Vec<u8>, BasicProperties)> {
+    (0..n)
         .map(|i| {
-            let m = dead_letter(&base, i);
+            let m = dead_letter(base, i);
             let target = ReplayTarget {
-                exchange: base.clone(),
+                exchange: base.to_owned(),
                 routing_key: KEY.into(),
             };
             let headers = replay_headers(m.headers.as_ref(), &target, i as i64 + 1, Some("1"));
             (m.body, m.properties.to_lapin(Some(&headers)))
         })
-        .collect();
+        .collect()
+}
 
-    let connection = Connection::connect(&url, ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+/// One backend's runs: Lazarus through the API, and the raw publisher.
+struct Measured {
+    backend: String,
+    lazarus: Vec<Duration>,
+    raw: Vec<Duration>,
+}
+
+/// Archives `n` dead letters into a fresh `backend` archive with `lazarus serve`, then replays
+/// them through its API and publishes them raw, `runs` times each, in turns.
+async fn measure(channel: &Channel, backend: &str, n: usize, runs: usize) -> Measured {
+    let url = amqp_url();
+    let window = RunnerSettings::new(&url).window;
+    let nanos = OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000;
+    let base = format!("bench.replay.{}.{nanos}", std::process::id());
+    let (dlq, target) = (format!("{base}.dlq"), format!("{base}.target"));
     channel
         .exchange_declare(
-            exchange.as_str().into(),
+            base.as_str().into(),
             lapin::ExchangeKind::Direct,
             ExchangeDeclareOptions {
                 durable: true,
@@ -455,6 +518,8 @@ async fn main() {
         )
         .await
         .unwrap();
+    println!("{backend}: filling {dlq} with {n} dead letters...");
+    fill_dlq(channel, &base, n).await;
     channel
         .queue_declare(target.as_str().into(), durable(), FieldTable::default())
         .await
@@ -462,7 +527,7 @@ async fn main() {
     channel
         .queue_bind(
             target.as_str().into(),
-            exchange.as_str().into(),
+            base.as_str().into(),
             KEY.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
@@ -470,56 +535,100 @@ async fn main() {
         .await
         .unwrap();
 
-    let (mut laz_runs, mut raw_runs) = (Vec::new(), Vec::new());
-    for run in 1..=runs {
-        println!("run {run}/{runs}: lazarus replay job...");
-        laz_runs.push(lazarus(&*archive, &settings, &dlq, run, n).await);
-        check_and_purge(&channel, &target, n).await;
-        println!("run {run}/{runs}: raw lapin publisher...");
-        raw_runs.push(raw(&url, &exchange, &messages, window).await);
-        check_and_purge(&channel, &target, n).await;
-    }
-    let moved = if env_or("BENCH_SHOVEL", 1) == 0 {
-        Err("BENCH_SHOVEL=0".to_owned())
-    } else {
-        shovel(&channel, &base, &messages).await
+    let dir = tempfile::tempdir().unwrap();
+    let db = match backend {
+        "sqlite" => format!("sqlite://{}", dir.path().join("replay.db").display()),
+        _ => postgres_url(&format!("lazarus_bench_replay_{}", std::process::id())),
     };
+    let port = free_port();
+    let mut child = serve(&db, &dlq, port);
+    let archiving = Instant::now();
+    wait_archived(port, n).await;
+    println!(
+        "{backend}: archived by lazarus serve in {:.1} s",
+        archiving.elapsed().as_secs_f64()
+    );
+    let messages = replayed_messages(&base, n);
+    let mut measured = Measured {
+        backend: backend.to_owned(),
+        lazarus: Vec::new(),
+        raw: Vec::new(),
+    };
+    for run in 1..=runs {
+        println!("{backend}, run {run}/{runs}: POST /api/replays...");
+        let key = format!("bench-{}-{run}", std::process::id());
+        measured.lazarus.push(lazarus(port, &dlq, &key, n).await);
+        check_and_purge(channel, &target, n).await;
+        println!("{backend}, run {run}/{runs}: raw lapin publisher...");
+        measured.raw.push(raw(&url, &base, &messages, window).await);
+        check_and_purge(channel, &target, n).await;
+    }
+    let _ = child.kill().await;
+    for q in [&target, &dlq] {
+        channel
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
+    }
     channel
-        .queue_delete(target.as_str().into(), QueueDeleteOptions::default())
+        .exchange_delete(base.as_str().into(), ExchangeDeleteOptions::default())
         .await
         .unwrap();
-    channel
-        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
-        .await
-        .unwrap();
-    drop(archive);
     if backend == "postgres" {
         use sqlx::migrate::MigrateDatabase;
         sqlx::Postgres::force_drop_database(&db).await.unwrap();
     }
+    measured
+}
+
+#[tokio::main]
+async fn main() {
+    let n = env_or("BENCH_MESSAGES", 50_000);
+    let runs = env_or("BENCH_RUNS", 3).max(1);
+    let url = amqp_url();
+    let window = RunnerSettings::new(&url).window;
+    let connection = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut results = Vec::new();
+    for backend in backend_names() {
+        results.push(measure(&channel, &backend, n, runs).await);
+    }
+    let moved = if env_or("BENCH_SHOVEL", 1) == 0 {
+        Err("BENCH_SHOVEL=0".to_owned())
+    } else {
+        let base = format!("bench.replay.{}.shovel", std::process::id());
+        shovel(&channel, &base, &replayed_messages(&base, n)).await
+    };
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
     println!();
-    println!("| run (window {window}, {backend}) | messages | seconds | msg/s | lazarus / raw |");
+    println!("| run (window {window}) | messages | seconds | msg/s | lazarus / raw |");
     println!("|---|---|---|---|---|");
-    for (i, (laz, raw)) in laz_runs.iter().zip(&raw_runs).enumerate() {
-        println!(
-            "| lazarus replay job, run {} | {n} | {} | {:.0} | {:.2} |",
-            i + 1,
-            s(*laz),
-            rate(*laz),
-            rate(*laz) / rate(*raw)
-        );
-        println!(
-            "| raw lapin publisher, run {} | {n} | {} | {:.0} | - |",
-            i + 1,
-            s(*raw),
-            rate(*raw)
-        );
+    for m in &results {
+        for (i, (laz, raw)) in m.lazarus.iter().zip(&m.raw).enumerate() {
+            println!(
+                "| lazarus → {}: POST /api/replays until completed, run {} | {n} | {} | {:.0} | {:.2} |",
+                m.backend,
+                i + 1,
+                s(*laz),
+                rate(*laz),
+                rate(*laz) / rate(*raw)
+            );
+            println!(
+                "| raw lapin publisher, run {} | {n} | {} | {:.0} | - |",
+                i + 1,
+                s(*raw),
+                rate(*raw)
+            );
+        }
     }
-    let laz_rate = median(laz_runs.iter().map(|d| rate(*d)).collect());
-    let raw_rate = median(raw_runs.iter().map(|d| rate(*d)).collect());
     match &moved {
         Ok(m) => println!(
             "| shovel \"Move messages\" (rabbitmqctl set_parameter) | {n} | {} | {:.0} | - |",
@@ -529,15 +638,22 @@ async fn main() {
         Err(e) => println!("| shovel \"Move messages\": skipped ({e}) | {n} | - | - | - |"),
     }
     println!();
-    println!(
-        "median msg/s: lazarus {laz_rate:.0}, raw {raw_rate:.0}; ratio lazarus / raw: {:.2} (target ≥ 0.70)",
-        laz_rate / raw_rate
-    );
+    for m in &results {
+        let laz_rate = median(m.lazarus.iter().map(|d| rate(*d)).collect());
+        let raw_rate = median(m.raw.iter().map(|d| rate(*d)).collect());
+        let shovel = match &moved {
+            Ok(moved) => format!(", lazarus / shovel {:.2}", laz_rate / rate(moved.total)),
+            Err(_) => String::new(),
+        };
+        println!(
+            "{}: median msg/s lazarus {laz_rate:.0}, raw {raw_rate:.0}; lazarus / raw {:.2}{shovel} (target: faster than the shovel)",
+            m.backend,
+            laz_rate / raw_rate
+        );
+    }
     if let Ok(m) = &moved {
         println!(
-            "lazarus / shovel: {:.2} (the shovel's first message arrived after {} s, most of it \
-             rabbitmqctl starting; {:.0} msg/s from then on)",
-            laz_rate / rate(m.total),
+            "the shovel's first message arrived after {} s, most of it rabbitmqctl starting; {:.0} msg/s from then on",
             s(m.first),
             n as f64 / (m.total - m.first).as_secs_f64()
         );

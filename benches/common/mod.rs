@@ -3,6 +3,9 @@
 //! of it, hence `dead_code` allowed.
 #![allow(dead_code)]
 
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
 use lazarus::amqp::headers::{AmqpValue, Bytes};
 
 /// A numeric setting from the environment, or its default.
@@ -66,5 +69,55 @@ pub fn median(mut values: Vec<f64>) -> f64 {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]
+    }
+}
+
+/// The arguments of a work queue whose messages expire at once and are dead-lettered into
+/// `dlq` through the default exchange: how the benchmarks have the broker make real dead
+/// letters (each with `x-death` and `x-first-death-*`).
+pub fn expiring_into(dlq: &str) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-message-ttl".into(), AMQPValue::LongInt(0));
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
+    args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(dlq.into()),
+    );
+    args
+}
+
+/// Publishes every message to `exchange` with `key` on a confirm channel, at most 2,000
+/// unconfirmed at a time, and returns once the broker confirmed them all.
+pub async fn publish_all<B: AsRef<[u8]>>(
+    channel: &Channel,
+    exchange: &str,
+    key: &str,
+    messages: impl IntoIterator<Item = (B, BasicProperties)>,
+) {
+    let mut pending = Vec::new();
+    for (body, props) in messages {
+        pending.push(
+            channel
+                .basic_publish(
+                    exchange.into(),
+                    key.into(),
+                    BasicPublishOptions::default(),
+                    body.as_ref(),
+                    props,
+                )
+                .await
+                .unwrap(),
+        );
+        if pending.len() >= 2000 {
+            for c in pending.drain(..) {
+                c.await.unwrap();
+            }
+        }
+    }
+    for c in pending {
+        c.await.unwrap();
     }
 }
