@@ -247,7 +247,7 @@ pub struct ServeConfig {
     /// Replay publishes awaiting a broker confirm at most. After a crash, at most twice this
     /// many messages of a job can be published twice (the step being published and the one
     /// before it, whose confirms were not recorded yet).
-    #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 500)]
+    #[arg(long, env = "LAZARUS_REPLAY_WINDOW", default_value_t = 2000)]
     pub replay_window: usize,
 
     /// Seconds after a replay is published in which its copy dying again reopens the

@@ -59,7 +59,7 @@ impl RunnerSettings {
             owner: runner_name(),
             identity: None,
             lease: Duration::from_secs(15),
-            window: 500,
+            window: 2000,
             step_bytes: 8 * 1024 * 1024,
             poll: Duration::from_secs(1),
             metrics: Arc::new(Metrics::default()),
