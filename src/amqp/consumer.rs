@@ -544,6 +544,17 @@ impl Storing {
         ctx.metrics.set_connected(queue, true);
         Ok(())
     }
+
+    /// Waits for the store, then acks the batch.
+    async fn settle(
+        mut self,
+        channel: &Channel,
+        queue: &str,
+        ctx: &ConsumerContext,
+    ) -> Result<(), ConsumeError> {
+        let stored = self.done().await;
+        self.acked(channel, stored, queue, ctx).await
+    }
 }
 
 /// Starts storing the batch once the one before it is stored and acked.
@@ -554,20 +565,14 @@ async fn hand_over(
     ctx: &ConsumerContext,
     storing: &mut Option<Storing>,
 ) -> Result<(), ConsumeError> {
-    if let Some(mut before) = storing.take() {
-        let stored = before.done().await;
-        before.acked(channel, stored, queue, ctx).await?;
+    if let Some(before) = storing.take() {
+        before.settle(channel, queue, ctx).await?;
     }
     *storing = Storing::start(queue, batch, ctx);
     // A batch cut by its size (big bodies) is stored before another is read: two of them at
     // once would double the memory `--batch-max-bytes` bounds.
-    if storing
-        .as_ref()
-        .is_some_and(|s| s.bytes >= ctx.settings.max_bytes)
-    {
-        let mut big = storing.take().expect("checked");
-        let stored = big.done().await;
-        big.acked(channel, stored, queue, ctx).await?;
+    if let Some(big) = storing.take_if(|s| s.bytes >= ctx.settings.max_bytes) {
+        big.settle(channel, queue, ctx).await?;
     }
     Ok(())
 }
