@@ -22,11 +22,14 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection};
 use tokio::process::Command;
 
 mod common;
-use common::{amqp_url, backend_names, env_or, expiring_into, median, postgres_url, publish_all};
+use common::{
+    amqp_url, backend_names, confirm_channel, env_or, expiring_into, median, postgres_url,
+    publish_all,
+};
 
 /// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them:
 /// dead-lettered into it by the broker (`dead`: each expires at once in a work queue whose
@@ -430,14 +433,7 @@ async fn main() {
         &[true]
     };
     let backends = backend_names();
-    let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    let (connection, channel) = confirm_channel(&amqp_url()).await;
     let tag = std::process::id();
     let sizes = (n, prefetch);
 

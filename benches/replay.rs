@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use lapin::options::*;
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Confirmation};
 use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::amqp::publisher::replay_headers;
 use lazarus::archive::IncomingMessage;
@@ -32,7 +32,8 @@ use tokio::process::Command;
 
 mod common;
 use common::{
-    amqp_url, backend_names, env_or, expiring_into, median, postgres_url, publish_all, text,
+    amqp_url, backend_names, confirm_channel, env_or, expiring_into, median, postgres_url,
+    publish_all, text,
 };
 
 /// The routing key every message was first published with.
@@ -316,14 +317,7 @@ async fn raw(
     window: usize,
 ) -> Duration {
     let start = Instant::now();
-    let connection = Connection::connect(url, ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    let (connection, channel) = confirm_channel(url).await;
     let mut pending: VecDeque<lapin::PublisherConfirm> = VecDeque::with_capacity(window);
     let settle = |c: Confirmation| {
         assert!(matches!(c, Confirmation::Ack(None)), "not published: {c:?}");
@@ -587,14 +581,8 @@ async fn main() {
     let runs = env_or("BENCH_RUNS", 3).max(1);
     let url = amqp_url();
     let window = RunnerSettings::new(&url).window;
-    let connection = Connection::connect(&url, ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    // Kept open until the end: the channel lives on it.
+    let (_connection, channel) = confirm_channel(&url).await;
     let mut results = Vec::new();
     for backend in backend_names() {
         results.push(measure(&channel, &backend, n, runs).await);

@@ -3,9 +3,9 @@
 //! of it, hence `dead_code` allowed.
 #![allow(dead_code)]
 
-use lapin::options::BasicPublishOptions;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use lazarus::amqp::headers::{AmqpValue, Bytes};
 
 /// A numeric setting from the environment, or its default.
@@ -120,4 +120,17 @@ pub async fn publish_all<B: AsRef<[u8]>>(
     for c in pending {
         c.await.unwrap();
     }
+}
+
+/// A connection to `url` and a channel on it in confirm mode.
+pub async fn confirm_channel(url: &str) -> (Connection, Channel) {
+    let connection = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    (connection, channel)
 }
