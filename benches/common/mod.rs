@@ -1,6 +1,7 @@
 //! What the benchmarks share: their settings from the environment, the local services'
-//! URLs, the backends to measure, and the median of a run's figures. Each bench uses a part
-//! of it, hence `dead_code` allowed.
+//! URLs, the backends to measure, the median of a run's figures, and filling queues (a
+//! confirm channel, confirmed publishing, the arguments that make the broker dead-letter).
+//! Each bench uses a part of it, hence `dead_code` allowed.
 #![allow(dead_code)]
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
