@@ -13,6 +13,7 @@ pub mod death;
 pub mod demo;
 pub mod instance;
 pub mod masking;
+pub mod memory;
 pub mod metrics;
 #[cfg(test)]
 mod proptests;

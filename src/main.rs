@@ -6,8 +6,14 @@ use lazarus::config::ServeConfig;
 use lazarus::config::{Cli, Command, DemoConfig};
 use lazarus::startup::{shutdown_signal, Application};
 
+fn main() -> anyhow::Result<()> {
+    // Before any thread exists: it may replace the process with itself (see `memory`).
+    lazarus::memory::fix_mmap_threshold();
+    run()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     lazarus::telemetry::init();
     match cli.command {

@@ -250,3 +250,66 @@ async fn the_sqlite_archive_is_readable_by_its_owner_only() {
     let mode = std::fs::metadata(&old).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// The binary fixes glibc's mmap threshold (by re-executing itself, same pid), so freed
+/// 16 MiB bodies go back to the system: a burst of them, dead-lettered by the broker, leaves
+/// the process's peak resident memory under the 150 MiB the archive promises.
+#[tokio::test]
+async fn sixteen_mib_dead_letters_are_given_back_to_the_system() {
+    let p = unique("bigbodies");
+    let mut t = Topology::new().await;
+    let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
+    t.exchange(&dlx, lapin::ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    // Every message expires at once and is dead-lettered into the DLQ.
+    let expiring = args(&[
+        ("x-dead-letter-exchange", s(&dlx)),
+        ("x-message-ttl", lapin::types::AMQPValue::LongInt(0)),
+    ]);
+    t.queue(&work, expiring).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("archive.db").display());
+    let served = Served::start(&dlq, &db, &[], None).await;
+
+    let environ = std::fs::read(format!("/proc/{}/environ", served.pid)).unwrap();
+    let threshold = format!(
+        "{}={}",
+        lazarus::memory::MMAP_THRESHOLD_VAR,
+        lazarus::memory::MMAP_THRESHOLD_BYTES
+    );
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == threshold.as_bytes()),
+        "the served process (the test's own child, pid {}) runs with {threshold}",
+        served.pid
+    );
+
+    // Three 16 MiB dead letters among small ones, as the ingest benchmark sends them.
+    for i in 0..3u8 {
+        let big = vec![b'a' + i; 16 * 1024 * 1024];
+        t.publish("", &work, &big, Default::default()).await;
+        publish_many(&t.channel, "", &work, &format!("small{i}"), 3000).await;
+    }
+    let ingested = format!("lazarus_ingested_messages_total{{queue=\"{dlq}\"}} 9003");
+    let start = Instant::now();
+    while !http_get(served.addr, "/metrics")
+        .await
+        .text()
+        .contains(&ingested)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "9,003 dead letters are archived"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let peak = served.peak_rss_mib();
+    eprintln!("peak RSS with three 16 MiB dead letters: {peak} MiB");
+    assert!(
+        peak < 150,
+        "three 16 MiB dead letters took the server to {peak} MiB"
+    );
+    t.cleanup().await;
+}
