@@ -3,6 +3,7 @@
 //! the rate kept, the canary judged, and the job let go when it is paused, cancelled, taken
 //! over or the process shuts down. (Its crash safety is described in `job`.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -29,6 +30,8 @@ pub(super) struct Runner<'a> {
     settings: &'a RunnerSettings,
     shutdown: &'a CancellationToken,
     publisher: Option<Publisher>,
+    /// Whether the job's `detail` says it waits for something (as this runner last noted).
+    detail_shown: AtomicBool,
 }
 
 impl<'a> Runner<'a> {
@@ -42,6 +45,7 @@ impl<'a> Runner<'a> {
             settings,
             shutdown,
             publisher: None,
+            detail_shown: AtomicBool::new(false),
         }
     }
 
@@ -69,20 +73,35 @@ impl<'a> Runner<'a> {
         tracing::info!(job = id, "replay job left this runner");
     }
 
+    /// Renews the lease and sets the job's `detail` (what it waits for, `None`: nothing);
+    /// `Ok(false)` when the job is no longer this runner's.
+    async fn note(
+        &self,
+        id: i64,
+        detail: Option<&str>,
+        canary_done: bool,
+    ) -> Result<bool, crate::archive::ArchiveError> {
+        let noted = self
+            .archive
+            .note_job(
+                id,
+                &self.settings.owner,
+                self.settings.lease_ms(),
+                detail,
+                canary_done,
+            )
+            .await;
+        if noted.is_ok() {
+            self.detail_shown.store(detail.is_some(), Ordering::Relaxed);
+        }
+        noted
+    }
+
     /// Waits `delay`, renewing the lease with `detail`; `Err` when the job stopped here.
     async fn wait(&self, id: i64, delay: Duration, detail: Option<&str>) -> Result<(), Stop> {
         let until = Instant::now() + delay;
         loop {
-            let noted = self
-                .archive
-                .note_job(
-                    id,
-                    &self.settings.owner,
-                    self.settings.lease_ms(),
-                    detail,
-                    false,
-                )
-                .await;
+            let noted = self.note(id, detail, false).await;
             if let Ok(false) = noted {
                 return Err(Stop::Left);
             }
@@ -273,7 +292,7 @@ impl<'a> Runner<'a> {
                 .map(|m| to_replay(m, &job_tag))
                 .collect();
             self.publisher(id).await?;
-            let (archive, settings) = (self.archive, self.settings);
+            let settings = self.settings;
             let mut publisher = self.publisher.take().expect("connected above");
             let mut blocked = publisher.blocked();
             let mut published: Vec<ItemOutcome> = current
@@ -292,8 +311,12 @@ impl<'a> Runner<'a> {
             };
             // A step can wait on the broker (a memory or disk alarm blocks publishers):
             // the lease is renewed meanwhile, so no other runner takes the job over, and
-            // the job says what it waits for.
+            // the job says what it waits for. Handing this step out renewed it just now: the
+            // first note is due a third of a lease later (or at once to say the broker blocks,
+            // or that a wait is over), not at every step, where it would queue behind the
+            // step's own transaction.
             let renew = async {
+                let mut due = self.detail_shown.load(Ordering::Relaxed);
                 loop {
                     let detail = blocked.borrow_and_update().as_ref().map(|reason| {
                         format!(
@@ -301,15 +324,10 @@ impl<'a> Runner<'a> {
                              once the broker's resource alarm clears"
                         )
                     });
-                    let _ = archive
-                        .note_job(
-                            id,
-                            &settings.owner,
-                            settings.lease_ms(),
-                            detail.as_deref(),
-                            false,
-                        )
-                        .await;
+                    if due || detail.is_some() {
+                        let _ = self.note(id, detail.as_deref(), false).await;
+                    }
+                    due = true;
                     tokio::select! {
                         _ = tokio::time::sleep(settings.lease / 3) => {}
                         _ = blocked.changed() => {}
@@ -424,16 +442,7 @@ impl<'a> Runner<'a> {
                 Err(Stop::Left)
             }
             None => {
-                let noted = self
-                    .archive
-                    .note_job(
-                        id,
-                        &self.settings.owner,
-                        self.settings.lease_ms(),
-                        None,
-                        true,
-                    )
-                    .await;
+                let noted = self.note(id, None, true).await;
                 match noted {
                     Ok(false) => Err(Stop::Left),
                     _ => Ok(()),

@@ -102,8 +102,8 @@ impl Actions for PostgresArchive {
     ) -> Result<u64, ArchiveError> {
         let mut tx = self.pool.begin().await?;
         Conn::from(&mut tx).lift_bounds().await?;
-        // The selected messages no unfinished job holds, locked: from now on a new job item on
-        // one of them waits for this transaction (its foreign key check needs the row).
+        // The selected messages no unfinished job holds, locked: from now on a job freezing
+        // one of them waits for this transaction (it takes `FOR KEY SHARE` of each row).
         let mut q = QueryBuilder::<Postgres>::new("SELECT messages.id");
         push_selection(&mut q, selection);
         q.push(" AND NOT ")

@@ -155,8 +155,8 @@ impl SqlArchive for PostgresArchive {
         };
         // Straight from the selection, so the ids never leave the database. The messages are
         // locked in id order, as purges and dismissals lock them: one being purged meanwhile
-        // is waited for and then left out (as if the purge came first), where the foreign key
-        // would fail.
+        // is waited for and then left out (as if the purge came first). This lock, not a
+        // foreign key, keeps every item's message (migration 0013).
         let mut q = QueryBuilder::<Postgres>::new("");
         push_freeze(&mut q, id, spec);
         messages::push_selection(&mut q, spec.selection);
