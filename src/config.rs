@@ -42,6 +42,25 @@ pub enum Command {
     /// Manage API tokens for automation.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Ask the `lazarus serve` on this machine whether it answers (`/healthz`; with --ready,
+    /// `/readyz`: database and every consumer up). Exits 0 if so, 1 if not: a container
+    /// health check (the image has no curl).
+    Health(HealthConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthConfig {
+    /// The server's listen address (its LAZARUS_LISTEN); an unspecified address (0.0.0.0,
+    /// [::]) is asked on loopback.
+    #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Ask `/readyz` instead: fails while the database or a consumer is down. Not for a
+    /// liveness check, which would restart a healthy process during a broker outage.
+    #[arg(long)]
+    pub ready: bool,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Subcommand)]

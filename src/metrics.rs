@@ -102,6 +102,8 @@ pub struct Metrics {
     pub consumer_connected: Family<QueueLabels, Gauge>,
     pub ingest_errors: Family<IngestErrorLabels, Counter>,
     replayed: Family<OutcomeLabels, Counter>,
+    canary_pauses: Counter,
+    database_up: Gauge,
 }
 
 impl Default for Metrics {
@@ -114,6 +116,8 @@ impl Default for Metrics {
         let consumer_connected = Family::<QueueLabels, Gauge>::default();
         let ingest_errors = Family::<IngestErrorLabels, Counter>::default();
         let replayed = Family::<OutcomeLabels, Counter>::default();
+        let canary_pauses = Counter::default();
+        let database_up = Gauge::default();
         registry.register(
             "archived_messages",
             "Messages in the archive, by DLQ and first-death reason",
@@ -149,9 +153,21 @@ impl Default for Metrics {
             "Replay outcomes this process reported (single replays and jobs), by outcome",
             replayed.clone(),
         );
+        registry.register(
+            "replay_canary_pauses",
+            "Replay jobs this process paused because too many of their canary copies died again",
+            canary_pauses.clone(),
+        );
+        registry.register(
+            "database_up",
+            "1 when the archive database answered this scrape, 0 when it did not",
+            database_up.clone(),
+        );
         Metrics {
             registry,
             replayed,
+            canary_pauses,
+            database_up,
             archived,
             ingested,
             duplicates,
@@ -188,11 +204,17 @@ impl Metrics {
             .set(i64::from(connected));
     }
 
-    /// The Prometheus text exposition, with archive totals as of now.
-    pub fn render(&self, counts: &[QueueReasonCount]) -> String {
+    pub fn canary_paused(&self) {
+        self.canary_pauses.inc();
+    }
+
+    /// The Prometheus text exposition, with archive totals as of now (`None`: the database
+    /// did not answer; `database_up` says so and the totals are left out).
+    pub fn render(&self, counts: Option<&[QueueReasonCount]>) -> String {
+        self.database_up.set(i64::from(counts.is_some()));
         // Totals that no longer exist (purged) must not linger at their last value.
         self.archived.clear();
-        for c in counts {
+        for c in counts.unwrap_or_default() {
             self.archived
                 .get_or_create(&QueueReasonLabels {
                     queue: c.queue.clone(),
@@ -215,10 +237,33 @@ mod tests {
     fn label_values_are_escaped_as_the_text_format_requires() {
         let metrics = Metrics::default();
         metrics.ingest_error("a\\b\"c\nd", "database");
-        let text = metrics.render(&[]);
+        let text = metrics.render(Some(&[]));
         assert!(
             text.contains(r#"lazarus_ingest_errors_total{queue="a\\b\"c\nd",kind="database"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_scrape_says_whether_the_database_answered() {
+        let metrics = Metrics::default();
+        let count = QueueReasonCount {
+            queue: "orders.dlq".into(),
+            reason: "rejected".into(),
+            messages: 3,
+            open: 3,
+            oldest: time::OffsetDateTime::UNIX_EPOCH,
+            newest: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        let up = metrics.render(Some(std::slice::from_ref(&count)));
+        assert!(up.contains("lazarus_database_up 1"), "{up}");
+        assert!(up.contains(r#"lazarus_archived_messages{queue="orders.dlq",reason="rejected"} 3"#));
+        let down = metrics.render(None);
+        assert!(down.contains("lazarus_database_up 0"), "{down}");
+        assert!(!down.contains("lazarus_archived_messages{"), "{down}");
+        metrics.canary_paused();
+        assert!(metrics
+            .render(None)
+            .contains("lazarus_replay_canary_pauses_total 1"));
     }
 }

@@ -429,6 +429,7 @@ impl<'a> Runner<'a> {
         tracing::info!(job = id, deaths, "canary judged");
         match canary_verdict(&canary, deaths) {
             Some(reason) => {
+                self.settings.metrics.canary_paused();
                 let _ = self
                     .archive
                     .release_job(

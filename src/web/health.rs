@@ -56,10 +56,10 @@ pub(super) async fn readyz(
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Archive totals are best effort: a scrape during a database outage still reports ingest.
     let counts = match state.archive.counts().await {
-        Ok(counts) => counts,
+        Ok(counts) => Some(counts),
         Err(e) => {
             tracing::warn!(error = %e, "metrics: archive totals unavailable");
-            Vec::new()
+            None
         }
     };
     (
@@ -67,6 +67,6 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(&counts),
+        state.metrics.render(counts.as_deref()),
     )
 }

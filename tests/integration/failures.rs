@@ -302,6 +302,9 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
                 let expected = if path == "/metrics" { 200 } else { 503 };
                 assert_eq!(response.status, expected, "{path}: {}", response.text());
             }
+            // What the LazarusDatabaseUnavailable alert (deploy/prometheus) fires on.
+            let metrics = app.get("/metrics").await.text();
+            assert!(metrics.contains("lazarus_database_up 0"), "{metrics}");
             let ready = app.json("/readyz", 503).await;
             assert_eq!(ready["database"]["state"], "unavailable", "{ready}");
             let page = app.get("/messages").await;

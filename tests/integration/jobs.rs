@@ -374,6 +374,12 @@ async fn a_canary_pauses_the_job_when_its_copies_die_again() {
     );
     assert_eq!(count(&job, "published"), 3);
     assert_eq!(count(&job, "pending"), 17);
+    // What the LazarusReplayPausedByCanary alert (deploy/prometheus) fires on.
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        metrics.contains("lazarus_replay_canary_pauses_total 1"),
+        "{metrics}"
+    );
     app.wait_for_archived(23, Duration::from_secs(5)).await;
     let copies = app.all_messages(&dlq).await.into_iter().skip(20).count();
     assert_eq!(copies, 3, "the copies that died again are archived");
