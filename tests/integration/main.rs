@@ -12,6 +12,7 @@ mod browser;
 mod contract;
 mod crash;
 mod demo;
+mod deploy;
 mod failures;
 mod headers;
 mod hostile;
