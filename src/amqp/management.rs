@@ -131,6 +131,68 @@ impl Management {
         ))
     }
 
+    /// The dead-letter queues in every vhost this user may see (`archived`: the queues this
+    /// instance archives, in the AMQP URL's vhost).
+    pub async fn discover(
+        &self,
+        archived: &[String],
+    ) -> Result<Vec<crate::amqp::discovery::DiscoveredDlq>, ManagementError> {
+        use crate::amqp::discovery::{dead_letter_target, find_dlqs};
+        let version = self.get("/api/overview").await?["rabbitmq_version"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let major = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(3);
+        let queues = self
+            .get(
+                "/api/queues?columns=name,vhost,type,arguments,policy,\
+                 effective_policy_definition,delivery_limit",
+            )
+            .await?;
+        let queues = queues.as_array().map_or(&[][..], Vec::as_slice);
+        let mut bindings = std::collections::BTreeMap::new();
+        for queue in queues {
+            let Some((exchange, _)) = dead_letter_target(queue) else {
+                continue;
+            };
+            let vhost = queue["vhost"].as_str().unwrap_or_default().to_owned();
+            if exchange.is_empty() || bindings.contains_key(&(vhost.clone(), exchange.clone())) {
+                continue;
+            }
+            let path = format!(
+                "/api/exchanges/{}/{}/bindings/source",
+                path_segment(&vhost),
+                path_segment(&exchange)
+            );
+            // A dead-letter exchange that does not exist drops what reaches it: no DLQ.
+            let bound: Vec<String> = match self.get(&path).await {
+                Ok(bound) => bound
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b["destination_type"] == "queue")
+                    .filter_map(|b| b["destination"].as_str().map(str::to_owned))
+                    .collect(),
+                Err(ManagementError::Status { status, .. })
+                    if status == hyper::StatusCode::NOT_FOUND =>
+                {
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
+            bindings.insert((vhost, exchange), bound);
+        }
+        let archived: Vec<(String, String)> = archived
+            .iter()
+            .map(|q| (self.vhost.clone(), q.clone()))
+            .collect();
+        Ok(find_dlqs(queues, &bindings, &archived, major))
+    }
+
     async fn get(&self, path: &str) -> Result<Value, ManagementError> {
         let request = hyper::Request::get(format!("{}{path}", self.base))
             .header(hyper::header::AUTHORIZATION, &self.authorization)

@@ -1,9 +1,10 @@
 //! Everything that talks AMQP: connections with backoff, the DLQ consumers, the replay
 //! publisher, the typed header representation shared with the archive, and the read-only
-//! management API client.
+//! management API client with what it discovers.
 
 pub mod connection;
 pub mod consumer;
+pub mod discovery;
 pub mod headers;
 pub mod lapin_types;
 pub mod management;

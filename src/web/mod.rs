@@ -10,6 +10,7 @@ mod assets;
 mod audit;
 pub mod auth;
 mod client;
+mod dlqs;
 mod error;
 mod extract;
 mod health;
@@ -82,6 +83,8 @@ pub struct AppState {
     pub settle: std::time::Duration,
     /// RabbitMQ's management API (`--management-url`): which queues a plan's targets reach.
     pub management: Option<Arc<crate::amqp::management::Management>>,
+    /// The broker's DLQs as the management API last described them.
+    pub discovery: Arc<dlqs::Discovery>,
 }
 
 impl AppState {
@@ -111,6 +114,7 @@ impl AppState {
             replay_policy: Arc::new(ExchangePolicy::default()),
             settle: std::time::Duration::from_secs(300),
             management: None,
+            discovery: Arc::default(),
         }
     }
 }
@@ -149,6 +153,7 @@ fn routes() -> Routes {
         .get(VIEWER, "/api/replays", api_replays::list_jobs)
         .get(VIEWER, "/api/replays/{id}", api_replays::get_job)
         .get(VIEWER, "/api/replays/{id}/items", api_replays::job_items)
+        .get(VIEWER, "/api/dlqs", dlqs::list_dlqs)
         // Operators: replaying and dismissing.
         .post(
             OPERATOR,

@@ -8,9 +8,11 @@ use axum::extract::State;
 use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
+use super::dlqs::Found;
 use super::html::{filters, render, utc};
 use super::nav::Nav;
 use super::AppState;
+use crate::amqp::discovery::Risk;
 use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;
 
@@ -64,6 +66,23 @@ pub struct GroupRow {
     pub fields: Vec<(&'static str, String)>,
 }
 
+/// A dead-letter queue on the broker that this instance does not archive.
+pub struct DlqRow {
+    pub vhost: String,
+    pub name: String,
+    pub kind: String,
+    pub sources: String,
+    pub warnings: Vec<String>,
+}
+
+/// What discovery (`--management-url`) found: the DLQs not archived here.
+pub struct DlqsCard {
+    /// No answer yet (the first question is under way).
+    pub pending: bool,
+    pub error: Option<String>,
+    pub rows: Vec<DlqRow>,
+}
+
 #[derive(Template)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {
@@ -78,6 +97,8 @@ pub struct OverviewPage {
     pub open_total: i64,
     /// The minutes "dying now" counts.
     pub recent_minutes: i64,
+    /// The broker's DLQs Lazarus does not archive (with `--management-url`).
+    pub dlqs: Option<DlqsCard>,
 }
 
 /// `/`: never an error page — what cannot be read is said in a banner, and the page keeps
@@ -108,15 +129,71 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             Default::default()
         }
     };
+    let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
+    let dlqs = state.management.as_ref().map(|management| {
+        let found = state
+            .discovery
+            .latest(management, consumers.keys().cloned().collect());
+        dlqs_card(found, &mut warnings)
+    });
     render(&OverviewPage {
         nav,
+        dlqs,
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
         queues: queue_rows(&counts, &hourly, &recent, &consumers, now),
         groups: groups.iter().map(group_row).collect(),
-        warnings: state.status.warnings().into_iter().collect(),
+        warnings,
         outages,
     })
+}
+
+/// The card of DLQs not archived; the risks of archived ones join `warnings` (but their
+/// delivery limit, which the consumer's own check says already).
+fn dlqs_card(found: Option<Found>, warnings: &mut Vec<(String, String)>) -> DlqsCard {
+    let Some(found) = found else {
+        return DlqsCard {
+            pending: true,
+            error: None,
+            rows: Vec::new(),
+        };
+    };
+    let dlqs = match found.dlqs {
+        Ok(dlqs) => dlqs,
+        Err(e) => {
+            return DlqsCard {
+                pending: false,
+                error: Some(e),
+                rows: Vec::new(),
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    for d in dlqs {
+        let words = |risks: &[Risk]| risks.iter().map(ToString::to_string).collect::<Vec<_>>();
+        if d.archived {
+            let extra: Vec<Risk> = d
+                .warnings
+                .iter()
+                .filter(|r| !matches!(r, Risk::DeliveryLimit(_)))
+                .cloned()
+                .collect();
+            warnings.extend(words(&extra).into_iter().map(|w| (d.name.clone(), w)));
+            continue;
+        }
+        rows.push(DlqRow {
+            warnings: words(&d.warnings),
+            sources: d.sources.join(", "),
+            vhost: d.vhost,
+            name: d.name,
+            kind: d.kind,
+        });
+    }
+    DlqsCard {
+        pending: false,
+        error: None,
+        rows,
+    }
 }
 
 /// What the consumers cannot reach, once per cause: RabbitMQ, the database.

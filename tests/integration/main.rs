@@ -13,6 +13,7 @@ mod contract;
 mod crash;
 mod demo;
 mod deploy;
+mod discovery;
 mod failures;
 mod headers;
 mod hostile;

@@ -1,0 +1,316 @@
+//! Which queues on the broker are dead-letter targets, found from what the management API
+//! reports (pure): a queue whose arguments or policy name a dead-letter exchange sends its
+//! dead letters to every queue bound to that exchange (or, through the default exchange, to the
+//! queue its dead-letter routing key names). Each DLQ found says which queues feed it, whether
+//! Lazarus archives it, and what its own settings put at risk.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::management::{DeliveryLimit, QueueInfo};
+
+/// A dead-letter queue found on the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscoveredDlq {
+    pub vhost: String,
+    pub name: String,
+    /// `classic`, `quorum` or `stream`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The queues that dead-letter into it, by name (same vhost).
+    pub sources: Vec<String>,
+    /// Whether this instance archives it.
+    pub archived: bool,
+    /// What its settings put at risk (in words, in JSON).
+    #[serde(serialize_with = "as_words")]
+    pub warnings: Vec<Risk>,
+}
+
+fn as_words<S: serde::Serializer>(risks: &[Risk], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(risks.iter().map(ToString::to_string))
+}
+
+/// A queue's setting from its arguments (`x-NAME`) or its effective policy (`NAME`): the
+/// argument wins, as it does in RabbitMQ for the dead-letter settings.
+fn setting<'a>(queue: &'a Value, name: &str) -> Option<&'a Value> {
+    queue
+        .get("arguments")
+        .and_then(|a| a.get(format!("x-{name}")))
+        .or_else(|| {
+            queue
+                .get("effective_policy_definition")
+                .and_then(|p| p.get(name))
+        })
+}
+
+/// The lower of the argument and the policy, as RabbitMQ applies limits set both ways.
+fn limit(queue: &Value, name: &str) -> Option<i64> {
+    let argument = queue
+        .get("arguments")
+        .and_then(|a| a.get(format!("x-{name}")))
+        .and_then(Value::as_i64);
+    let policy = queue
+        .get("effective_policy_definition")
+        .and_then(|p| p.get(name))
+        .and_then(Value::as_i64);
+    argument.into_iter().chain(policy).min()
+}
+
+fn text<'a>(queue: &'a Value, field: &str) -> &'a str {
+    queue.get(field).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Where a queue dead-letters: (exchange, routing key if one is set).
+pub fn dead_letter_target(queue: &Value) -> Option<(String, Option<String>)> {
+    let exchange = setting(queue, "dead-letter-exchange")?.as_str()?.to_owned();
+    let key = setting(queue, "dead-letter-routing-key")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some((exchange, key))
+}
+
+/// A setting of a DLQ through which it can lose dead letters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Risk {
+    /// A stream keeps messages only as long as its retention (said, where it is set).
+    Stream { retention: Vec<String> },
+    /// A quorum queue drops (or dead-letters again) a message returned this many times.
+    DeliveryLimit(i64),
+    /// Messages expire after this many milliseconds.
+    MessageTtl(i64),
+    /// At most this many messages (or bytes) are kept; past it, dead letters are dropped.
+    MaxLength { limit: i64, unit: &'static str },
+    /// The queue itself is deleted after this many milliseconds unused.
+    Expires(i64),
+}
+
+impl std::fmt::Display for Risk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Risk::Stream { retention } => {
+                let retention = match retention.is_empty() {
+                    true => "its retention".to_owned(),
+                    false => retention.join(", "),
+                };
+                write!(
+                    f,
+                    "a stream: it keeps dead letters only as long as {retention}, whether read or not"
+                )
+            }
+            Risk::DeliveryLimit(n) => write!(
+                f,
+                "a quorum queue with a delivery limit of {n}: a message returned {n} times is \
+                 dropped (or dead-lettered again); set the policy key delivery-limit to -1 for a DLQ"
+            ),
+            Risk::MessageTtl(ms) => write!(
+                f,
+                "a message TTL of {ms} ms: dead letters not archived by then expire"
+            ),
+            Risk::MaxLength { limit, unit } => write!(
+                f,
+                "a length limit of {limit} {unit}: past it, dead letters are dropped"
+            ),
+            Risk::Expires(ms) => write!(
+                f,
+                "expires after {ms} ms unused: the queue and its dead letters are deleted"
+            ),
+        }
+    }
+}
+
+/// What a DLQ's own settings put at risk (`broker_major`: the broker's major version, which
+/// decides a quorum queue's default delivery limit).
+pub fn risks(queue: &Value, broker_major: u32) -> Vec<Risk> {
+    let mut risks = Vec::new();
+    let stream = text(queue, "type") == "stream";
+    if stream {
+        let mut retention = Vec::new();
+        if let Some(age) = setting(queue, "max-age").and_then(Value::as_str) {
+            retention.push(format!("max-age {age}"));
+        }
+        if let Some(bytes) = limit(queue, "max-length-bytes") {
+            retention.push(format!("max-length-bytes {bytes}"));
+        }
+        risks.push(Risk::Stream { retention });
+    }
+    if let DeliveryLimit::Finite(n) =
+        QueueInfo::from_json(queue.clone()).delivery_limit(broker_major)
+    {
+        risks.push(Risk::DeliveryLimit(n));
+    }
+    if let Some(ms) = limit(queue, "message-ttl") {
+        risks.push(Risk::MessageTtl(ms));
+    }
+    for (name, unit) in [("max-length", "messages"), ("max-length-bytes", "bytes")] {
+        match limit(queue, name) {
+            Some(limit) if !stream => risks.push(Risk::MaxLength { limit, unit }),
+            _ => {}
+        }
+    }
+    if let Some(ms) = limit(queue, "expires") {
+        risks.push(Risk::Expires(ms));
+    }
+    risks
+}
+
+/// The DLQs among `queues` (the management API's `/api/queues` entries), given the queues
+/// bound to each dead-letter exchange (`bindings[(vhost, exchange)]`: destination queue names)
+/// and the (vhost, name) pairs this instance archives. Sorted by vhost and name.
+pub fn find_dlqs(
+    queues: &[Value],
+    bindings: &BTreeMap<(String, String), Vec<String>>,
+    archived: &[(String, String)],
+    broker_major: u32,
+) -> Vec<DiscoveredDlq> {
+    let by_name: BTreeMap<(&str, &str), &Value> = queues
+        .iter()
+        .map(|q| ((text(q, "vhost"), text(q, "name")), q))
+        .collect();
+    // DLQ → the queues feeding it.
+    let mut fed: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for source in queues {
+        let Some((exchange, key)) = dead_letter_target(source) else {
+            continue;
+        };
+        let vhost = text(source, "vhost").to_owned();
+        let targets: Vec<String> = match (exchange.is_empty(), key) {
+            // The default exchange routes by queue name.
+            (true, Some(key)) => vec![key],
+            (true, None) => Vec::new(),
+            (false, _) => bindings
+                .get(&(vhost.clone(), exchange))
+                .cloned()
+                .unwrap_or_default(),
+        };
+        for target in targets {
+            fed.entry((vhost.clone(), target))
+                .or_default()
+                .push(text(source, "name").to_owned());
+        }
+    }
+    fed.into_iter()
+        .filter_map(|((vhost, name), mut sources)| {
+            let queue = by_name.get(&(vhost.as_str(), name.as_str()))?;
+            sources.sort();
+            sources.dedup();
+            // A queue that dead-letters into itself is a retry loop, not a DLQ.
+            sources.retain(|s| *s != name);
+            if sources.is_empty() {
+                return None;
+            }
+            Some(DiscoveredDlq {
+                archived: archived.iter().any(|(v, n)| *v == vhost && *n == name),
+                kind: text(queue, "type").to_owned(),
+                warnings: risks(queue, broker_major),
+                vhost,
+                name,
+                sources,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn found(queues: &[Value], bindings: &[(&str, &str, &[&str])]) -> Vec<DiscoveredDlq> {
+        let bindings = bindings
+            .iter()
+            .map(|(v, e, qs)| {
+                (
+                    (v.to_string(), e.to_string()),
+                    qs.iter().map(|q| q.to_string()).collect(),
+                )
+            })
+            .collect();
+        find_dlqs(queues, &bindings, &[("/".into(), "orders.dlq".into())], 4)
+    }
+
+    #[test]
+    fn targets_come_from_arguments_policies_and_the_default_exchange() {
+        let queues = [
+            json!({"vhost": "/", "name": "orders", "type": "classic", "policy": null,
+                   "arguments": {"x-dead-letter-exchange": "dlx"}}),
+            json!({"vhost": "/", "name": "orders.dlq", "type": "classic", "arguments": {}}),
+            // Through a policy, in another vhost.
+            json!({"vhost": "shop", "name": "mail", "type": "quorum", "policy": "dl",
+                   "arguments": {}, "effective_policy_definition":
+                       {"dead-letter-exchange": "dlx", "delivery-limit": 5}}),
+            json!({"vhost": "shop", "name": "mail.dlq", "type": "classic", "arguments": {}}),
+            // Through the default exchange and a routing key.
+            json!({"vhost": "shop", "name": "pay", "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": "",
+                                 "x-dead-letter-routing-key": "pay.dlq"}}),
+            json!({"vhost": "shop", "name": "pay.dlq", "type": "stream",
+                   "arguments": {"x-max-age": "7D"}}),
+        ];
+        let dlqs = found(
+            &queues,
+            &[
+                ("/", "dlx", &["orders.dlq"]),
+                ("shop", "dlx", &["mail.dlq"]),
+            ],
+        );
+        let names: Vec<(&str, &str, bool)> = dlqs
+            .iter()
+            .map(|d| (d.vhost.as_str(), d.name.as_str(), d.archived))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("/", "orders.dlq", true),
+                ("shop", "mail.dlq", false),
+                ("shop", "pay.dlq", false)
+            ]
+        );
+        assert_eq!(dlqs[1].sources, ["mail"]);
+        assert!(dlqs[0].warnings.is_empty(), "{:?}", dlqs[0].warnings);
+        assert_eq!(dlqs[2].kind, "stream");
+        assert_eq!(
+            dlqs[2].warnings,
+            [Risk::Stream {
+                retention: vec!["max-age 7D".into()]
+            }]
+        );
+        assert_eq!(dlqs[1].warnings, []);
+    }
+
+    #[test]
+    fn a_dlqs_own_settings_that_lose_dead_letters_are_named() {
+        let quorum = json!({"vhost": "/", "name": "d", "type": "quorum", "policy": null,
+                            "arguments": {}});
+        assert_eq!(risks(&quorum, 4), [Risk::DeliveryLimit(20)]);
+        assert!(risks(&quorum, 4)[0]
+            .to_string()
+            .contains("delivery limit of 20"));
+        assert!(risks(&quorum, 3).is_empty());
+        let unlimited = json!({"type": "quorum", "policy": "p", "arguments": {},
+                               "effective_policy_definition": {"delivery-limit": -1}});
+        assert!(risks(&unlimited, 4).is_empty());
+        let limited = json!({"type": "classic", "policy": "p",
+            "arguments": {"x-message-ttl": 60000, "x-max-length": 1000},
+            "effective_policy_definition": {"max-length": 500, "expires": 3600000}});
+        assert_eq!(
+            risks(&limited, 4),
+            [
+                Risk::MessageTtl(60000),
+                Risk::MaxLength {
+                    limit: 500,
+                    unit: "messages"
+                },
+                Risk::Expires(3600000)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queue_that_dead_letters_into_itself_is_not_a_dlq() {
+        let queues = [json!({"vhost": "/", "name": "retry", "type": "classic",
+            "arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "retry"}})];
+        assert!(found(&queues, &[]).is_empty());
+    }
+}

@@ -1,0 +1,101 @@
+//! The dead-letter queues on the broker (`--management-url`), which are archived and which
+//! are not, and what their settings put at risk: asked of the management API at
+//! `GET /api/dlqs`, and in the background at most once a minute for the overview.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::error::AppError;
+use super::AppState;
+use crate::amqp::discovery::DiscoveredDlq;
+use crate::amqp::management::Management;
+
+/// How old an answer may be before the overview asks again.
+const FRESH_FOR: Duration = Duration::from_secs(60);
+
+/// What discovery found last, and when.
+#[derive(Clone)]
+pub struct Found {
+    pub at: Instant,
+    pub dlqs: Result<Vec<DiscoveredDlq>, String>,
+}
+
+/// The last answer, shared by the pages; one question to the broker at a time.
+#[derive(Default)]
+pub struct Discovery {
+    last: Mutex<Option<Found>>,
+    asking: tokio::sync::Mutex<()>,
+}
+
+impl Discovery {
+    fn cached(&self) -> Option<Found> {
+        self.last.lock().expect("not poisoned").clone()
+    }
+
+    fn is_fresh(found: &Option<Found>) -> bool {
+        found.as_ref().is_some_and(|f| f.at.elapsed() < FRESH_FOR)
+    }
+
+    /// Asks the broker now (one question at a time) and keeps the answer for the pages.
+    pub async fn ask(&self, management: &Management, archived: &[String]) -> Found {
+        let _asking = self.asking.lock().await;
+        let found = Found {
+            at: Instant::now(),
+            dlqs: management
+                .discover(archived)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        *self.last.lock().expect("not poisoned") = Some(found.clone());
+        found
+    }
+
+    /// The last answer at once (`None` before the first), asking again in the background
+    /// when it is stale: a page never waits for the broker.
+    pub fn latest(
+        self: &Arc<Self>,
+        management: &Arc<Management>,
+        archived: Vec<String>,
+    ) -> Option<Found> {
+        let cached = self.cached();
+        // Unless a question is under way already: its answer comes soon.
+        if !Self::is_fresh(&cached) && self.asking.try_lock().is_ok() {
+            let (me, management) = (self.clone(), management.clone());
+            tokio::spawn(async move { me.ask(&management, &archived).await });
+        }
+        cached
+    }
+}
+
+/// The queues this instance archives.
+pub fn archived_queues(state: &AppState) -> Vec<String> {
+    state.status.snapshot().into_keys().collect()
+}
+
+/// `GET /api/dlqs`: `{"enabled", "dlqs": [{vhost, name, type, sources, archived, warnings}]}`,
+/// asked of the broker at the call;
+/// 503 with the reason when the management API does not answer.
+pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
+    let Some(management) = state.management.as_ref() else {
+        return Ok(Json(json!({
+            "enabled": false,
+            "dlqs": [],
+            "detail": "start Lazarus with --management-url to find the broker's DLQs",
+        })));
+    };
+    // Asked anew: a script wants the broker as it is now (the overview uses the last answer).
+    let found = state
+        .discovery
+        .ask(management, &archived_queues(&state))
+        .await;
+    match found.dlqs {
+        Ok(dlqs) => Ok(Json(json!({"enabled": true, "dlqs": dlqs}))),
+        Err(e) => Err(AppError::Unavailable(format!(
+            "RabbitMQ's management API: {e}"
+        ))),
+    }
+}
