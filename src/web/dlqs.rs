@@ -16,6 +16,8 @@ use crate::amqp::management::Management;
 
 /// How old an answer may be before the overview asks again.
 const FRESH_FOR: Duration = Duration::from_secs(60);
+/// How old an answer the API still gives instead of asking again.
+const SHARED_FOR: Duration = Duration::from_secs(2);
 
 /// What discovery found last, and when.
 #[derive(Clone)]
@@ -40,9 +42,14 @@ impl Discovery {
         found.as_ref().is_some_and(|f| f.at.elapsed() < FRESH_FOR)
     }
 
-    /// Asks the broker now (one question at a time) and keeps the answer for the pages.
+    /// Asks the broker now (one question at a time) and keeps the answer for the pages. An
+    /// answer younger than a few seconds is taken as it is: callers at once (or a script in a
+    /// loop) share one question instead of each putting it to the management API.
     pub async fn ask(&self, management: &Management, archived: &[String]) -> Found {
         let _asking = self.asking.lock().await;
+        if let Some(found) = self.cached().filter(|f| f.at.elapsed() < SHARED_FOR) {
+            return found;
+        }
         let found = Found {
             at: Instant::now(),
             dlqs: management
@@ -77,8 +84,8 @@ pub fn archived_queues(state: &AppState) -> Vec<String> {
 }
 
 /// `GET /api/dlqs`: `{"enabled", "dlqs": [{vhost, name, type, sources, archived, warnings}]}`,
-/// asked of the broker at the call;
-/// 503 with the reason when the management API does not answer.
+/// asked of the broker at the call (or at most 2 s before); 503 with the reason when the
+/// management API does not answer.
 pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
     let Some(management) = state.management.as_ref() else {
         return Ok(Json(json!({
