@@ -2,7 +2,8 @@
 //! reports (pure): a queue whose arguments or policy name a dead-letter exchange sends its
 //! dead letters to every queue bound to that exchange (or, through the default exchange, to the
 //! queue its dead-letter routing key names). Each DLQ found says which queues feed it, whether
-//! Lazarus archives it, and what its own settings put at risk.
+//! Lazarus archives it, and what its own settings put at risk; queues whose dead letters reach
+//! no queue at all are named too.
 
 use std::collections::BTreeMap;
 
@@ -155,12 +156,97 @@ pub fn risks(queue: &Value, broker_major: u32) -> Vec<Risk> {
     risks
 }
 
-/// The DLQs among `queues` (the management API's `/api/queues` entries), given the queues
-/// bound to each dead-letter exchange (`bindings[(vhost, exchange)]`: destination queue names)
-/// and the (vhost, name) pairs this instance archives. Sorted by vhost and name.
+/// What discovery found on the broker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Discovered {
+    pub dlqs: Vec<DiscoveredDlq>,
+    pub dead_ends: Vec<DeadEnd>,
+}
+
+/// What is bound to a dead-letter exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DlxBindings {
+    /// The exchange does not exist: what is dead-lettered to it is dropped.
+    Missing,
+    /// The queues bound to it, and whether it is bound to other exchanges too (whose queues
+    /// discovery does not follow).
+    Bound {
+        queues: Vec<String>,
+        to_exchanges: bool,
+    },
+}
+
+/// The dead-letter exchanges of a vhost, by (vhost, exchange).
+pub type Bindings = BTreeMap<(String, String), DlxBindings>;
+
+/// A queue whose dead letters reach no queue at all: the broker drops them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadEnd {
+    pub vhost: String,
+    pub queue: String,
+    /// Its dead-letter exchange (`""`: the default exchange).
+    pub exchange: String,
+    pub reason: String,
+}
+
+/// The queues among `queues` whose dead letters go nowhere: their dead-letter exchange does
+/// not exist, has nothing bound to it, or (the default exchange) their dead-letter routing key
+/// names no queue. Bindings that route by key are not judged: a queue bound at all counts.
+pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
+    let mut out = Vec::new();
+    for source in queues {
+        let Some((exchange, key)) = dead_letter_target(source) else {
+            continue;
+        };
+        let vhost = text(source, "vhost");
+        let reason = match (exchange.as_str(), key) {
+            ("", Some(key)) => {
+                let exists = queues
+                    .iter()
+                    .any(|q| text(q, "vhost") == vhost && text(q, "name") == key);
+                (!exists).then(|| {
+                    format!(
+                        "its dead-letter routing key names queue {key:?}, which does not exist: \
+                         its dead letters are dropped"
+                    )
+                })
+            }
+            // The default exchange with the original routing keys: not judged.
+            ("", None) => None,
+            (_, _) => match bindings.get(&(vhost.to_owned(), exchange.clone())) {
+                Some(DlxBindings::Missing) => Some(format!(
+                    "its dead-letter exchange {exchange:?} does not exist: its dead letters are \
+                     dropped"
+                )),
+                Some(DlxBindings::Bound {
+                    queues,
+                    to_exchanges: false,
+                }) if queues.is_empty() => Some(format!(
+                    "nothing is bound to its dead-letter exchange {exchange:?}: its dead letters \
+                     are dropped"
+                )),
+                _ => None,
+            },
+        };
+        if let Some(reason) = reason {
+            out.push(DeadEnd {
+                vhost: vhost.to_owned(),
+                queue: text(source, "name").to_owned(),
+                exchange,
+                reason,
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.vhost, &a.queue).cmp(&(&b.vhost, &b.queue)));
+    out
+}
+
+/// The DLQs among `queues` (the management API's `/api/queues` entries), given what is bound
+/// to each dead-letter exchange and the (vhost, name) pairs this instance archives. Sorted by
+/// vhost and name.
 pub fn find_dlqs(
     queues: &[Value],
-    bindings: &BTreeMap<(String, String), Vec<String>>,
+    bindings: &Bindings,
     archived: &[(String, String)],
     broker_major: u32,
 ) -> Vec<DiscoveredDlq> {
@@ -179,10 +265,10 @@ pub fn find_dlqs(
             // The default exchange routes by queue name.
             (true, Some(key)) => vec![key],
             (true, None) => Vec::new(),
-            (false, _) => bindings
-                .get(&(vhost.clone(), exchange))
-                .cloned()
-                .unwrap_or_default(),
+            (false, _) => match bindings.get(&(vhost.clone(), exchange)) {
+                Some(DlxBindings::Bound { queues, .. }) => queues.clone(),
+                Some(DlxBindings::Missing) | None => Vec::new(),
+            },
         };
         for target in targets {
             fed.entry((vhost.clone(), target))
@@ -217,17 +303,65 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn found(queues: &[Value], bindings: &[(&str, &str, &[&str])]) -> Vec<DiscoveredDlq> {
-        let bindings = bindings
+    fn bound(bindings: &[(&str, &str, &[&str])]) -> Bindings {
+        bindings
             .iter()
             .map(|(v, e, qs)| {
-                (
-                    (v.to_string(), e.to_string()),
-                    qs.iter().map(|q| q.to_string()).collect(),
-                )
+                let bound = DlxBindings::Bound {
+                    queues: qs.iter().map(|q| q.to_string()).collect(),
+                    to_exchanges: false,
+                };
+                ((v.to_string(), e.to_string()), bound)
             })
+            .collect()
+    }
+
+    fn found(queues: &[Value], bindings: &[(&str, &str, &[&str])]) -> Vec<DiscoveredDlq> {
+        let archived = [("/".into(), "orders.dlq".into())];
+        find_dlqs(queues, &bound(bindings), &archived, 4)
+    }
+
+    #[test]
+    fn dead_letters_that_reach_no_queue_are_named() {
+        let dlx = |name: &str, exchange: &str| {
+            json!({"vhost": "/", "name": name, "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": exchange}})
+        };
+        let queues = [
+            dlx("gone", "missing-dlx"),
+            dlx("unbound", "empty-dlx"),
+            dlx("onward", "to-exchange-dlx"),
+            dlx("fine", "dlx"),
+            json!({"vhost": "/", "name": "typo", "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": "",
+                                 "x-dead-letter-routing-key": "no.such.queue"}}),
+            json!({"vhost": "/", "name": "dlq", "type": "classic", "arguments": {}}),
+        ];
+        let mut bindings = bound(&[("/", "dlx", &["dlq"]), ("/", "empty-dlx", &[])]);
+        bindings.insert(("/".into(), "missing-dlx".into()), DlxBindings::Missing);
+        bindings.insert(
+            ("/".into(), "to-exchange-dlx".into()),
+            DlxBindings::Bound {
+                queues: Vec::new(),
+                to_exchanges: true,
+            },
+        );
+        let ends = dead_ends(&queues, &bindings);
+        let named: Vec<(&str, &str)> = ends
+            .iter()
+            .map(|e| (e.queue.as_str(), e.exchange.as_str()))
             .collect();
-        find_dlqs(queues, &bindings, &[("/".into(), "orders.dlq".into())], 4)
+        assert_eq!(
+            named,
+            [
+                ("gone", "missing-dlx"),
+                ("typo", ""),
+                ("unbound", "empty-dlx")
+            ]
+        );
+        assert!(ends[0].reason.contains("does not exist"), "{ends:?}");
+        assert!(ends[1].reason.contains("\"no.such.queue\""), "{ends:?}");
+        assert!(ends[2].reason.contains("nothing is bound"), "{ends:?}");
     }
 
     #[test]

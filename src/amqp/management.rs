@@ -136,8 +136,9 @@ impl Management {
     pub async fn discover(
         &self,
         archived: &[String],
-    ) -> Result<Vec<crate::amqp::discovery::DiscoveredDlq>, ManagementError> {
-        use crate::amqp::discovery::{dead_letter_target, find_dlqs};
+    ) -> Result<crate::amqp::discovery::Discovered, ManagementError> {
+        use crate::amqp::discovery::{dead_ends, dead_letter_target, find_dlqs, Discovered};
+        use crate::amqp::discovery::{Bindings, DlxBindings};
         let version = self.get("/api/overview").await?["rabbitmq_version"]
             .as_str()
             .unwrap_or_default()
@@ -154,7 +155,7 @@ impl Management {
             )
             .await?;
         let queues = queues.as_array().map_or(&[][..], Vec::as_slice);
-        let mut bindings = std::collections::BTreeMap::new();
+        let mut bindings = Bindings::new();
         for queue in queues {
             let Some((exchange, _)) = dead_letter_target(queue) else {
                 continue;
@@ -164,23 +165,32 @@ impl Management {
                 continue;
             }
             let path = format!(
-                "/api/exchanges/{}/{}/bindings/source",
+                "/api/exchanges/{}/{}",
                 path_segment(&vhost),
                 path_segment(&exchange)
             );
-            // A dead-letter exchange that does not exist drops what reaches it: no DLQ.
-            let bound: Vec<String> = match self.get(&path).await {
-                Ok(bound) => bound
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|b| b["destination_type"] == "queue")
-                    .filter_map(|b| b["destination"].as_str().map(str::to_owned))
-                    .collect(),
+            // A dead-letter exchange that does not exist drops what reaches it (its bindings
+            // would be listed as none: the exchange itself is asked first).
+            let bound = match self.get(&path).await {
+                Ok(_) => self.get(&format!("{path}/bindings/source")).await,
+                Err(e) => Err(e),
+            };
+            let bound = match bound {
+                Ok(bound) => {
+                    let bound = bound.as_array().map_or(&[][..], Vec::as_slice);
+                    DlxBindings::Bound {
+                        queues: bound
+                            .iter()
+                            .filter(|b| b["destination_type"] == "queue")
+                            .filter_map(|b| b["destination"].as_str().map(str::to_owned))
+                            .collect(),
+                        to_exchanges: bound.iter().any(|b| b["destination_type"] == "exchange"),
+                    }
+                }
                 Err(ManagementError::Status { status, .. })
                     if status == hyper::StatusCode::NOT_FOUND =>
                 {
-                    Vec::new()
+                    DlxBindings::Missing
                 }
                 Err(e) => return Err(e),
             };
@@ -190,7 +200,10 @@ impl Management {
             .iter()
             .map(|q| (self.vhost.clone(), q.clone()))
             .collect();
-        Ok(find_dlqs(queues, &bindings, &archived, major))
+        Ok(Discovered {
+            dlqs: find_dlqs(queues, &bindings, &archived, major),
+            dead_ends: dead_ends(queues, &bindings),
+        })
     }
 
     async fn get(&self, path: &str) -> Result<Value, ManagementError> {

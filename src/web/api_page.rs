@@ -25,7 +25,7 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("GET", "/api/replays/{id}", "One job: state, plan (targets, skipped), counts, progress."),
     ("POST", "/api/replays/{id}/{action}", "start (a plan), pause, resume or cancel a job → the job; 409 when its state does not allow it."),
     ("GET", "/api/replays/{id}/items", "A job's messages and their outcomes: ?outcome=&after=&limit=."),
-    ("GET", "/api/dlqs", "The broker's dead-letter queues in every vhost the management user sees (--management-url): {\"enabled\", \"dlqs\": [{vhost, name, type, sources, archived, warnings}]}."),
+    ("GET", "/api/dlqs", "The broker's dead-letter queues in every vhost the management user sees (--management-url): {\"enabled\", \"dlqs\": [{vhost, name, type, sources, archived, warnings}], \"dead_ends\": [{vhost, queue, exchange, reason}]}."),
     ("GET", "/api/audit", "The audit log, newest first: ?before=&limit=."),
     ("GET", "/api/audit.ndjson", "The whole audit log, oldest first, one JSON object per line, streamed."),
     ("GET", "/api/admin/users", "Users and their roles."),

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::error::AppError;
 use super::AppState;
-use crate::amqp::discovery::DiscoveredDlq;
+use crate::amqp::discovery::Discovered;
 use crate::amqp::management::Management;
 
 /// How old an answer may be before the overview asks again.
@@ -23,7 +23,7 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct Found {
     pub at: Instant,
-    pub dlqs: Result<Vec<DiscoveredDlq>, String>,
+    pub found: Result<Discovered, String>,
 }
 
 /// The last answer, shared by the pages; one question to the broker at a time.
@@ -52,7 +52,7 @@ impl Discovery {
         }
         let found = Found {
             at: Instant::now(),
-            dlqs: management
+            found: management
                 .discover(archived)
                 .await
                 .map_err(|e| e.to_string()),
@@ -83,7 +83,8 @@ pub fn archived_queues(state: &AppState) -> Vec<String> {
     state.status.snapshot().into_keys().collect()
 }
 
-/// `GET /api/dlqs`: `{"enabled", "dlqs": [{vhost, name, type, sources, archived, warnings}]}`,
+/// `GET /api/dlqs`: `{"enabled", "dlqs": [{vhost, name, type, sources, archived, warnings}],
+/// "dead_ends": [{vhost, queue, exchange, reason}]}`,
 /// asked of the broker at the call (or at most 2 s before); 503 with the reason when the
 /// management API does not answer.
 pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
@@ -91,6 +92,7 @@ pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, App
         return Ok(Json(json!({
             "enabled": false,
             "dlqs": [],
+            "dead_ends": [],
             "detail": "start Lazarus with --management-url to find the broker's DLQs",
         })));
     };
@@ -99,8 +101,12 @@ pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, App
         .discovery
         .ask(management, &archived_queues(&state))
         .await;
-    match found.dlqs {
-        Ok(dlqs) => Ok(Json(json!({"enabled": true, "dlqs": dlqs}))),
+    match found.found {
+        Ok(found) => Ok(Json(json!({
+            "enabled": true,
+            "dlqs": found.dlqs,
+            "dead_ends": found.dead_ends,
+        }))),
         Err(e) => Err(AppError::Unavailable(format!(
             "RabbitMQ's management API: {e}"
         ))),

@@ -149,7 +149,8 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
 }
 
 /// The card of DLQs not archived; the risks of archived ones join `warnings` (but their
-/// delivery limit, which the consumer's own check says already).
+/// delivery limit, which the consumer's own check says already), and so do queues whose
+/// dead letters reach no queue.
 fn dlqs_card(found: Option<Found>, warnings: &mut Vec<(String, String)>) -> DlqsCard {
     let Some(found) = found else {
         return DlqsCard {
@@ -158,8 +159,8 @@ fn dlqs_card(found: Option<Found>, warnings: &mut Vec<(String, String)>) -> Dlqs
             rows: Vec::new(),
         };
     };
-    let dlqs = match found.dlqs {
-        Ok(dlqs) => dlqs,
+    let found = match found.found {
+        Ok(found) => found,
         Err(e) => {
             return DlqsCard {
                 pending: false,
@@ -168,8 +169,15 @@ fn dlqs_card(found: Option<Found>, warnings: &mut Vec<(String, String)>) -> Dlqs
             }
         }
     };
+    // Dead letters the broker drops: said above everything, with the vhost.
+    warnings.extend(
+        found
+            .dead_ends
+            .into_iter()
+            .map(|e| (format!("{} (vhost {})", e.queue, e.vhost), e.reason)),
+    );
     let mut rows = Vec::new();
-    for d in dlqs {
+    for d in found.dlqs {
         let words = |risks: &[Risk]| risks.iter().map(ToString::to_string).collect::<Vec<_>>();
         if d.archived {
             let extra: Vec<Risk> = d

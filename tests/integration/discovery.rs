@@ -1,7 +1,8 @@
 //! DLQ discovery through RabbitMQ's management API (`--management-url`, on the 4.x broker
 //! whose management plugin the CI starts): dead-letter targets found through queue arguments,
 //! a policy and the default exchange in three vhosts, which of them is archived, and the
-//! settings that put their messages at risk, at `GET /api/dlqs` and on the overview.
+//! settings that put their messages at risk, and the queues whose dead letters reach no queue,
+//! at `GET /api/dlqs` and on the overview.
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,18 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
             )
             .await;
             tc.queue("plain", Default::default()).await;
+            // Dead ends: a DLX that does not exist, one with nothing bound to it.
+            tc.queue(
+                "lost",
+                args(&[("x-dead-letter-exchange", s("no-such-dlx"))]),
+            )
+            .await;
+            tc.exchange("empty-dlx", ExchangeKind::Fanout).await;
+            tc.queue(
+                "unbound",
+                args(&[("x-dead-letter-exchange", s("empty-dlx"))]),
+            )
+            .await;
 
             let management = broker
                 .management_url()
@@ -147,7 +160,30 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
                 );
             }
 
-            // The overview lists the DLQs not archived, and the archived one's risk.
+            // Queues whose dead letters the broker drops are named, with why.
+            let ends: Vec<(&str, &str)> = answer["dead_ends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["vhost"] == c.name.as_str())
+                .map(|e| (e["queue"].as_str().unwrap(), e["reason"].as_str().unwrap()))
+                .collect();
+            assert_eq!(ends.len(), 2, "{answer}");
+            assert_eq!(ends[0].0, "lost");
+            assert!(
+                ends[0].1.contains("\"no-such-dlx\" does not exist"),
+                "{ends:?}"
+            );
+            assert_eq!(ends[1].0, "unbound");
+            assert!(ends[1].1.contains("nothing is bound"), "{ends:?}");
+            assert!(answer["dead_ends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["vhost"] != a.name.as_str() && e["vhost"] != b.name.as_str()));
+
+            // The overview lists the DLQs not archived, the archived one's risk, and the
+            // dead ends.
             let page = app.get("/").await.text();
             assert!(
                 page.contains("Dead-letter queues Lazarus does not archive"),
@@ -156,6 +192,10 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
             assert!(page.contains(&b.name) && page.contains("b.dlq"), "{page}");
             assert!(page.contains("c.dlq") && page.contains("TTL of 60000 ms"));
             assert!(page.contains("length limit of 100000 messages"));
+            assert!(
+                page.contains("nothing is bound to its dead-letter exchange"),
+                "{page}"
+            );
             for t in [ta, tb, tc] {
                 t.cleanup().await;
             }
