@@ -63,6 +63,14 @@ fn text<'a>(queue: &'a Value, field: &str) -> &'a str {
     queue.get(field).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// The queues by (vhost, name).
+fn by_name(queues: &[Value]) -> BTreeMap<(&str, &str), &Value> {
+    queues
+        .iter()
+        .map(|q| ((text(q, "vhost"), text(q, "name")), q))
+        .collect()
+}
+
 /// Where a queue dead-letters: (exchange, routing key if one is set).
 pub fn dead_letter_target(queue: &Value) -> Option<(String, Option<String>)> {
     let exchange = setting(queue, "dead-letter-exchange")?.as_str()?.to_owned();
@@ -193,6 +201,7 @@ pub struct DeadEnd {
 /// not exist, has nothing bound to it, or (the default exchange) their dead-letter routing key
 /// names no queue. Bindings that route by key are not judged: a queue bound at all counts.
 pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
+    let by_name = by_name(queues);
     let mut out = Vec::new();
     for source in queues {
         let Some((exchange, key)) = dead_letter_target(source) else {
@@ -200,17 +209,12 @@ pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
         };
         let vhost = text(source, "vhost");
         let reason = match (exchange.as_str(), key) {
-            ("", Some(key)) => {
-                let exists = queues
-                    .iter()
-                    .any(|q| text(q, "vhost") == vhost && text(q, "name") == key);
-                (!exists).then(|| {
-                    format!(
-                        "its dead-letter routing key names queue {key:?}, which does not exist: \
+            ("", Some(key)) => (!by_name.contains_key(&(vhost, key.as_str()))).then(|| {
+                format!(
+                    "its dead-letter routing key names queue {key:?}, which does not exist: \
                          its dead letters are dropped"
-                    )
-                })
-            }
+                )
+            }),
             // The default exchange with the original routing keys: not judged.
             ("", None) => None,
             (_, _) => match bindings.get(&(vhost.to_owned(), exchange.clone())) {
@@ -250,10 +254,7 @@ pub fn find_dlqs(
     archived: &[(String, String)],
     broker_major: u32,
 ) -> Vec<DiscoveredDlq> {
-    let by_name: BTreeMap<(&str, &str), &Value> = queues
-        .iter()
-        .map(|q| ((text(q, "vhost"), text(q, "name")), q))
-        .collect();
+    let by_name = by_name(queues);
     // DLQ → the queues feeding it.
     let mut fed: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for source in queues {
