@@ -27,8 +27,8 @@ use tokio::process::Command;
 
 mod common;
 use common::{
-    amqp_url, backend_names, confirm_channel, env_or, expiring_into, median, postgres_url,
-    publish_all,
+    amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
+    postgres_url, publish_all,
 };
 
 /// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them:
@@ -54,13 +54,7 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) 
     let big_body = vec![0x5a_u8; 16 * 1024 * 1024];
     let every = n.checked_div(big).unwrap_or(usize::MAX).max(1);
     let messages = (0..n).map(|i| {
-        let mut body = format!(
-            r#"{{"invoice_id":"INV-2026-{i:06}","customer":"c-{}","lines":["#,
-            i % 977
-        )
-        .into_bytes();
-        body.resize(1020, b' ');
-        body.extend_from_slice(b"]}  ");
+        let body = invoice_body(i);
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_delivery_mode(2)

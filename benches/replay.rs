@@ -32,24 +32,12 @@ use tokio::process::Command;
 
 mod common;
 use common::{
-    amqp_url, backend_names, confirm_channel, env_or, expiring_into, median, postgres_url,
-    publish_all, text,
+    amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
+    postgres_url, publish_all, text,
 };
 
 /// The routing key every message was first published with.
 const KEY: &str = "work";
-
-/// A 1 KB JSON body, as the ingest benchmark's.
-fn body(i: usize) -> Vec<u8> {
-    let mut body = format!(
-        r#"{{"invoice_id":"INV-2026-{i:06}","customer":"c-{}","lines":["#,
-        i % 977
-    )
-    .into_bytes();
-    body.resize(1020, b' ');
-    body.extend_from_slice(b"]}  ");
-    body
-}
 
 fn properties(i: usize) -> MessageProperties {
     MessageProperties {
@@ -94,7 +82,7 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
         redelivered: false,
         properties: properties(i),
         headers: Some(headers),
-        body: body(i),
+        body: invoice_body(i),
         received_at: now,
         decode_problems: Vec::new(),
         stream_offset: None,

@@ -46,6 +46,41 @@ pub enum Command {
     /// `/readyz`: database and every consumer up). Exits 0 if so, 1 if not: a container
     /// health check (the image has no curl).
     Health(HealthConfig),
+    /// Apply the retention policy now (`--retention`, as `serve` reads it): delete what it no
+    /// longer keeps, in small audited transactions. With --dry-run, only show what would go.
+    Retention(RetentionConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RetentionConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Show what a pass would delete, by DLQ and rule, and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The retention policy, the same for `serve` and `retention`.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionArgs {
+    /// What the archive keeps: `[QUEUE:]RULE[,RULE...]` with days=N (archived N days ago),
+    /// resolved-days=N (resolved N days ago), messages=N and size=N[KiB|MiB|GiB|TiB] (the
+    /// oldest beyond go). Without a queue for every DLQ; a queue's own replaces the rules it
+    /// names. Repeatable; in the variable separated by ';'. Messages an unfinished replay job
+    /// holds are kept. None: everything is kept.
+    #[arg(long = "retention", env = "LAZARUS_RETENTION", value_delimiter = ';')]
+    pub specs: Vec<crate::retention::RetentionSpec>,
+    /// Seconds between two retention passes of `serve` (the first runs at start).
+    #[arg(long, env = "LAZARUS_RETENTION_INTERVAL_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub retention_interval_secs: u64,
+}
+
+impl RetentionArgs {
+    pub fn policy(&self) -> Result<crate::retention::Policy, String> {
+        crate::retention::Policy::new(&self.specs)
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -348,6 +383,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
     pub management_url: Option<String>,
 
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+
     /// A protobuf FileDescriptorSet (`protoc --include_imports --descriptor_set_out=FILE`):
     /// bodies of its message types are shown, searched, masked and have business fields as
     /// JSON (repeatable). A body's message is named by its `type` property, a `proto=`
@@ -505,6 +543,7 @@ impl fmt::Debug for ServeConfig {
             .field("proto_descriptors", &self.proto_descriptors)
             .field("proto_types", &self.proto_types)
             .field("proto_header", &self.proto_header)
+            .field("retention", &self.retention)
             .finish()
     }
 }

@@ -19,6 +19,7 @@ pub mod metrics;
 #[cfg(test)]
 mod proptests;
 pub mod replay;
+pub mod retention;
 pub mod search;
 pub mod selection;
 pub mod startup;

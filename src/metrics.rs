@@ -103,6 +103,7 @@ pub struct Metrics {
     pub ingest_errors: Family<IngestErrorLabels, Counter>,
     replayed: Family<OutcomeLabels, Counter>,
     canary_pauses: Counter,
+    retention_deleted: Counter,
     database_up: Gauge,
 }
 
@@ -117,6 +118,7 @@ impl Default for Metrics {
         let ingest_errors = Family::<IngestErrorLabels, Counter>::default();
         let replayed = Family::<OutcomeLabels, Counter>::default();
         let canary_pauses = Counter::default();
+        let retention_deleted = Counter::default();
         let database_up = Gauge::default();
         registry.register(
             "archived_messages",
@@ -159,6 +161,11 @@ impl Default for Metrics {
             canary_pauses.clone(),
         );
         registry.register(
+            "retention_deleted_messages",
+            "Messages this process deleted under the retention policy",
+            retention_deleted.clone(),
+        );
+        registry.register(
             "database_up",
             "1 when the archive database answered this scrape, 0 when it did not",
             database_up.clone(),
@@ -167,6 +174,7 @@ impl Default for Metrics {
             registry,
             replayed,
             canary_pauses,
+            retention_deleted,
             database_up,
             archived,
             ingested,
@@ -206,6 +214,10 @@ impl Metrics {
 
     pub fn canary_paused(&self) {
         self.canary_pauses.inc();
+    }
+
+    pub fn retention_deleted(&self, n: u64) {
+        self.retention_deleted.inc_by(n);
     }
 
     /// The Prometheus text exposition, with archive totals as of now (`None`: the database
@@ -265,5 +277,9 @@ mod tests {
         assert!(metrics
             .render(None)
             .contains("lazarus_replay_canary_pauses_total 1"));
+        metrics.retention_deleted(7);
+        assert!(metrics
+            .render(None)
+            .contains("lazarus_retention_deleted_messages_total 7"));
     }
 }

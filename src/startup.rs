@@ -46,6 +46,11 @@ impl Application {
             "at most {MAX_BUSINESS_FIELDS} --field are supported, not {}",
             config.fields.len()
         );
+        let retention = config
+            .retention
+            .policy()
+            .map_err(anyhow::Error::msg)
+            .context("--retention")?;
         let archive = archive::open_served(&config.connection.database_url)
             .await
             .with_context(|| {
@@ -80,6 +85,7 @@ impl Application {
         state.replay_policy = Arc::new(config.replay_policy());
         state.settle = Duration::from_secs(config.settle_secs);
         state.management = management.clone();
+        state.retention = (!retention.is_empty()).then(|| Arc::from(retention.describe()));
         if state.replay_policy.is_open() && !config.queues.is_empty() {
             tracing::info!(
                 "no --replay-exchange: replays publish to whatever exchange a message's x-death names"
@@ -155,6 +161,17 @@ impl Application {
             Duration::from_secs(self.config.settle_secs),
             token.clone(),
         ));
+        let retention = self.config.retention.policy().unwrap_or_default();
+        if !retention.is_empty() {
+            tracker.spawn(crate::retention::keep(
+                self.background.clone(),
+                retention,
+                Duration::from_secs(self.config.retention.retention_interval_secs),
+                format!("{} (pid {})", identity.name(), std::process::id()),
+                self.state.metrics.clone(),
+                token.clone(),
+            ));
+        }
         tracker.spawn(job::run(
             self.background.clone(),
             self.config

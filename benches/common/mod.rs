@@ -135,3 +135,15 @@ pub async fn confirm_channel(url: &str) -> (Connection, Channel) {
         .unwrap();
     (connection, channel)
 }
+
+/// The benchmarks' 1 KB JSON invoice body, the i-th.
+pub fn invoice_body(i: usize) -> Vec<u8> {
+    let mut body = format!(
+        r#"{{"invoice_id":"INV-2026-{i:06}","customer":"c-{}","lines":["#,
+        i % 977
+    )
+    .into_bytes();
+    body.resize(1020, b' ');
+    body.extend_from_slice(b"]}  ");
+    body
+}

@@ -1,6 +1,6 @@
 //! What the audit log says of each action: its lines, and how much of a text it keeps.
 
-use super::{JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, Selection};
+use super::{JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, RetentionCount, Selection};
 use crate::death::ReplayTarget;
 
 /// The most of an actor and of a summary an entry keeps (the web caps names and fields well
@@ -110,6 +110,23 @@ pub fn pause_summary(id: i64, detail: Option<&str>) -> String {
     )
 }
 
+/// The audit line of a retention run: what it deleted, by DLQ and rule.
+pub fn retention_summary(deleted: i64, counts: &[RetentionCount], interrupted: bool) -> String {
+    let bytes: i64 = counts.iter().map(|c| c.bytes).sum();
+    let each: Vec<String> = counts
+        .iter()
+        .map(|c| format!("{} {} by {}", c.queue, c.messages, c.rule))
+        .collect();
+    let ended = match interrupted {
+        true => " (the run was interrupted; this is what it did)",
+        false => "",
+    };
+    format!(
+        "retention deleted {deleted} messages ({bytes} body bytes): {}{ended}",
+        each.join("; ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +136,26 @@ mod tests {
         assert_eq!(capped("abc", 3), "abc");
         assert_eq!(capped("abcd", 3), "abc…");
         assert_eq!(capped("ééé", 2), "éé…");
+    }
+
+    #[test]
+    fn a_retention_run_says_what_it_deleted_by_queue_and_rule() {
+        let count = |queue: &str, rule: &str, messages, bytes| RetentionCount {
+            queue: queue.into(),
+            rule: rule.into(),
+            messages,
+            bytes,
+        };
+        let counts = [
+            count("orders.dlq", "days=90", 1200, 1_000_000),
+            count("pay.dlq", "messages=10", 34, 2_000),
+        ];
+        assert_eq!(
+            retention_summary(1234, &counts, false),
+            "retention deleted 1234 messages (1002000 body bytes): orders.dlq 1200 by days=90; \
+             pay.dlq 34 by messages=10"
+        );
+        assert!(retention_summary(1234, &counts, true)
+            .ends_with("(the run was interrupted; this is what it did)"));
     }
 }

@@ -274,7 +274,8 @@ pub struct AuditEntry {
     pub actor: String,
     /// `replay`, `edit_replay`, `dismiss`, `job_plan`, `job_start`, `job_pause`,
     /// `job_resume`, `job_cancel`, `job_complete`, `login`, `login_failed`, `logout`,
-    /// `user_put`, `user_password`, `user_remove`, `token_create`, `token_revoke`.
+    /// `user_put`, `user_password`, `user_remove`, `token_create`, `token_revoke`, `purge`,
+    /// `retention`.
     pub action: String,
     pub job_id: Option<String>,
     pub message_id: Option<String>,

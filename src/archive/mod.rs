@@ -30,7 +30,8 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Console, Ingest, InstanceLock, JobLease, JobStore,
-    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Upkeep,
+    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog,
+    Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -446,3 +446,50 @@ pub enum ReplayStart {
     /// The key was used before (a double click, a retried request): do not publish again.
     Existing(ReplayRecord),
 }
+
+/// One DLQ's kept totals, as retention reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueTotals {
+    pub queue: String,
+    pub messages: i64,
+    /// Body bytes.
+    pub bytes: i64,
+    /// The archive time of its oldest message (ms since the epoch).
+    pub oldest_at: Option<i64>,
+}
+
+/// Which of a DLQ's messages a retention scan reads, in id order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Those archived before this time (ms since the epoch).
+    ArchivedBefore(i64),
+    /// Those resolved (dismissed, settled, died again) before this time.
+    ResolvedBefore(i64),
+    /// All of them, oldest first: for the caps.
+    Oldest,
+}
+
+/// A retention pass, as recorded: what it deleted, by DLQ and rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetentionRun {
+    pub id: i64,
+    pub owner: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// When the instance that finished it means to run the next.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub next_at: Option<OffsetDateTime>,
+    pub deleted: i64,
+    pub counts: Vec<RetentionCount>,
+}
+
+/// What a run deleted from one DLQ under one rule (`days=90`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetentionCount {
+    pub queue: String,
+    pub rule: String,
+    pub messages: i64,
+    pub bytes: i64,
+}

@@ -10,8 +10,8 @@ use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, FailureGroup, HourlyCount,
     IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep, MessageFilter,
     MessagePage, MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount,
-    ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, Role, Selection, StoreOutcome, StoredBody,
-    TokenRecord, TokenSpec, UserRecord,
+    QueueTotals, ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan,
+    Selection, StoreOutcome, StoredBody, TokenRecord, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -290,6 +290,55 @@ pub struct ReindexProgress {
     pub rewritten: u64,
 }
 
+/// Keeping the archive within its retention policy (`src/retention/`): passes recorded as
+/// runs, what is due read in id order, deleted in small transactions as a purge deletes.
+#[async_trait]
+pub trait Retention: Send + Sync {
+    /// Each DLQ's kept totals (no table scan).
+    async fn queue_totals(&self) -> Result<Vec<QueueTotals>, ArchiveError>;
+    /// Up to `limit` messages of `queue` with an id above `after` that `scan` selects and no
+    /// unfinished job holds, in id order: their ids and body sizes.
+    async fn retention_scan(
+        &self,
+        queue: &str,
+        scan: Scan,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, i64)>, ArchiveError>;
+    /// Starts a run for `owner`, unless another is under way (heard of within `stale_ms`):
+    /// `None` then, one run at a time across instances. Runs interrupted earlier (not heard
+    /// of since) are finished and audited first.
+    async fn begin_retention(
+        &self,
+        owner: &str,
+        stale_ms: i64,
+    ) -> Result<Option<i64>, ArchiveError>;
+    /// Deletes these messages as a purge does (but those an unfinished job holds) and counts
+    /// them in run `run` under `queue` and `rule`, in one transaction; how many went.
+    async fn expire(
+        &self,
+        run: i64,
+        queue: &str,
+        rule: &str,
+        ids: &[i64],
+    ) -> Result<u64, ArchiveError>;
+    /// Ends run `run` (audited if it deleted anything), to be followed at `next_at`.
+    async fn finish_retention(
+        &self,
+        run: i64,
+        next_at: OffsetDateTime,
+    ) -> Result<RetentionRun, ArchiveError>;
+    /// Gives the space of deleted rows back to the file system, in small steps, where the
+    /// backend does not itself (SQLite's incremental vacuum); pages freed.
+    async fn reclaim_space(&self) -> Result<u64, ArchiveError>;
+}
+
+/// What the overview says of retention: the last run that finished.
+#[async_trait]
+pub trait RetentionLog: Send + Sync {
+    async fn last_retention(&self) -> Result<Option<RetentionRun>, ArchiveError>;
+}
+
 /// What `lazarus serve` keeps up in the background: resolving replayed messages whose copy
 /// did not come back within the settle time, and forgetting old per-minute counts.
 #[async_trait]
@@ -303,16 +352,29 @@ pub trait Upkeep: Send + Sync {
 
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
 pub trait Console:
-    MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
+    MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts + RetentionLog
 {
 }
 
 impl<T> Console for T where
-    T: MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts
+    T: MessageStore
+        + MessageSearch
+        + ReplayLog
+        + JobStore
+        + Actions
+        + AuditLog
+        + Accounts
+        + RetentionLog
 {
 }
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
-pub trait Archive: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + 'static {}
+pub trait Archive:
+    Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + 'static
+{
+}
 
-impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + 'static> Archive for T {}
+impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + 'static> Archive
+    for T
+{
+}

@@ -15,12 +15,12 @@ mod error;
 mod extract;
 mod health;
 mod highlight;
-mod html;
+pub mod html;
 pub mod limits;
 pub mod masking;
 mod message;
 mod message_actions;
-mod messages;
+pub mod messages;
 mod nav;
 mod overview;
 mod payload;
@@ -85,6 +85,8 @@ pub struct AppState {
     pub management: Option<Arc<crate::amqp::management::Management>>,
     /// The broker's DLQs as the management API last described them.
     pub discovery: Arc<dlqs::Discovery>,
+    /// The retention policy (`--retention`) as the overview says it; `None`: everything kept.
+    pub retention: Option<Arc<str>>,
 }
 
 impl AppState {
@@ -115,6 +117,7 @@ impl AppState {
             settle: std::time::Duration::from_secs(300),
             management: None,
             discovery: Arc::default(),
+            retention: None,
         }
     }
 }

@@ -83,6 +83,14 @@ pub struct DlqsCard {
     pub rows: Vec<DlqRow>,
 }
 
+/// The retention policy, and its last pass.
+pub struct RetentionLine {
+    pub policy: String,
+    /// When the last pass ended, and how many it deleted.
+    pub last: Option<(String, i64)>,
+    pub next: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {
@@ -99,6 +107,8 @@ pub struct OverviewPage {
     pub recent_minutes: i64,
     /// The broker's DLQs Lazarus does not archive (with `--management-url`).
     pub dlqs: Option<DlqsCard>,
+    /// `None`: no retention policy, everything is kept.
+    pub retention: Option<RetentionLine>,
 }
 
 /// `/`: never an error page — what cannot be read is said in a banner, and the page keeps
@@ -120,9 +130,13 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             .archive
             .recent_counts(now - Duration::minutes(RECENT_MINUTES - 1))
             .await?;
-        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent))
+        let last_pass = match state.retention {
+            Some(_) => state.archive.last_retention().await?,
+            None => None,
+        };
+        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent, last_pass))
     };
-    let (counts, hourly, groups, recent) = match read.await {
+    let (counts, hourly, groups, recent, last_pass) = match read.await {
         Ok(read) => read,
         Err(e) => {
             outages.insert(0, format!("The database is unreachable: {e}. Nothing archived can be shown; consumers hold their deliveries until it is back."));
@@ -136,9 +150,17 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             .latest(management, consumers.keys().cloned().collect());
         dlqs_card(found, &mut warnings)
     });
+    let retention = state.retention.as_ref().map(|policy| RetentionLine {
+        policy: policy.to_string(),
+        last: last_pass
+            .as_ref()
+            .and_then(|r| Some((utc(r.finished_at?), r.deleted))),
+        next: last_pass.as_ref().and_then(|r| r.next_at).map(utc),
+    });
     render(&OverviewPage {
         nav,
         dlqs,
+        retention,
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
         queues: queue_rows(&counts, &hourly, &recent, &consumers, now),

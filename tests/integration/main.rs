@@ -27,6 +27,7 @@ mod producers;
 mod reconnect;
 mod replay;
 mod replay_policy;
+mod retention;
 mod seeds;
 mod served;
 mod signin;

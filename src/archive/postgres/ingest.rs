@@ -114,12 +114,13 @@ async fn insert_batch(
          INSERT INTO message_fields (message_id, name, value) \
          SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
          new_totals AS (\
-         INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, oldest_at, newest_at) \
-         SELECT q, r, n, n, o, w FROM UNNEST($29::text[], $30::text[], $31::bigint[], $32::bigint[], $33::bigint[]) \
-         AS t (q, r, n, o, w) \
+         INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
+         SELECT q, r, n, n, b, o, w FROM UNNEST($29::text[], $30::text[], $31::bigint[], $50::bigint[], \
+         $32::bigint[], $33::bigint[]) AS t (q, r, n, b, o, w) \
          ON CONFLICT (queue, reason) DO UPDATE SET \
          messages = queue_reason_counts.messages + excluded.messages, \
          open_messages = queue_reason_counts.open_messages + excluded.messages, \
+         bytes = queue_reason_counts.bytes + excluded.bytes, \
          oldest_at = LEAST(queue_reason_counts.oldest_at, excluded.oldest_at), \
          newest_at = GREATEST(queue_reason_counts.newest_at, excluded.newest_at)), \
          new_hours AS (\
@@ -169,9 +170,9 @@ async fn insert_batch(
     .bind(fields.iter().map(|(_, (_, v))| v.as_str()).collect::<Vec<_>>())
     .bind(totals.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(totals.keys().map(|k| k.1).collect::<Vec<_>>())
-    .bind(totals.values().map(|v| v.0).collect::<Vec<_>>())
-    .bind(totals.values().map(|v| v.1).collect::<Vec<_>>())
-    .bind(totals.values().map(|v| v.2).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.messages).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.oldest).collect::<Vec<_>>())
+    .bind(totals.values().map(|v| v.newest).collect::<Vec<_>>())
     .bind(hours.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(hours.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(hours.values().copied().collect::<Vec<_>>())
@@ -188,6 +189,7 @@ async fn insert_batch(
     .bind(minutes.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(minutes.values().copied().collect::<Vec<_>>())
     .bind(col(&|m| m.search_text.snippet.as_deref()))
+    .bind(totals.values().map(|v| v.bytes).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

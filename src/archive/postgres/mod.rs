@@ -128,6 +128,17 @@ impl SqlArchive for PostgresArchive {
         Pool::Postgres(&self.pool)
     }
 
+    async fn delete_messages(
+        &self,
+        conn: &mut Conn<'_>,
+        ids: &[i64],
+    ) -> Result<(u64, i64), sqlx::Error> {
+        let Conn::Postgres(conn) = conn else {
+            unreachable!("a PostgreSQL archive's transactions are PostgreSQL's")
+        };
+        actions::delete_messages(conn, ids).await
+    }
+
     async fn rewrite_search(
         &self,
         conn: &mut Conn<'_>,

@@ -73,6 +73,10 @@ pub const TODO: &str = "(outcome IS NULL OR outcome = 'sending')";
 
 /// `EXISTS (...)`: a job not yet finished holds the message (`messages.id`); purging leaves
 /// such messages alone.
+/// The messages (`m`) a `queue_reason_counts` row counts, for a subquery of an update of it.
+pub const OF_TOTAL: &str = "WHERE m.queue = queue_reason_counts.queue \
+    AND coalesce(m.first_death_reason, 'none') = queue_reason_counts.reason";
+
 pub const HELD_BY_UNFINISHED_JOB: &str =
     "EXISTS (SELECT 1 FROM replay_job_items i JOIN replay_jobs j ON j.id = i.job_id \
      WHERE i.message_id = messages.id AND j.state IN ('queued', 'running', 'paused'))";

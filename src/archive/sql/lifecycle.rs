@@ -35,8 +35,9 @@ pub fn any(_: MessageStatus) -> bool {
     true
 }
 
-/// Sets the status of these messages (those whose status `from` accepts), with the time of
-/// the replay that published them when `to` is [`MessageStatus::Replayed`]; keeps the open
+/// Sets the status of these messages (those whose status `from` accepts), and when it changed
+/// (`status_at`: how long a resolved message has been, for retention), with the time of the
+/// replay that published them when `to` is [`MessageStatus::Replayed`]; keeps the open
 /// counts of their DLQs and groups. Returns the messages it changed.
 ///
 /// On PostgreSQL the messages are locked in id order first, as dismissals, purges and runner
@@ -104,11 +105,12 @@ pub async fn set_status(
         }
         conn.execute(
             &format!(
-                "UPDATE {} SET status = $1, replayed_at = coalesce($2, replayed_at) WHERE {}",
+                "UPDATE {} SET status = $1, replayed_at = coalesce($2, replayed_at), status_at = $4 \
+                 WHERE {}",
                 d.status_table(),
                 d.in_ids("id", 3)
             ),
-            args![to.as_str(), replayed_at, &mine],
+            args![to.as_str(), replayed_at, &mine, super::now()],
         )
         .await?;
         changed.extend(mine);

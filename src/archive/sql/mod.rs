@@ -17,6 +17,7 @@ mod messages;
 pub mod overview;
 mod reindex;
 mod replays;
+pub mod retention;
 pub mod rows;
 
 use time::OffsetDateTime;
@@ -44,6 +45,15 @@ pub trait SqlArchive: Send + Sync {
         conn: &mut Conn<'_>,
         entries: &[(i64, SearchText)],
     ) -> Result<(), sqlx::Error>;
+
+    /// Deletes these messages for good — bodies, search entries, replay records, totals —
+    /// except those an unfinished job holds, inside the transaction `conn` is in, as a purge
+    /// does; how many went, and their body bytes.
+    async fn delete_messages(
+        &self,
+        conn: &mut Conn<'_>,
+        ids: &[i64],
+    ) -> Result<(u64, i64), sqlx::Error>;
 
     /// Inserts job `id`'s items, inside the transaction `conn` is in: the messages of the
     /// spec's selection, with the spec's target or each message's own; how many.

@@ -42,10 +42,19 @@ pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
     }
 }
 
-/// Per DLQ and first-death reason: how many rows, the oldest and the newest archive time.
-pub fn totals<'a>(
-    rows: &[(i64, &'a PreparedMessage)],
-) -> BTreeMap<(&'a str, &'a str), (i64, i64, i64)> {
+/// What a batch adds to one DLQ and first-death reason's totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueTotal {
+    pub messages: i64,
+    /// Body bytes (what a retention size cap counts).
+    pub bytes: i64,
+    pub oldest: i64,
+    pub newest: i64,
+}
+
+/// Per DLQ and first-death reason: how many rows, their body bytes, the oldest and the newest
+/// archive time.
+pub fn totals<'a>(rows: &[(i64, &'a PreparedMessage)]) -> BTreeMap<(&'a str, &'a str), QueueTotal> {
     let mut totals = BTreeMap::new();
     for (_, m) in rows {
         let reason = m
@@ -56,10 +65,16 @@ pub fn totals<'a>(
         let at = millis(m.message.received_at);
         let entry = totals
             .entry((m.message.queue.as_str(), reason))
-            .or_insert((0, at, at));
-        entry.0 += 1;
-        entry.1 = entry.1.min(at);
-        entry.2 = entry.2.max(at);
+            .or_insert(QueueTotal {
+                messages: 0,
+                bytes: 0,
+                oldest: at,
+                newest: at,
+            });
+        entry.messages += 1;
+        entry.bytes += m.message.body.len() as i64;
+        entry.oldest = entry.oldest.min(at);
+        entry.newest = entry.newest.max(at);
     }
     totals
 }

@@ -196,20 +196,21 @@ impl Ingest for SqliteArchive {
         }
         terms.save(&mut tx).await?;
         record_overview(&mut tx, &rows).await?;
-        for ((queue, reason), (messages, oldest, newest)) in totals(&rows) {
+        for ((queue, reason), t) in totals(&rows) {
             sqlx::query(
-                "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, oldest_at, newest_at) \
-                 VALUES (?, ?, ?, ?, ?, ?) \
+                "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
-                 open_messages = open_messages + excluded.messages, \
+                 open_messages = open_messages + excluded.messages, bytes = bytes + excluded.bytes, \
                  oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
             )
             .bind(queue)
             .bind(reason)
-            .bind(messages)
-            .bind(messages)
-            .bind(oldest)
-            .bind(newest)
+            .bind(t.messages)
+            .bind(t.messages)
+            .bind(t.bytes)
+            .bind(t.oldest)
+            .bind(t.newest)
             .execute(&mut *tx)
             .await?;
         }

@@ -12,9 +12,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
+use super::sql::columns::HELD_BY_UNFINISHED_JOB;
 use super::sql::filter::push_freeze;
 use super::sql::{args, Conn, Pool, SqlArchive};
 use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText};
@@ -36,8 +39,25 @@ impl SqliteArchive {
         // Every body is in these files: the owner's alone, before SQLite first writes them.
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let file = (!in_memory).then(|| options.get_filename().to_path_buf());
+        // Space freed by retention is given back in small steps (`reclaim_space`): set on a
+        // new, empty file only, where it takes effect (an older archive is converted by
+        // `VACUUM`, README). On an existing one the pragma would be a write on every new
+        // connection, failing while another writer holds the database or the disk is full.
+        let fresh = file
+            .as_ref()
+            .is_some_and(|f| std::fs::metadata(f).map_or(true, |m| m.len() == 0));
         if let Some(file) = &file {
             file::make_private(file).map_err(sqlx::Error::Io)?;
+        }
+        if fresh {
+            // One connection sets it before WAL mode writes the file's first page.
+            use sqlx::{ConnectOptions, Connection};
+            let first = options
+                .clone()
+                .auto_vacuum(SqliteAutoVacuum::Incremental)
+                .connect()
+                .await?;
+            first.close().await?;
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
@@ -100,6 +120,25 @@ impl SqlArchive for SqliteArchive {
             unreachable!("a SQLite archive's transactions are SQLite's")
         };
         terms.save(conn).await
+    }
+
+    async fn delete_messages(
+        &self,
+        conn: &mut Conn<'_>,
+        ids: &[i64],
+    ) -> Result<(u64, i64), sqlx::Error> {
+        let Conn::Sqlite(conn) = conn else {
+            unreachable!("a SQLite archive's transactions are SQLite's")
+        };
+        actions::clear_purge_ids(conn).await?;
+        sqlx::query(&format!(
+            "INSERT INTO purge_ids SELECT id FROM messages \
+             WHERE id IN (SELECT value FROM json_each(?)) AND NOT {HELD_BY_UNFINISHED_JOB}"
+        ))
+        .bind(serde_json::to_string(ids).unwrap_or_else(|_| "[]".into()))
+        .execute(&mut **conn)
+        .await?;
+        actions::delete_purge_ids(conn).await
     }
 
     async fn freeze_selection(
