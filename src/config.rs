@@ -49,6 +49,27 @@ pub enum Command {
     /// Apply the retention policy now (`--retention`, as `serve` reads it): delete what it no
     /// longer keeps, in small audited transactions. With --dry-run, only show what would go.
     Retention(RetentionConfig),
+    /// Write archived messages whole — body bytes, typed headers and properties, status,
+    /// notes, replays — as NDJSON, one message a line: those the list's filters (or --id)
+    /// select, every message without any.
+    Export(ExportConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub filter: ListParams,
+    /// Export these archive ids instead of a filter (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// Business fields the search may use, as with `serve` (name=/json/pointer).
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+    /// Write here (created readable by its owner only) instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -11,6 +11,7 @@ pub mod cjk;
 pub mod config;
 pub mod death;
 pub mod demo;
+pub mod export_cli;
 pub mod health_cli;
 pub mod instance;
 pub mod masking;

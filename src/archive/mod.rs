@@ -29,9 +29,9 @@ pub use record::{
 };
 pub use sqlite::SqliteArchive;
 pub use store::{
-    Accounts, Actions, Archive, AuditLog, Console, Ingest, InstanceLock, JobLease, JobStore,
-    MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog,
-    Upkeep,
+    Accounts, Actions, Archive, AuditLog, Console, Export, Ingest, InstanceLock, JobLease,
+    JobStore, MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Retention,
+    RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -493,3 +493,47 @@ pub struct RetentionCount {
     pub messages: i64,
     pub bytes: i64,
 }
+
+/// Messages an export reads at a time, at most…
+pub const EXPORT_BATCH: u32 = 500;
+/// …and body bytes (a batch stops before it would pass them, but has one message at least).
+pub const EXPORT_BATCH_BYTES: i64 = 8 * 1024 * 1024;
+
+/// One archived message, whole, as `lazarus export` and `GET /api/export` write it: one JSON
+/// line each, lossless — the body's bytes (base64), every property and header with its AMQP
+/// type, the status with its note and times, and its replays.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportedMessage {
+    /// Its id in the archive it was exported from.
+    #[serde(serialize_with = "id_as_string")]
+    pub id: i64,
+    pub queue: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub archived_at: OffsetDateTime,
+    /// The exchange and routing key it was delivered into the DLQ with.
+    pub exchange: String,
+    pub routing_key: String,
+    pub redelivered: bool,
+    pub properties: MessageProperties,
+    pub headers: Option<Table>,
+    /// The body bytes, base64 (standard alphabet, padded).
+    #[serde(serialize_with = "base64_bytes")]
+    pub body: Vec<u8>,
+    pub status: MessageStatus,
+    pub status_note: Option<String>,
+    /// When the status last changed (none while it is `archived`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub status_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub replayed_at: Option<OffsetDateTime>,
+    /// The message this is a replayed copy of (an id of the same archive).
+    #[serde(serialize_with = "optional_id_as_string")]
+    pub replay_of: Option<i64>,
+    /// Its replays, oldest first.
+    pub replays: Vec<ReplayRecord>,
+}
+
+fn base64_bytes<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    use base64::Engine;
+    s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+}

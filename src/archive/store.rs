@@ -7,11 +7,11 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::{
-    Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, FailureGroup, HourlyCount,
-    IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep, MessageFilter,
-    MessagePage, MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount,
-    QueueTotals, ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan,
-    Selection, StoreOutcome, StoredBody, TokenRecord, TokenSpec, UserRecord,
+    Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, ExportedMessage, FailureGroup,
+    HourlyCount, IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
+    MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage,
+    QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun,
+    Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -333,6 +333,20 @@ pub trait Retention: Send + Sync {
     async fn reclaim_space(&self) -> Result<u64, ArchiveError>;
 }
 
+/// Taking messages out of the archive whole (`lazarus export`, `GET /api/export`).
+#[async_trait]
+pub trait Export: Send + Sync {
+    /// The selected messages with an id above `after`, in id order, whole: up to `limit` of
+    /// them, and fewer once their bodies pass `max_bytes` (always at least one).
+    async fn export_batch(
+        &self,
+        selection: &Selection,
+        after: i64,
+        limit: u32,
+        max_bytes: i64,
+    ) -> Result<Vec<ExportedMessage>, ArchiveError>;
+}
+
 /// What the overview says of retention: the last run that finished.
 #[async_trait]
 pub trait RetentionLog: Send + Sync {
@@ -352,7 +366,15 @@ pub trait Upkeep: Send + Sync {
 
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
 pub trait Console:
-    MessageStore + MessageSearch + ReplayLog + JobStore + Actions + AuditLog + Accounts + RetentionLog
+    MessageStore
+    + MessageSearch
+    + ReplayLog
+    + JobStore
+    + Actions
+    + AuditLog
+    + Accounts
+    + RetentionLog
+    + Export
 {
 }
 
@@ -365,6 +387,7 @@ impl<T> Console for T where
         + AuditLog
         + Accounts
         + RetentionLog
+        + Export
 {
 }
 

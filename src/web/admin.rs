@@ -179,51 +179,16 @@ const EXPORT_PAGE: u32 = 50;
 /// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line,
 /// streamed a page at a time (memory stays the same however long the log is).
 pub(super) async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppError> {
-    /// What the stream yields next.
-    enum Next {
-        Page(Vec<AuditEntry>),
-        Failed,
-        Done,
-    }
     let first = state.archive.audit_export(None, EXPORT_PAGE).await?;
-    let pages = futures_util::stream::unfold(
-        (state.archive.clone(), Next::Page(first)),
-        |(archive, next)| async move {
-            let page = match next {
-                Next::Page(page) if !page.is_empty() => page,
-                Next::Page(_) | Next::Done => return None,
-                Next::Failed => {
-                    let cut = std::io::Error::other("the archive failed; the export is cut short");
-                    return Some((Err(cut), (archive, Next::Done)));
-                }
-            };
-            let mut out = String::new();
-            for e in &page {
-                out.push_str(&serde_json::to_string(e).expect("entries serialize"));
-                out.push('\n');
-            }
-            let after = page.last().map(|e| e.id);
-            let next = match archive.audit_export(after, EXPORT_PAGE).await {
-                Ok(next) => Next::Page(next),
-                Err(e) => {
-                    tracing::error!(error = %e, "audit export cut short");
-                    Next::Failed
-                }
-            };
-            Some((Ok::<_, std::io::Error>(out), (archive, next)))
+    let archive = state.archive.clone();
+    Ok(super::ndjson::download(
+        first,
+        move |last: &AuditEntry| {
+            let (archive, after) = (archive.clone(), last.id);
+            async move { archive.audit_export(Some(after), EXPORT_PAGE).await }
         },
-    );
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/x-ndjson"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"lazarus-audit.ndjson\"",
-            ),
-        ],
-        axum::body::Body::from_stream(pages),
-    )
-        .into_response())
+        "lazarus-audit.ndjson",
+    ))
 }
 
 #[derive(Template)]

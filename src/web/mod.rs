@@ -12,6 +12,7 @@ pub mod auth;
 mod client;
 mod dlqs;
 mod error;
+mod export;
 mod extract;
 mod health;
 mod highlight;
@@ -22,6 +23,7 @@ mod message;
 mod message_actions;
 pub mod messages;
 mod nav;
+mod ndjson;
 mod overview;
 mod payload;
 mod replays;
@@ -190,6 +192,7 @@ fn routes() -> Routes {
         .post(ADMIN, "/admin/tokens/{id}/revoke", admin::revoke_form)
         .get(ADMIN, "/api/audit", api_replays::audit_log)
         .get(ADMIN, "/api/audit.ndjson", admin::audit_ndjson)
+        .get(ADMIN, "/api/export", export::export_messages)
         .get(ADMIN, "/api/admin/users", admin::list_users)
         .get(ADMIN, "/api/admin/tokens", admin::list_tokens)
         .post(ADMIN, "/api/admin/tokens", admin::create_token)

@@ -14,6 +14,7 @@ mod crash;
 mod demo;
 mod deploy;
 mod discovery;
+mod export;
 mod failures;
 mod headers;
 mod hostile;

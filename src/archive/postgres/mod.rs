@@ -19,7 +19,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, QueryBuilder};
 
 use super::sql::filter::push_freeze;
 use super::sql::{args, Conn, Pool, SqlArchive};
-use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText, Selection};
 
 #[derive(Debug, Clone)]
 pub struct PostgresArchive {
@@ -126,6 +126,21 @@ fn bounded_pool() -> PgPoolOptions {
 impl SqlArchive for PostgresArchive {
     fn db(&self) -> Pool<'_> {
         Pool::Postgres(&self.pool)
+    }
+
+    async fn selected_ids(
+        &self,
+        selection: &Selection,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let mut q = QueryBuilder::<Postgres>::new("SELECT messages.id");
+        messages::push_selection(&mut q, selection);
+        q.push(" AND messages.id > ")
+            .push_bind(after)
+            .push(" ORDER BY messages.id LIMIT ")
+            .push_bind(i64::from(limit));
+        q.build_query_scalar().fetch_all(&self.pool).await
     }
 
     async fn delete_messages(

@@ -9,6 +9,7 @@ mod accounts;
 mod audit;
 pub mod columns;
 mod db;
+mod export;
 pub mod filter;
 mod jobs;
 mod lease;
@@ -29,7 +30,7 @@ pub use jobs::recount;
 pub use messages::page_of;
 pub use rows::ArchiveRow;
 
-use super::{ArchiveError, JobSpec, ReplayEdit, SearchText};
+use super::{ArchiveError, JobSpec, ReplayEdit, SearchText, Selection};
 
 /// A backend, for the capabilities this module implements once for both: its pool, and what
 /// only it knows how to do (find the messages of a selection: the search engines differ).
@@ -54,6 +55,15 @@ pub trait SqlArchive: Send + Sync {
         conn: &mut Conn<'_>,
         ids: &[i64],
     ) -> Result<(u64, i64), sqlx::Error>;
+
+    /// Up to `limit` ids of the selected messages above `after`, in id order (the search
+    /// engines differ).
+    async fn selected_ids(
+        &self,
+        selection: &Selection,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, sqlx::Error>;
 
     /// Inserts job `id`'s items, inside the transaction `conn` is in: the messages of the
     /// spec's selection, with the spec's target or each message's own; how many.

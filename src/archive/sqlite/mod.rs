@@ -20,7 +20,7 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use super::sql::columns::HELD_BY_UNFINISHED_JOB;
 use super::sql::filter::push_freeze;
 use super::sql::{args, Conn, Pool, SqlArchive};
-use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText};
+use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText, Selection};
 
 #[derive(Debug, Clone)]
 pub struct SqliteArchive {
@@ -120,6 +120,21 @@ impl SqlArchive for SqliteArchive {
             unreachable!("a SQLite archive's transactions are SQLite's")
         };
         terms.save(conn).await
+    }
+
+    async fn selected_ids(
+        &self,
+        selection: &Selection,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT messages.id");
+        messages::push_selection(&mut q, selection);
+        q.push(" AND messages.id > ")
+            .push_bind(after)
+            .push(" ORDER BY messages.id LIMIT ")
+            .push_bind(i64::from(limit));
+        q.build_query_scalar().fetch_all(&self.pool).await
     }
 
     async fn delete_messages(

@@ -1,0 +1,83 @@
+//! `lazarus export`: the selected messages whole, as NDJSON (one [`ExportedMessage`] a line),
+//! to standard output or a file only its owner may read, a batch at a time.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use crate::archive::{self, Export, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
+use crate::config::{redact_url, ExportConfig};
+use crate::selection::ListParams;
+
+/// Writes the export to `out`; how many messages and body bytes.
+pub async fn write(
+    archive: &dyn Export,
+    selection: &Selection,
+    out: &mut dyn Write,
+) -> anyhow::Result<(u64, u64)> {
+    let (mut after, mut messages, mut bytes) = (0, 0u64, 0u64);
+    loop {
+        let batch = archive
+            .export_batch(selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
+            .await?;
+        let Some(last) = batch.last() else {
+            break;
+        };
+        after = last.id;
+        for m in &batch {
+            serde_json::to_writer(&mut *out, m)?;
+            out.write_all(b"\n")?;
+            messages += 1;
+            bytes += m.body.len() as u64;
+        }
+    }
+    out.flush()?;
+    Ok((messages, bytes))
+}
+
+/// The file to write: created (or emptied) readable by its owner only.
+fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
+    let filter = config.filter.filters_only();
+    let selection = match (config.ids.is_empty(), filter == ListParams::default()) {
+        (false, true) => Selection::Ids(config.ids.clone()),
+        (false, false) => anyhow::bail!("give either --id or filters, not both"),
+        (true, _) => {
+            let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
+            let (filter, _) = filter.parse(&fields).map_err(|e| anyhow::anyhow!("{e}"))?;
+            Selection::Filter(Box::new(filter))
+        }
+    };
+    let url = &config.connection.database_url;
+    let archive = archive::open(url)
+        .await
+        .with_context(|| format!("opening the archive {}", redact_url(url)))?;
+    let (messages, bytes) = match &config.output {
+        Some(path) => {
+            let file =
+                create_private(path).with_context(|| format!("creating {}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            write(archive.as_ref(), &selection, &mut out).await?
+        }
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            write(archive.as_ref(), &selection, &mut out).await?
+        }
+    };
+    eprintln!(
+        "exported {} messages ({})",
+        crate::web::messages::thousands(messages),
+        crate::web::html::human_bytes(bytes as i64)
+    );
+    Ok(())
+}
