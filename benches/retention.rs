@@ -16,91 +16,12 @@
 use std::time::{Duration, Instant};
 
 use lapin::options::*;
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel};
-use tokio::process::Command;
 
 mod common;
 use common::{
-    amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
-    postgres_url, publish_all,
+    amqp_url, archived, backend_names, confirm_channel, dead_letter, env_or, median, postgres_url,
+    serve_process, stop,
 };
-
-/// Puts `n` broker-made dead letters into `dlq` (declared if missing) and waits until it
-/// holds them.
-async fn dead_letter(channel: &Channel, dlq: &str, n: usize, from: usize) {
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    channel
-        .queue_declare(dlq.into(), durable, FieldTable::default())
-        .await
-        .unwrap();
-    let work = format!("{dlq}.work");
-    channel
-        .queue_declare(work.as_str().into(), durable, expiring_into(dlq))
-        .await
-        .unwrap();
-    let messages = (from..from + n).map(|i| {
-        let props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(2)
-            .with_message_id(format!("m-{i}").into());
-        (invoice_body(i), props)
-    });
-    publish_all(channel, "", &work, messages).await;
-    let start = Instant::now();
-    loop {
-        let ready = channel
-            .queue_declare(
-                dlq.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap()
-            .message_count() as usize;
-        if ready >= n {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(900),
-            "{dlq}: {ready} of {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Messages of `queue` in the archive at `url` (its kept totals; 0 before it exists).
-async fn archived(url: &str, queue: &str) -> i64 {
-    use sqlx::{ConnectOptions, Connection};
-    const SQL: &str = "SELECT CAST(COALESCE(SUM(messages), 0) AS BIGINT) FROM queue_reason_counts \
-                       WHERE queue = $1";
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let Ok(mut c) = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(path)
-            .read_only(true)
-            .connect()
-            .await
-        else {
-            return 0;
-        };
-        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
-        let _ = c.close().await;
-        n.unwrap_or(0)
-    } else {
-        let Ok(mut c) = sqlx::PgConnection::connect(url).await else {
-            return 0;
-        };
-        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
-        let _ = c.close().await;
-        n.unwrap_or(0)
-    }
-}
 
 /// What one run of the binary did: the new DLQ drained in `ingest`; the old one deleted down
 /// to its cap in `deleted` (when it was).
@@ -118,27 +39,12 @@ async fn serve(
     until: (&str, i64),
     retention: Option<&str>,
 ) -> Drain {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lazarus"));
-    command
-        .args([
-            "serve",
-            "--queue",
-            old,
-            "--queue",
-            new,
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--database-url", url])
-        .env("LAZARUS_AMQP_URL", amqp_url())
-        .env("RUST_LOG", "warn")
-        .env_remove("LAZARUS_RETENTION")
-        .kill_on_drop(true);
+    let mut args = Vec::new();
     if let Some(policy) = retention {
-        command.args(["--retention", policy, "--retention-interval-secs", "1"]);
+        args = vec!["--retention", policy, "--retention-interval-secs", "1"];
     }
     let start = Instant::now();
-    let mut child = command.spawn().unwrap();
+    let child = serve_process(url, &[old, new], &args);
     let (mut ingest, mut deleted) = (None, None);
     while ingest.is_none() || (retention.is_some() && deleted.is_none()) {
         if ingest.is_none() && archived(url, until.0).await >= until.1 {
@@ -153,12 +59,7 @@ async fn serve(
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let pid = child.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    child.wait().await.unwrap();
+    stop(child).await;
     Drain {
         ingest: ingest.unwrap(),
         deleted,

@@ -53,6 +53,30 @@ pub enum Command {
     /// notes, replays — as NDJSON, one message a line: those the list's filters (or --id)
     /// select, every message without any.
     Export(ExportConfig),
+    /// Read what `lazarus export` wrote back into an archive (either backend): messages
+    /// already in it are left alone, so importing twice adds nothing. Ingest derives search,
+    /// groups and fields with the same flags as `serve`.
+    Import(ImportConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// The export to read (`-` or none: standard input).
+    pub input: Option<std::path::PathBuf>,
+    /// As `serve`'s: where failing consumers leave their error.
+    #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
+    pub error_headers: Vec<String>,
+    /// As `serve`'s.
+    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    pub error_pointers: Vec<String>,
+    /// As `serve`'s: business fields extracted from the bodies.
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+    /// As `serve`'s: values kept out of the search index.
+    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    pub masks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

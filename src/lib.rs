@@ -13,6 +13,7 @@ pub mod death;
 pub mod demo;
 pub mod export_cli;
 pub mod health_cli;
+pub mod import_cli;
 pub mod instance;
 pub mod masking;
 pub mod memory;

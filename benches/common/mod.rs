@@ -1,10 +1,13 @@
 //! What the benchmarks share: their settings from the environment, the local services'
 //! URLs, the backends to measure, the median of a run's figures, and filling queues (a
-//! confirm channel, confirmed publishing, the arguments that make the broker dead-letter).
+//! confirm channel, confirmed publishing, the arguments that make the broker dead-letter,
+//! broker-made dead letters of the 1 KB invoice body), and an archive's count of a DLQ.
 //! Each bench uses a part of it, hence `dead_code` allowed.
 #![allow(dead_code)]
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use lazarus::amqp::headers::{AmqpValue, Bytes};
@@ -146,4 +149,108 @@ pub fn invoice_body(i: usize) -> Vec<u8> {
     body.resize(1020, b' ');
     body.extend_from_slice(b"]}  ");
     body
+}
+
+/// Puts `n` broker-made dead letters into `dlq` (declared if missing) and waits until it
+/// holds them.
+pub async fn dead_letter(channel: &Channel, dlq: &str, n: usize, from: usize) {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(dlq.into(), durable, FieldTable::default())
+        .await
+        .unwrap();
+    let work = format!("{dlq}.work");
+    channel
+        .queue_declare(work.as_str().into(), durable, expiring_into(dlq))
+        .await
+        .unwrap();
+    let messages = (from..from + n).map(|i| {
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_message_id(format!("m-{i}").into());
+        (invoice_body(i), props)
+    });
+    publish_all(channel, "", &work, messages).await;
+    let start = Instant::now();
+    loop {
+        let ready = channel
+            .queue_declare(
+                dlq.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count() as usize;
+        if ready >= n {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(900),
+            "{dlq}: {ready} of {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Messages of `queue` in the archive at `url` (its kept totals; 0 before it exists).
+pub async fn archived(url: &str, queue: &str) -> i64 {
+    use sqlx::{ConnectOptions, Connection};
+    const SQL: &str = "SELECT CAST(COALESCE(SUM(messages), 0) AS BIGINT) FROM queue_reason_counts \
+                       WHERE queue = $1";
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let Ok(mut c) = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .connect()
+            .await
+        else {
+            return 0;
+        };
+        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
+        let _ = c.close().await;
+        n.unwrap_or(0)
+    } else {
+        let Ok(mut c) = sqlx::PgConnection::connect(url).await else {
+            return 0;
+        };
+        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
+        let _ = c.close().await;
+        n.unwrap_or(0)
+    }
+}
+
+/// The release `lazarus serve` archiving `queues` into `url` (with `extra` arguments), its
+/// web on a port of its own, no retention unless `extra` asks.
+pub fn serve_process(url: &str, queues: &[&str], extra: &[&str]) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--database-url", url]);
+    for q in queues {
+        command.args(["--queue", q]);
+    }
+    command
+        .args(extra)
+        .env("LAZARUS_AMQP_URL", amqp_url())
+        .env("RUST_LOG", "warn")
+        .env_remove("LAZARUS_RETENTION")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a process as an orchestrator would (SIGTERM) and waits for it.
+pub async fn stop(mut child: tokio::process::Child) {
+    let pid = child.id().unwrap();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    child.wait().await.unwrap();
 }

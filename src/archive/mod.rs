@@ -29,7 +29,7 @@ pub use record::{
 };
 pub use sqlite::SqliteArchive;
 pub use store::{
-    Accounts, Actions, Archive, AuditLog, Console, Export, Ingest, InstanceLock, JobLease,
+    Accounts, Actions, Archive, AuditLog, Console, Export, Import, Ingest, InstanceLock, JobLease,
     JobStore, MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Retention,
     RetentionLog, Upkeep,
 };

@@ -499,13 +499,14 @@ pub const EXPORT_BATCH: u32 = 500;
 /// …and body bytes (a batch stops before it would pass them, but has one message at least).
 pub const EXPORT_BATCH_BYTES: i64 = 8 * 1024 * 1024;
 
-/// One archived message, whole, as `lazarus export` and `GET /api/export` write it: one JSON
-/// line each, lossless — the body's bytes (base64), every property and header with its AMQP
-/// type, the status with its note and times, and its replays.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One archived message, whole, as `lazarus export` and `GET /api/export` write it and
+/// `lazarus import` reads it: one JSON line each, lossless — the body's bytes (base64), every
+/// property and header with its AMQP type, the status with its note and times, and its
+/// replays with what they published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportedMessage {
     /// Its id in the archive it was exported from.
-    #[serde(serialize_with = "id_as_string")]
+    #[serde(serialize_with = "id_as_string", deserialize_with = "id_from_string")]
     pub id: i64,
     pub queue: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -517,7 +518,7 @@ pub struct ExportedMessage {
     pub properties: MessageProperties,
     pub headers: Option<Table>,
     /// The body bytes, base64 (standard alphabet, padded).
-    #[serde(serialize_with = "base64_bytes")]
+    #[serde(with = "base64_bytes")]
     pub body: Vec<u8>,
     pub status: MessageStatus,
     pub status_note: Option<String>,
@@ -527,13 +528,78 @@ pub struct ExportedMessage {
     #[serde(with = "time::serde::rfc3339::option")]
     pub replayed_at: Option<OffsetDateTime>,
     /// The message this is a replayed copy of (an id of the same archive).
-    #[serde(serialize_with = "optional_id_as_string")]
+    #[serde(
+        serialize_with = "optional_id_as_string",
+        deserialize_with = "optional_id_from_string"
+    )]
     pub replay_of: Option<i64>,
     /// Its replays, oldest first.
-    pub replays: Vec<ReplayRecord>,
+    pub replays: Vec<ExportedReplay>,
 }
 
-fn base64_bytes<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+/// One replay of an exported message, whole: what it published (an edit too) and how it went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportedReplay {
+    pub request_key: String,
+    pub actor: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    pub target: ReplayTarget,
+    pub outcome: String,
+    pub detail: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// The body it published instead of the message's own, base64.
+    #[serde(with = "optional_base64_bytes")]
+    pub edited_body: Option<Vec<u8>>,
+    /// The headers it published instead of the message's own.
+    pub edited_headers: Option<Table>,
+}
+
+fn id_from_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
+fn optional_id_from_string<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<i64>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|t| t.parse().map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+mod base64_bytes {
+    use base64::engine::general_purpose::STANDARD;
     use base64::Engine;
-    s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        STANDARD
+            .decode(String::deserialize(d)?)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+mod optional_base64_bytes {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(bytes) => s.serialize_str(&STANDARD.encode(bytes)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| STANDARD.decode(t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }

@@ -347,6 +347,21 @@ pub trait Export: Send + Sync {
     ) -> Result<Vec<ExportedMessage>, ArchiveError>;
 }
 
+/// Bringing exported messages back (`lazarus import`): ingest stores them; this finds what
+/// is archived already and gives what was stored its exported state.
+#[async_trait]
+pub trait Import: Send + Sync {
+    /// The ids of the messages archived from `queue` with this fingerprint, in id order.
+    async fn ids_with_fingerprint(
+        &self,
+        queue: &str,
+        fingerprint: &[u8; 32],
+    ) -> Result<Vec<i64>, ArchiveError>;
+    /// Gives each message (by its new id) its exported redelivered flag, status, note, times
+    /// and replay records, keeping the open counts; one transaction.
+    async fn restore(&self, messages: &[(i64, &ExportedMessage)]) -> Result<(), ArchiveError>;
+}
+
 /// What the overview says of retention: the last run that finished.
 #[async_trait]
 pub trait RetentionLog: Send + Sync {
@@ -393,11 +408,20 @@ impl<T> Console for T where
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
 pub trait Archive:
-    Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + 'static
+    Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + Import + 'static
 {
 }
 
-impl<T: Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + 'static> Archive
-    for T
+impl<
+        T: Console
+            + Ingest
+            + JobLease
+            + InstanceLock
+            + Reindex
+            + Upkeep
+            + Retention
+            + Import
+            + 'static,
+    > Archive for T
 {
 }

@@ -28,6 +28,7 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("GET", "/api/dlqs", "The broker's dead-letter queues in every vhost the management user sees (--management-url): {\"enabled\", \"dlqs\": [{vhost, name, type, sources, archived, warnings}], \"dead_ends\": [{vhost, queue, exchange, reason}]}."),
     ("GET", "/api/audit", "The audit log, newest first: ?before=&limit=."),
     ("GET", "/api/audit.ndjson", "The whole audit log, oldest first, one JSON object per line, streamed."),
+    ("GET", "/api/export", "The messages the list's filters select, whole and lossless (body base64, typed headers, status, replays), one JSON object per line in archive order, streamed; audited."),
     ("GET", "/api/admin/users", "Users and their roles."),
     ("GET", "/api/admin/tokens", "API tokens (never the token itself)."),
     ("POST", "/api/admin/tokens", "Creates a token: {\"name\", \"role\", \"expires_in_days\"?} → the token, shown this once."),

@@ -48,9 +48,10 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
         .await;
     t.publish("", &work, b"replay me", json_props("replayed"))
         .await;
+    t.publish("", &work, b"dies again", json_props("again"))
+        .await;
     let worker = rejecting_worker(&work).await;
-    app.wait_for_archived(5, Duration::from_secs(30)).await;
-    worker.abort();
+    app.wait_for_archived(6, Duration::from_secs(30)).await;
     let id_of = |m: &str| {
         let (app, dlq, m) = (&app, dlq.clone(), m.to_owned());
         async move {
@@ -74,6 +75,12 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
         200,
     )
     .await;
+    // Its copy dies again (the consumer still fails) and is archived pointing back at it.
+    let again = id_of("again").await;
+    app.post_json(&format!("/api/messages/{again}/replay"), json!({}), 200)
+        .await;
+    app.wait_for_archived(7, Duration::from_secs(30)).await;
+    worker.abort();
 
     // The command line, into a file.
     let dir = tempfile::tempdir().unwrap();
@@ -92,7 +99,7 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("exported 5 messages"), "{said}");
+    assert!(said.contains("exported 7 messages"), "{said}");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -100,7 +107,7 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
         assert_eq!(mode & 0o777, 0o600, "only its owner may read the bodies");
     }
     let exported = lines(&std::fs::read_to_string(&file).unwrap());
-    assert_eq!(exported.len(), 5);
+    assert_eq!(exported.len(), 7);
     let by_id = |m: &str| {
         exported
             .iter()
@@ -139,6 +146,9 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
     assert_eq!(d["status"], "dismissed");
     assert_eq!(d["status_note"], "refunded by hand");
     assert!(d["status_at"].is_string());
+    let copy = exported.iter().find(|e| !e["replay_of"].is_null()).unwrap();
+    assert_eq!(copy["replay_of"], by_id("again")["id"]);
+    assert_eq!(by_id("again")["status"], "died_again");
     let r = by_id("replayed");
     assert_eq!(r["replays"][0]["outcome"], "published", "{r}");
     assert_eq!(r["replays"][0]["target"]["routing_key"], keep.as_str());
@@ -164,5 +174,116 @@ async fn exported_messages_keep_their_bytes_types_status_and_replays() {
     assert_eq!(bad.status, 400, "{}", bad.text());
     let audit = app.json("/api/audit", 200).await;
     assert_eq!(audit["entries"][0]["action"], "export");
+
+    // Back into an archive of the other backend: the same, twice over.
+    let other = match Backend::current() {
+        Backend::Sqlite => Backend::Postgres,
+        Backend::Postgres => Backend::Sqlite,
+    };
+    let source = app.database_url.clone();
+    other
+        .scope(import_into_a_new_archive(&file, &exported, &dlq, &source))
+        .await;
     t.cleanup().await;
+}
+
+/// `lazarus import` of `file` into a new archive of the current backend: what it exports
+/// then is what was exported (but the ids), its totals are the source's, its search finds
+/// them, and a second import adds nothing.
+async fn import_into_a_new_archive(
+    file: &std::path::Path,
+    exported: &[Value],
+    dlq: &str,
+    source: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let lazarus = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+            .args(args)
+            .args(["--database-url", &url])
+            .output()
+            .unwrap()
+    };
+    let path = file.to_str().unwrap();
+    let first = lazarus(&["import", path]);
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{said}");
+    assert!(
+        said.contains("imported 7 messages; 0 were in the archive already"),
+        "{said}"
+    );
+    let again = lazarus(&["export"]);
+    assert!(again.status.success());
+    let mut again = lines(&String::from_utf8_lossy(&again.stdout));
+    // The copy points at the original's new id.
+    let id_in = |lines: &[Value], of: &str| {
+        lines
+            .iter()
+            .find(|e| e["properties"]["message_id"] == of && e["replay_of"].is_null())
+            .unwrap()["id"]
+            .clone()
+    };
+    let copy = again.iter().find(|e| !e["replay_of"].is_null()).unwrap();
+    assert_eq!(copy["replay_of"], id_in(&again, "again"));
+    let mut before = exported.to_vec();
+    for line in again.iter_mut().chain(before.iter_mut()) {
+        let line = line.as_object_mut().unwrap();
+        line.remove("id");
+        line.remove("replay_of");
+    }
+    assert_eq!(
+        again, before,
+        "byte for byte, types, status, notes and replays"
+    );
+    let totals =
+        "SELECT CAST(sum(messages) AS BIGINT) * 1000 + CAST(sum(open_messages) AS BIGINT) \
+                  FROM queue_reason_counts";
+    assert_eq!(
+        count_rows(&url, totals).await,
+        count_rows(source, totals).await,
+        "the same totals and open counts"
+    );
+    // Open: archived, replayed (settling), and the copy; not the dismissed one, nor the
+    // original whose copy died again.
+    assert_eq!(count_rows(&url, totals).await, 7 * 1000 + 5);
+    let second = lazarus(&["import", path]);
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{said}");
+    assert!(
+        said.contains("imported 0 messages; 7 were in the archive already"),
+        "{said}"
+    );
+    let mut app = TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone()).await;
+    assert_eq!(app.archived().await, 7);
+    assert_eq!(app.found(dlq, "dismiss").await.len(), 1, "searchable");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_import_stops_at_a_line_that_is_not_an_export_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("a.db").display());
+    let file = dir.path().join("broken.ndjson");
+    std::fs::write(&file, "\n{\"id\": \"1\", \"queue\": \"q\"}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .arg("import")
+        .arg(&file)
+        .args(["--database-url", &db])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("line 1 is not an exported message"), "{said}");
+    assert!(said.contains("missing field"), "{said}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args([
+            "import",
+            "/nonexistent/export.ndjson",
+            "--database-url",
+            &db,
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/export.ndjson"));
 }

@@ -6,10 +6,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
-use super::rows::{message_from_row, replay_from_row};
-use super::{args, from_millis, ArchiveRow, SqlArchive};
-use crate::archive::{ArchiveError, Export, ExportedMessage, ReplayRecord, Selection};
+use super::columns::{summary_columns, DETAIL_COLUMNS};
+use super::rows::message_from_row;
+use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
+use crate::amqp::headers::Table;
+use crate::archive::{ArchiveError, Export, ExportedMessage, ExportedReplay, Selection};
+use crate::death::ReplayTarget;
 
 #[async_trait]
 impl<T: SqlArchive> Export for T {
@@ -89,19 +91,39 @@ impl<T: SqlArchive> Export for T {
                 row.column::<Vec<u8>>("body")?,
             );
         }
-        let mut replays: HashMap<i64, Vec<ReplayRecord>> = HashMap::new();
+        let mut replays: HashMap<i64, Vec<ExportedReplay>> = HashMap::new();
         for row in db
             .fetch_all(
                 &format!(
-                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE {} ORDER BY id",
+                    "SELECT message_id, request_key, actor, requested_at, target_exchange, \
+                     target_routing_key, outcome, detail, finished_at, edited_body, edited_headers \
+                     FROM replays WHERE {} ORDER BY id",
                     d.in_ids("message_id", 1)
                 ),
                 args![&ids],
             )
             .await?
         {
-            let replay = replay_from_row(&row)?;
-            replays.entry(replay.message_id).or_default().push(replay);
+            let message: i64 = row.column("message_id")?;
+            let headers: Option<String> = row.column("edited_headers")?;
+            let replay = ExportedReplay {
+                request_key: row.column("request_key")?,
+                actor: row.column("actor")?,
+                requested_at: from_millis(row.column("requested_at")?),
+                target: ReplayTarget {
+                    exchange: row.column("target_exchange")?,
+                    routing_key: row.column("target_routing_key")?,
+                },
+                outcome: row.column("outcome")?,
+                detail: row.column("detail")?,
+                finished_at: row.column::<Option<i64>>("finished_at")?.map(from_millis),
+                edited_body: row.column("edited_body")?,
+                edited_headers: headers
+                    .map(|h| Table::from_json(&h))
+                    .transpose()
+                    .map_err(corrupt(message))?,
+            };
+            replays.entry(message).or_default().push(replay);
         }
         rows.iter()
             .map(|row| {

@@ -11,6 +11,7 @@ pub mod columns;
 mod db;
 mod export;
 pub mod filter;
+mod import;
 mod jobs;
 mod lease;
 pub mod lifecycle;

@@ -1,0 +1,205 @@
+//! `lazarus import`: reads what `lazarus export` wrote back into an archive, a batch at a
+//! time, through ingest (search, totals, groups and fields are derived as for a delivery),
+//! then gives each stored message its exported status, note, times and replays. Idempotent:
+//! the n-th line with a given queue and fingerprint is stored only while the archive holds
+//! fewer than n such messages, so importing twice adds nothing.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use anyhow::Context;
+
+use crate::archive::{
+    self, Archive, ExportedMessage, IncomingMessage, IngestRules, PreparedMessage,
+};
+use crate::config::{redact_url, ImportConfig};
+
+/// Lines read at a time, at most…
+const BATCH: usize = 500;
+/// …and body bytes.
+const BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// What an import did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Imported {
+    pub stored: u64,
+    /// Already in the archive (an earlier import, or the archive it was exported from).
+    pub present: u64,
+}
+
+/// Reads the whole export from `input` into `archive`.
+pub async fn import(
+    archive: &dyn Archive,
+    input: &mut dyn BufRead,
+    rules: &IngestRules,
+) -> anyhow::Result<Imported> {
+    let mut state = State::default();
+    let (mut batch, mut bytes, mut number) = (Vec::new(), 0, 0usize);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = input.read_line(&mut line).context("reading the export")?;
+        if read > 0 && !line.trim().is_empty() {
+            number += 1;
+            let m: ExportedMessage = serde_json::from_str(line.trim_end())
+                .with_context(|| format!("line {number} is not an exported message"))?;
+            // A replayed copy of a message of this batch: the original is stored first, so
+            // that the copy can point at its new id.
+            if m.replay_of
+                .is_some_and(|of| batch.iter().any(|b: &ExportedMessage| b.id == of))
+            {
+                state.store(archive, &batch, rules).await?;
+                batch.clear();
+                bytes = 0;
+            }
+            bytes += m.body.len();
+            batch.push(m);
+        }
+        if !batch.is_empty() && (read == 0 || batch.len() >= BATCH || bytes >= BATCH_BYTES) {
+            state.store(archive, &batch, rules).await?;
+            batch.clear();
+            bytes = 0;
+        }
+        if read == 0 {
+            return Ok(state.imported);
+        }
+    }
+}
+
+/// What an import remembers from batch to batch.
+#[derive(Default)]
+struct State {
+    /// How many lines so far had each (queue, fingerprint).
+    seen: HashMap<(String, [u8; 32]), usize>,
+    /// Exported id → id in this archive, for the replayed copies that point at them.
+    ids: HashMap<i64, i64>,
+    imported: Imported,
+}
+
+impl State {
+    async fn store(
+        &mut self,
+        archive: &dyn Archive,
+        batch: &[ExportedMessage],
+        rules: &IngestRules,
+    ) -> anyhow::Result<()> {
+        // Each line with its place among the lines of its queue and fingerprint.
+        let mut prepared = Vec::with_capacity(batch.len());
+        for m in batch {
+            let mut p = PreparedMessage::with_rules(incoming(m), rules);
+            p.replay_of = m.replay_of.and_then(|old| self.ids.get(&old).copied());
+            let n = self
+                .seen
+                .entry((m.queue.clone(), p.fingerprint))
+                .or_default();
+            *n += 1;
+            prepared.push((p, *n));
+        }
+        let mut archived = Archived::default();
+        let (mut fresh, mut fresh_lines) = (Vec::new(), Vec::new());
+        for ((p, n), m) in prepared.into_iter().zip(batch) {
+            let key = (p.message.queue.clone(), p.fingerprint);
+            match archived.ids(archive, &key).await?.get(n - 1) {
+                Some(id) => {
+                    self.ids.insert(m.id, *id);
+                    self.imported.present += 1;
+                }
+                None => {
+                    fresh_lines.push((m, key, n));
+                    fresh.push(p);
+                }
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let outcome = archive.store_batch(&fresh).await?;
+        anyhow::ensure!(
+            outcome.inserted == fresh.len() as u64,
+            "the archive stored {} of {} new messages",
+            outcome.inserted,
+            fresh.len()
+        );
+        let mut stored = Vec::with_capacity(fresh_lines.len());
+        let mut now = Archived::default();
+        for (m, key, n) in fresh_lines {
+            let id = *now
+                .ids(archive, &key)
+                .await?
+                .get(n - 1)
+                .context("a stored message is not found by its fingerprint")?;
+            self.ids.insert(m.id, id);
+            stored.push((id, m));
+        }
+        archive.restore(&stored).await?;
+        self.imported.stored += stored.len() as u64;
+        Ok(())
+    }
+}
+
+/// The archived messages of each (queue, fingerprint), each asked once.
+#[derive(Default)]
+struct Archived(HashMap<(String, [u8; 32]), Vec<i64>>);
+
+impl Archived {
+    async fn ids(
+        &mut self,
+        archive: &dyn Archive,
+        key: &(String, [u8; 32]),
+    ) -> anyhow::Result<&[i64]> {
+        if !self.0.contains_key(key) {
+            let ids = archive.ids_with_fingerprint(&key.0, &key.1).await?;
+            self.0.insert(key.clone(), ids);
+        }
+        Ok(&self.0[key])
+    }
+}
+
+/// The delivery an exported message was: stored as new (`redelivered` would make ingest look
+/// for copies itself; the flag is restored afterwards).
+fn incoming(m: &ExportedMessage) -> IncomingMessage {
+    IncomingMessage {
+        queue: m.queue.clone(),
+        exchange: m.exchange.clone(),
+        routing_key: m.routing_key.clone(),
+        redelivered: false,
+        properties: m.properties.clone(),
+        headers: m.headers.clone(),
+        body: m.body.clone(),
+        received_at: m.archived_at,
+        decode_problems: Vec::new(),
+        stream_offset: None,
+    }
+}
+
+pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
+    let rules = IngestRules {
+        error_headers: config.error_headers.clone(),
+        error_pointers: config.error_pointers.clone(),
+        fields: config.fields.clone(),
+        masks: config.masks.clone(),
+        schemas: None,
+    };
+    let url = &config.connection.database_url;
+    let archive = archive::open(url)
+        .await
+        .with_context(|| format!("opening the archive {}", redact_url(url)))?;
+    let imported = match config.input.as_deref() {
+        Some(path) if path != std::path::Path::new("-") => {
+            let file =
+                std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            let mut input = std::io::BufReader::new(file);
+            import(archive.as_ref(), &mut input, &rules).await?
+        }
+        _ => {
+            let mut input = std::io::stdin().lock();
+            import(archive.as_ref(), &mut input, &rules).await?
+        }
+    };
+    eprintln!(
+        "imported {} messages; {} were in the archive already",
+        crate::web::messages::thousands(imported.stored),
+        crate::web::messages::thousands(imported.present)
+    );
+    Ok(())
+}
