@@ -57,6 +57,10 @@ pub enum Command {
     /// already in it are left alone, so importing twice adds nothing. Ingest derives search,
     /// groups and fields with the same flags as `serve`.
     Import(ImportConfig),
+    /// Copy every archived message of one archive into another (SQLite into PostgreSQL, or
+    /// back) with progress, then check both hold the same; run it again after an
+    /// interruption to add only what is missing.
+    Migrate(MigrateConfig),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -65,6 +69,36 @@ pub struct ImportConfig {
     pub connection: ConnectionArgs,
     /// The export to read (`-` or none: standard input).
     pub input: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
+}
+
+#[derive(Clone, Args)]
+pub struct MigrateConfig {
+    /// The archive to read (it is not changed): sqlite://path or postgres://…
+    #[arg(long, hide_env_values = true)]
+    pub from: String,
+    /// The archive to fill (created when missing).
+    #[arg(long, hide_env_values = true)]
+    pub to: String,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
+}
+
+impl fmt::Debug for MigrateConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MigrateConfig")
+            .field("from", &redact_url(&self.from))
+            .field("to", &redact_url(&self.to))
+            .field("ingest", &self.ingest)
+            .finish()
+    }
+}
+
+/// What ingest derives from a message it stores outside `serve` (an import, a migration):
+/// the same flags and variables as `serve`'s.
+#[derive(Debug, Clone, Args)]
+pub struct IngestArgs {
     /// As `serve`'s: where failing consumers leave their error.
     #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
     pub error_headers: Vec<String>,
@@ -77,6 +111,18 @@ pub struct ImportConfig {
     /// As `serve`'s: values kept out of the search index.
     #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
     pub masks: Vec<String>,
+}
+
+impl IngestArgs {
+    pub fn rules(&self) -> IngestRules {
+        IngestRules {
+            error_headers: self.error_headers.clone(),
+            error_pointers: self.error_pointers.clone(),
+            fields: self.fields.clone(),
+            masks: self.masks.clone(),
+            schemas: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

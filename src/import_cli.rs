@@ -10,7 +10,7 @@ use std::io::BufRead;
 use anyhow::Context;
 
 use crate::archive::{
-    self, Archive, ExportedMessage, IncomingMessage, IngestRules, PreparedMessage,
+    self, Archive, ExportedMessage, IncomingMessage, IngestRules, MessageStatus, PreparedMessage,
 };
 use crate::config::{redact_url, ImportConfig};
 
@@ -33,7 +33,7 @@ pub async fn import(
     input: &mut dyn BufRead,
     rules: &IngestRules,
 ) -> anyhow::Result<Imported> {
-    let mut state = State::default();
+    let mut state = Importer::default();
     let (mut batch, mut bytes, mut number) = (Vec::new(), 0, 0usize);
     let mut line = String::new();
     loop {
@@ -43,15 +43,6 @@ pub async fn import(
             number += 1;
             let m: ExportedMessage = serde_json::from_str(line.trim_end())
                 .with_context(|| format!("line {number} is not an exported message"))?;
-            // A replayed copy of a message of this batch: the original is stored first, so
-            // that the copy can point at its new id.
-            if m.replay_of
-                .is_some_and(|of| batch.iter().any(|b: &ExportedMessage| b.id == of))
-            {
-                state.store(archive, &batch, rules).await?;
-                batch.clear();
-                bytes = 0;
-            }
             bytes += m.body.len();
             batch.push(m);
         }
@@ -61,14 +52,15 @@ pub async fn import(
             bytes = 0;
         }
         if read == 0 {
-            return Ok(state.imported);
+            return Ok(state.imported());
         }
     }
 }
 
-/// What an import remembers from batch to batch.
+/// Storing exported messages batch after batch (an import, a migration): what it remembers
+/// from one batch to the next.
 #[derive(Default)]
-struct State {
+pub struct Importer {
     /// How many lines so far had each (queue, fingerprint).
     seen: HashMap<(String, [u8; 32]), usize>,
     /// Exported id → id in this archive, for the replayed copies that point at them.
@@ -76,13 +68,42 @@ struct State {
     imported: Imported,
 }
 
-impl State {
-    async fn store(
+impl Importer {
+    /// What it did so far.
+    pub fn imported(&self) -> Imported {
+        self.imported
+    }
+
+    /// Stores what of `batch` the archive does not hold yet, in order.
+    pub async fn store(
         &mut self,
         archive: &dyn Archive,
         batch: &[ExportedMessage],
         rules: &IngestRules,
     ) -> anyhow::Result<()> {
+        // A replayed copy of a message of the same batch: the original is stored first, so
+        // that the copy can point at its new id.
+        let mut start = 0;
+        for (i, m) in batch.iter().enumerate() {
+            if m.replay_of
+                .is_some_and(|of| batch[start..i].iter().any(|b| b.id == of))
+            {
+                self.store_part(archive, &batch[start..i], rules).await?;
+                start = i;
+            }
+        }
+        self.store_part(archive, &batch[start..], rules).await
+    }
+
+    async fn store_part(
+        &mut self,
+        archive: &dyn Archive,
+        batch: &[ExportedMessage],
+        rules: &IngestRules,
+    ) -> anyhow::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         // Each line with its place among the lines of its queue and fingerprint.
         let mut prepared = Vec::with_capacity(batch.len());
         for m in batch {
@@ -95,20 +116,32 @@ impl State {
             *n += 1;
             prepared.push((p, *n));
         }
-        let mut archived = Archived::default();
-        let (mut fresh, mut fresh_lines) = (Vec::new(), Vec::new());
+        let keys: Vec<(String, [u8; 32])> = prepared
+            .iter()
+            .map(|(p, _)| (p.message.queue.clone(), p.fingerprint))
+            .collect();
+        let archived = archive.ids_with_fingerprints(&keys).await?;
+        let (mut fresh, mut fresh_lines, mut present) = (Vec::new(), Vec::new(), Vec::new());
         for ((p, n), m) in prepared.into_iter().zip(batch) {
             let key = (p.message.queue.clone(), p.fingerprint);
-            match archived.ids(archive, &key).await?.get(n - 1) {
+            match archived[&key].get(n - 1) {
                 Some(id) => {
                     self.ids.insert(m.id, *id);
                     self.imported.present += 1;
+                    if has_state(m) {
+                        present.push((*id, m));
+                    }
                 }
                 None => {
                     fresh_lines.push((m, key, n));
                     fresh.push(p);
                 }
             }
+        }
+        // An import cut short between storing a batch and restoring it left those messages
+        // as ingest stores them: they get their state now (and nothing else is changed).
+        if !present.is_empty() {
+            archive.restore(&present, true).await?;
         }
         if fresh.is_empty() {
             return Ok(());
@@ -121,38 +154,27 @@ impl State {
             fresh.len()
         );
         let mut stored = Vec::with_capacity(fresh_lines.len());
-        let mut now = Archived::default();
+        let keys: Vec<(String, [u8; 32])> = fresh_lines.iter().map(|(_, k, _)| k.clone()).collect();
+        let now = archive.ids_with_fingerprints(&keys).await?;
         for (m, key, n) in fresh_lines {
-            let id = *now
-                .ids(archive, &key)
-                .await?
+            let id = *now[&key]
                 .get(n - 1)
                 .context("a stored message is not found by its fingerprint")?;
             self.ids.insert(m.id, id);
             stored.push((id, m));
         }
-        archive.restore(&stored).await?;
+        archive.restore(&stored, false).await?;
         self.imported.stored += stored.len() as u64;
         Ok(())
     }
 }
 
-/// The archived messages of each (queue, fingerprint), each asked once.
-#[derive(Default)]
-struct Archived(HashMap<(String, [u8; 32]), Vec<i64>>);
-
-impl Archived {
-    async fn ids(
-        &mut self,
-        archive: &dyn Archive,
-        key: &(String, [u8; 32]),
-    ) -> anyhow::Result<&[i64]> {
-        if !self.0.contains_key(key) {
-            let ids = archive.ids_with_fingerprint(&key.0, &key.1).await?;
-            self.0.insert(key.clone(), ids);
-        }
-        Ok(&self.0[key])
-    }
+/// Whether `m` has more to restore than ingest stores: a status, a note, replays.
+fn has_state(m: &ExportedMessage) -> bool {
+    m.status != MessageStatus::Archived
+        || m.status_note.is_some()
+        || m.redelivered
+        || !m.replays.is_empty()
 }
 
 /// The delivery an exported message was: stored as new (`redelivered` would make ingest look
@@ -173,13 +195,7 @@ fn incoming(m: &ExportedMessage) -> IncomingMessage {
 }
 
 pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
-    let rules = IngestRules {
-        error_headers: config.error_headers.clone(),
-        error_pointers: config.error_pointers.clone(),
-        fields: config.fields.clone(),
-        masks: config.masks.clone(),
-        schemas: None,
-    };
+    let rules = config.ingest.rules();
     let url = &config.connection.database_url;
     let archive = archive::open(url)
         .await

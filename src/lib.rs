@@ -18,6 +18,7 @@ pub mod instance;
 pub mod masking;
 pub mod memory;
 pub mod metrics;
+pub mod migrate_cli;
 #[cfg(test)]
 mod proptests;
 pub mod replay;

@@ -27,6 +27,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Demo(demo) => run_demo(demo).await,
         Command::User(command) => lazarus::accounts_cli::user(command).await,
         Command::Token(command) => lazarus::accounts_cli::token(command).await,
+        Command::Migrate(migrate) => lazarus::migrate_cli::run(migrate).await,
         Command::Import(import) => lazarus::import_cli::run(import).await,
         Command::Export(export) => lazarus::export_cli::run(export).await,
         Command::Retention(retention) => lazarus::retention::cli::run(retention).await,

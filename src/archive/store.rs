@@ -3,6 +3,8 @@
 //! web may use: it cannot store deliveries or step a replay job, which are the consumers' and
 //! the job runner's alone.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
@@ -351,15 +353,22 @@ pub trait Export: Send + Sync {
 /// is archived already and gives what was stored its exported state.
 #[async_trait]
 pub trait Import: Send + Sync {
-    /// The ids of the messages archived from `queue` with this fingerprint, in id order.
-    async fn ids_with_fingerprint(
+    /// The ids of the messages archived with each (queue, fingerprint), in id order (none
+    /// for a key without any).
+    async fn ids_with_fingerprints(
         &self,
-        queue: &str,
-        fingerprint: &[u8; 32],
-    ) -> Result<Vec<i64>, ArchiveError>;
+        keys: &[(String, [u8; 32])],
+    ) -> Result<HashMap<(String, [u8; 32]), Vec<i64>>, ArchiveError>;
     /// Gives each message (by its new id) its exported redelivered flag, status, note, times
-    /// and replay records, keeping the open counts; one transaction.
-    async fn restore(&self, messages: &[(i64, &ExportedMessage)]) -> Result<(), ArchiveError>;
+    /// and replay records (those not recorded yet), keeping the open counts; one transaction.
+    /// `untouched_only`: the state only of messages still as ingest stored them (archived,
+    /// their status never changed) — what an import cut short between storing and restoring
+    /// left — never overwriting what happened to a message since.
+    async fn restore(
+        &self,
+        messages: &[(i64, &ExportedMessage)],
+        untouched_only: bool,
+    ) -> Result<(), ArchiveError>;
 }
 
 /// What the overview says of retention: the last run that finished.

@@ -287,3 +287,106 @@ async fn an_import_stops_at_a_line_that_is_not_an_export_and_says_which() {
         .unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/export.ndjson"));
 }
+
+/// Messages of the migration test: 5,000 by default (the debug binary, in CI's time);
+/// `LAZARUS_TEST_MIGRATE_MESSAGES=100000` is the figure.
+fn migrated() -> usize {
+    std::env::var("LAZARUS_TEST_MIGRATE_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5_000)
+}
+
+#[tokio::test]
+async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() {
+    let n = migrated();
+    let p = unique("migrate");
+    let (work, dlq) = (format!("{p}.work"), format!("{p}.dlq"));
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    // Every message dies on arrival (TTL 0) into the DLQ: a real x-death on each.
+    t.queue(
+        &work,
+        args(&[
+            ("x-message-ttl", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(&dlq)),
+        ]),
+    )
+    .await;
+    publish_many(&t.channel, "", &work, "m", n).await;
+    let mut app = TestApp::spawn(&[&dlq]).await;
+    app.wait_for_archived(n as i64, Duration::from_secs(300))
+        .await;
+    let ids = app.ids(&dlq).await;
+    app.post_json(
+        &format!("/api/messages/{}/dismiss", ids[7]),
+        json!({"note": "moved with its note"}),
+        200,
+    )
+    .await;
+    app.stop().await;
+    let from = app.database_url.clone();
+
+    Backend::Postgres
+        .scope(async move {
+            let dir = tempfile::tempdir().unwrap();
+            let to = archive_url(dir.path()).await;
+            let migrate = || {
+                let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"));
+                c.args(["migrate", "--from", &from, "--to", &to])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .kill_on_drop(true);
+                c
+            };
+            // Killed part of the way through.
+            let mut first = migrate().spawn().unwrap();
+            let count =
+                "SELECT CAST(coalesce(sum(messages), 0) AS BIGINT) FROM queue_reason_counts";
+            let start = std::time::Instant::now();
+            while count_rows(&to, count).await < (n / 5) as i64 {
+                assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            first.kill().await.unwrap();
+            let partial = count_rows(&to, count).await;
+            assert!(partial < n as i64, "killed before the end: {partial}");
+
+            let second = migrate().output().await.unwrap();
+            let said = String::from_utf8_lossy(&second.stderr);
+            let out = String::from_utf8_lossy(&second.stdout);
+            assert!(second.status.success(), "{said}");
+            assert!(
+                out.contains(&format!(
+                    "verified: both archives hold the same {n} messages"
+                )),
+                "{out} {said}"
+            );
+            assert!(
+                said.contains(&format!(
+                    "copied {} messages; {} were there already",
+                    thousands(n as u64 - partial as u64),
+                    thousands(partial as u64)
+                )),
+                "{said}"
+            );
+            assert_eq!(count_rows(&to, count).await, n as i64);
+            let note = count_rows(
+                &to,
+                "SELECT count(*) FROM messages WHERE status_note = 'moved with its note'",
+            )
+            .await;
+            assert_eq!(note, 1);
+            // A second run finds everything there.
+            let third = migrate().output().await.unwrap();
+            let said = String::from_utf8_lossy(&third.stderr);
+            assert!(said.contains("copied 0 messages"), "{said}");
+        })
+        .await;
+    t.cleanup().await;
+}
+
+fn thousands(n: u64) -> String {
+    lazarus::web::messages::thousands(n)
+}

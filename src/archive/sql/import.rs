@@ -1,37 +1,83 @@
 //! Importing exported messages, the same on both backends: what is archived already, found
 //! by fingerprint, and the exported state given back to what ingest stored anew.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 
 use super::lifecycle::{any, set_status};
-use super::{args, millis, ArchiveRow, SqlArchive};
+use super::{args, millis, ArchiveRow, Conn, Dialect, SqlArchive};
 use crate::archive::{ArchiveError, ExportedMessage, Import};
 
 #[async_trait]
 impl<T: SqlArchive> Import for T {
-    async fn ids_with_fingerprint(
+    async fn ids_with_fingerprints(
         &self,
-        queue: &str,
-        fingerprint: &[u8; 32],
-    ) -> Result<Vec<i64>, ArchiveError> {
-        let rows = self
-            .db()
-            .fetch_all(
-                "SELECT id FROM messages WHERE fingerprint = $1 AND queue = $2 ORDER BY id",
-                args![Some(&fingerprint[..]), queue],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| r.column("id"))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(ArchiveError::from)
+        keys: &[(String, [u8; 32])],
+    ) -> Result<HashMap<(String, [u8; 32]), Vec<i64>>, ArchiveError> {
+        let db = self.db();
+        let mut out: HashMap<(String, [u8; 32]), Vec<i64>> =
+            keys.iter().map(|k| (k.clone(), Vec::new())).collect();
+        // The fingerprints as literals (hex of our own bytes): one statement for a batch,
+        // through the fingerprint index.
+        let literal = |fp: &[u8; 32]| {
+            let hex: String = fp.iter().map(|b| format!("{b:02x}")).collect();
+            match db.dialect() {
+                Dialect::Sqlite => format!("X'{hex}'"),
+                Dialect::Postgres => format!("'\\x{hex}'::bytea"),
+            }
+        };
+        for chunk in keys.chunks(500) {
+            let list: Vec<String> = chunk.iter().map(|(_, fp)| literal(fp)).collect();
+            let rows = db
+                .fetch_all(
+                    &format!(
+                        "SELECT id, queue, fingerprint FROM messages WHERE fingerprint IN ({}) \
+                         ORDER BY id",
+                        list.join(", ")
+                    ),
+                    args![],
+                )
+                .await?;
+            for row in rows {
+                let fingerprint: Vec<u8> = row.column("fingerprint")?;
+                let Ok(fingerprint) = <[u8; 32]>::try_from(fingerprint) else {
+                    continue;
+                };
+                if let Some(ids) = out.get_mut(&(row.column("queue")?, fingerprint)) {
+                    ids.push(row.column("id")?);
+                }
+            }
+        }
+        Ok(out)
     }
 
-    async fn restore(&self, messages: &[(i64, &ExportedMessage)]) -> Result<(), ArchiveError> {
+    async fn restore(
+        &self,
+        messages: &[(i64, &ExportedMessage)],
+        untouched_only: bool,
+    ) -> Result<(), ArchiveError> {
         let mut tx = self.db().begin().await?;
         let mut conn = tx.conn();
         let d = conn.dialect();
         for (id, m) in messages {
+            if untouched_only {
+                let untouched = conn
+                    .fetch_optional(
+                        &format!(
+                            "SELECT 1 AS untouched FROM {} WHERE id = $1 \
+                             AND status = 'archived' AND status_at IS NULL",
+                            d.status_table()
+                        ),
+                        args![*id],
+                    )
+                    .await?
+                    .is_some();
+                if !untouched {
+                    restore_replays(&mut conn, *id, m).await?;
+                    continue;
+                }
+            }
             let replayed_at = m.replayed_at.map(millis);
             set_status(&mut conn, &[*id], m.status, any, replayed_at).await?;
             conn.execute(
@@ -47,35 +93,45 @@ impl<T: SqlArchive> Import for T {
                 args![m.status_note.as_deref(), m.redelivered, *id],
             )
             .await?;
-            for r in &m.replays {
-                let headers = r
-                    .edited_headers
-                    .as_ref()
-                    .map(|h| serde_json::to_string(h).expect("tables serialize"));
-                conn.execute(
-                    "INSERT INTO replays (message_id, request_key, actor, requested_at, \
-                     target_exchange, target_routing_key, outcome, detail, finished_at, \
-                     edited_body, edited_headers) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-                     ON CONFLICT (request_key) DO NOTHING",
-                    args![
-                        *id,
-                        r.request_key.as_str(),
-                        r.actor.as_str(),
-                        millis(r.requested_at),
-                        r.target.exchange.as_str(),
-                        r.target.routing_key.as_str(),
-                        r.outcome.as_str(),
-                        r.detail.as_deref(),
-                        r.finished_at.map(millis),
-                        r.edited_body.as_deref(),
-                        headers.as_deref(),
-                    ],
-                )
-                .await?;
-            }
+            restore_replays(&mut conn, *id, m).await?;
         }
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// The replay records of `m` not recorded yet (by request key), for message `id`.
+async fn restore_replays(
+    conn: &mut Conn<'_>,
+    id: i64,
+    m: &ExportedMessage,
+) -> Result<(), sqlx::Error> {
+    for r in &m.replays {
+        let headers = r
+            .edited_headers
+            .as_ref()
+            .map(|h| serde_json::to_string(h).expect("tables serialize"));
+        conn.execute(
+            "INSERT INTO replays (message_id, request_key, actor, requested_at, \
+             target_exchange, target_routing_key, outcome, detail, finished_at, \
+             edited_body, edited_headers) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (request_key) DO NOTHING",
+            args![
+                id,
+                r.request_key.as_str(),
+                r.actor.as_str(),
+                millis(r.requested_at),
+                r.target.exchange.as_str(),
+                r.target.routing_key.as_str(),
+                r.outcome.as_str(),
+                r.detail.as_deref(),
+                r.finished_at.map(millis),
+                r.edited_body.as_deref(),
+                headers.as_deref(),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
 }
