@@ -163,7 +163,13 @@ impl Importer {
             self.ids.insert(m.id, id);
             stored.push((id, m));
         }
-        archive.restore(&stored, false).await?;
+        // Ingest stored them open, unreplayed, without a note: only the others need more.
+        let with_state: Vec<(i64, &ExportedMessage)> = stored
+            .iter()
+            .copied()
+            .filter(|(_, m)| has_state(m))
+            .collect();
+        archive.restore(&with_state, false).await?;
         self.imported.stored += stored.len() as u64;
         Ok(())
     }

@@ -57,8 +57,8 @@ impl Plan {
     }
 }
 
-/// What one rule of one DLQ still takes, as a scan goes: `count` messages and `bytes` taken
-/// so far; `None`: as many as the scan finds.
+/// Whether one rule of one DLQ takes one more message, given the messages and body bytes it
+/// took so far.
 type Wants = dyn Fn(usize, i64) -> bool + Send + Sync;
 
 /// Reads `scan` of `queue` page by page, taking each message not `taken` already while
@@ -123,60 +123,33 @@ pub async fn plan(
                 ids: Vec::new(),
                 bytes: 0,
             };
-            let full = match rule {
-                Rule::Days(days) => {
-                    let scan = Scan::ArchivedBefore(day(days));
-                    collect(
-                        archive,
-                        &totals.queue,
-                        scan,
-                        &|_, _| true,
-                        &mut taken,
-                        &mut due,
-                    )
-                    .await?
-                }
+            let cap = |limit: u64| limit.min(i64::MAX as u64) as i64;
+            let (scan, wants, go): (Scan, Box<Wants>, bool) = match rule {
+                Rule::Days(days) => (Scan::ArchivedBefore(day(days)), Box::new(|_, _| true), true),
                 Rule::ResolvedDays(days) => {
-                    let scan = Scan::ResolvedBefore(day(days));
-                    collect(
-                        archive,
-                        &totals.queue,
-                        scan,
-                        &|_, _| true,
-                        &mut taken,
-                        &mut due,
-                    )
-                    .await?
+                    (Scan::ResolvedBefore(day(days)), Box::new(|_, _| true), true)
                 }
-                Rule::Messages(cap) => {
-                    let excess = totals.messages - gone - cap.min(i64::MAX as u64) as i64;
+                Rule::Messages(limit) => {
+                    let excess = totals.messages - gone - cap(limit);
                     let wants = move |n: usize, _| (n as i64) < excess;
-                    excess > 0
-                        && collect(
-                            archive,
-                            &totals.queue,
-                            Scan::Oldest,
-                            &wants,
-                            &mut taken,
-                            &mut due,
-                        )
-                        .await?
+                    (Scan::Oldest, Box::new(wants), excess > 0)
                 }
-                Rule::Size(cap) => {
-                    let excess = totals.bytes - gone_bytes - cap.min(i64::MAX as u64) as i64;
+                Rule::Size(limit) => {
+                    let excess = totals.bytes - gone_bytes - cap(limit);
                     let wants = move |_, bytes: i64| bytes < excess;
-                    excess > 0
-                        && collect(
-                            archive,
-                            &totals.queue,
-                            Scan::Oldest,
-                            &wants,
-                            &mut taken,
-                            &mut due,
-                        )
-                        .await?
+                    (Scan::Oldest, Box::new(wants), excess > 0)
                 }
             };
+            let full = go
+                && collect(
+                    archive,
+                    &totals.queue,
+                    scan,
+                    wants.as_ref(),
+                    &mut taken,
+                    &mut due,
+                )
+                .await?;
             gone += due.ids.len() as i64;
             gone_bytes += due.bytes;
             plan.more |= full;
