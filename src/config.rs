@@ -153,6 +153,50 @@ pub struct RetentionConfig {
     pub dry_run: bool,
 }
 
+/// What `serve` tells webhooks, and where.
+#[derive(Clone, Args)]
+pub struct WebhookArgs {
+    /// POST a JSON message (`{"text": ...}`, as Slack and Teams take it, with the details
+    /// under `lazarus`) to URL when a failure group first appears, a DLQ passes a
+    /// --webhook-threshold or is back under it, or a replay job completes, is cancelled or
+    /// pauses. http:// or https://; repeatable, in the variable separated by ','. Retried with
+    /// backoff; never holds up ingest. Shown in logs as scheme and host only.
+    #[arg(
+        long = "webhook",
+        env = "LAZARUS_WEBHOOK",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub webhooks: Vec<crate::http::Target>,
+    /// [QUEUE:]N: tell the webhooks when a DLQ (without QUEUE: each DLQ) holds more than N open
+    /// messages, and when it is back at N or under. Repeatable; a queue's own replace the
+    /// ones for every DLQ.
+    #[arg(
+        long = "webhook-threshold",
+        env = "LAZARUS_WEBHOOK_THRESHOLD",
+        value_delimiter = ','
+    )]
+    pub thresholds: Vec<crate::notify::ThresholdSpec>,
+    /// Seconds between two looks at the archive for what to tell the webhooks.
+    #[arg(long, env = "LAZARUS_WEBHOOK_INTERVAL_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_interval_secs: u64,
+    /// Where users reach this dashboard (https://lazarus.example.com): notifications link to
+    /// the page of what they tell.
+    #[arg(long, env = "LAZARUS_PUBLIC_URL")]
+    pub public_url: Option<String>,
+}
+
+impl fmt::Debug for WebhookArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookArgs")
+            .field("webhooks", &self.webhooks)
+            .field("thresholds", &self.thresholds)
+            .field("webhook_interval_secs", &self.webhook_interval_secs)
+            .field("public_url", &self.public_url)
+            .finish()
+    }
+}
+
 /// The retention policy, the same for `serve` and `retention`.
 #[derive(Debug, Clone, Args)]
 pub struct RetentionArgs {
@@ -477,6 +521,9 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub retention: RetentionArgs,
 
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
+
     /// A protobuf FileDescriptorSet (`protoc --include_imports --descriptor_set_out=FILE`):
     /// bodies of its message types are shown, searched, masked and have business fields as
     /// JSON (repeatable). A body's message is named by its `type` property, a `proto=`
@@ -635,6 +682,7 @@ impl fmt::Debug for ServeConfig {
             .field("proto_types", &self.proto_types)
             .field("proto_header", &self.proto_header)
             .field("retention", &self.retention)
+            .field("webhooks", &self.webhooks)
             .finish()
     }
 }
@@ -682,8 +730,14 @@ mod tests {
     fn debug_never_shows_secrets() {
         let mut config = ServeConfig::defaults();
         config.connection.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
+        config.webhooks.webhooks = vec!["https://u:pw1@hooks.slack.com/services/T0/B0/s3cr3t"
+            .parse()
+            .unwrap()];
         let debug = format!("{config:?}");
-        assert!(!debug.contains("hunter2"), "{debug}");
+        for secret in ["hunter2", "pw1", "s3cr3t"] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        assert!(debug.contains("https://hooks.slack.com/…"), "{debug}");
     }
 
     #[test]

@@ -13,12 +13,14 @@ pub mod death;
 pub mod demo;
 pub mod export_cli;
 pub mod health_cli;
+pub mod http;
 pub mod import_cli;
 pub mod instance;
 pub mod masking;
 pub mod memory;
 pub mod metrics;
 pub mod migrate_cli;
+pub mod notify;
 #[cfg(test)]
 mod proptests;
 pub mod replay;

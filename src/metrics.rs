@@ -104,6 +104,7 @@ pub struct Metrics {
     replayed: Family<OutcomeLabels, Counter>,
     canary_pauses: Counter,
     retention_deleted: Counter,
+    webhooks: Family<OutcomeLabels, Counter>,
     database_up: Gauge,
 }
 
@@ -119,6 +120,7 @@ impl Default for Metrics {
         let replayed = Family::<OutcomeLabels, Counter>::default();
         let canary_pauses = Counter::default();
         let retention_deleted = Counter::default();
+        let webhooks = Family::<OutcomeLabels, Counter>::default();
         let database_up = Gauge::default();
         registry.register(
             "archived_messages",
@@ -166,6 +168,12 @@ impl Default for Metrics {
             retention_deleted.clone(),
         );
         registry.register(
+            "webhook_notifications",
+            "Webhook POSTs of this process, by outcome (sent, failed after its tries, dropped \
+             because the URL's queue was full)",
+            webhooks.clone(),
+        );
+        registry.register(
             "database_up",
             "1 when the archive database answered this scrape, 0 when it did not",
             database_up.clone(),
@@ -175,6 +183,7 @@ impl Default for Metrics {
             replayed,
             canary_pauses,
             retention_deleted,
+            webhooks,
             database_up,
             archived,
             ingested,
@@ -214,6 +223,14 @@ impl Metrics {
 
     pub fn canary_paused(&self) {
         self.canary_pauses.inc();
+    }
+
+    pub fn webhook(&self, outcome: &str) {
+        self.webhooks
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub fn retention_deleted(&self, n: u64) {

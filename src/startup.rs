@@ -172,6 +172,27 @@ impl Application {
                 token.clone(),
             ));
         }
+        if !self.config.webhooks.webhooks.is_empty() {
+            let args = &self.config.webhooks;
+            let webhooks = crate::notify::Webhooks::start(
+                &args.webhooks,
+                args.public_url.clone(),
+                self.state.metrics.clone(),
+                &token,
+                &tracker,
+            );
+            tracker.spawn(crate::notify::watch(
+                self.background.clone(),
+                crate::notify::Settings {
+                    thresholds: crate::notify::Thresholds::new(&args.thresholds),
+                    every: Duration::from_secs(args.webhook_interval_secs),
+                },
+                webhooks,
+                token.clone(),
+            ));
+        } else if !self.config.webhooks.thresholds.is_empty() {
+            tracing::warn!("--webhook-threshold without --webhook: nobody to tell");
+        }
         tracker.spawn(job::run(
             self.background.clone(),
             self.config

@@ -314,7 +314,8 @@ fn path_segment(name: &str) -> String {
         .replace('+', "%20")
 }
 
-fn percent_decode(text: &str) -> String {
+/// `%XX` escapes decoded (a URL's user and password).
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

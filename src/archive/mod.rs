@@ -30,8 +30,8 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Console, Export, Import, Ingest, InstanceLock, JobLease,
-    JobStore, MessageSearch, MessageStore, Reindex, ReindexProgress, ReplayLog, Retention,
-    RetentionLog, Upkeep,
+    JobStore, MessageSearch, MessageStore, Noted, Notices, Reindex, ReindexProgress, ReplayLog,
+    Retention, RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

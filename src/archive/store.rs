@@ -377,6 +377,31 @@ pub trait RetentionLog: Send + Sync {
     async fn last_retention(&self) -> Result<Option<RetentionRun>, ArchiveError>;
 }
 
+/// How a watched thing's state was noted (see [`Notices::note_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noted {
+    /// The archive had no state for it yet: this call recorded the first.
+    New,
+    /// It had another state, which this call replaced.
+    Changed,
+    /// It had this state already (perhaps written by another instance just now).
+    Same,
+}
+
+/// What the webhooks (`src/notify/`) read and record: new failure groups, and the state each
+/// watched thing was last told in, written so that of several instances only one sees the
+/// change.
+#[async_trait]
+pub trait Notices: Send + Sync {
+    /// Failure groups first seen at or after `since`, oldest first.
+    async fn failure_groups_since(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// Records that `key` is now in `state`; whether that is new, a change, or known already.
+    async fn note_state(&self, key: &str, state: &str) -> Result<Noted, ArchiveError>;
+}
+
 /// What `lazarus serve` keeps up in the background: resolving replayed messages whose copy
 /// did not come back within the settle time, and forgetting old per-minute counts.
 #[async_trait]
@@ -417,7 +442,16 @@ impl<T> Console for T where
 
 /// The whole archive: what `lazarus serve` opens and hands out by capability.
 pub trait Archive:
-    Console + Ingest + JobLease + InstanceLock + Reindex + Upkeep + Retention + Import + 'static
+    Console
+    + Ingest
+    + JobLease
+    + InstanceLock
+    + Reindex
+    + Upkeep
+    + Retention
+    + Import
+    + Notices
+    + 'static
 {
 }
 
@@ -430,6 +464,7 @@ impl<
             + Upkeep
             + Retention
             + Import
+            + Notices
             + 'static,
     > Archive for T
 {

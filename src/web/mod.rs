@@ -24,7 +24,7 @@ mod message_actions;
 pub mod messages;
 mod nav;
 mod ndjson;
-mod overview;
+pub mod overview;
 mod payload;
 mod replays;
 mod security;

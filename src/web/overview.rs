@@ -348,26 +348,34 @@ fn sparkline(per_hour: &[i64], first_hour: i64) -> Vec<Bar> {
         .collect()
 }
 
-fn group_row(g: &FailureGroup) -> GroupRow {
+/// A failure group's open messages, as list filters.
+fn group_fields(g: &FailureGroup) -> Vec<(&'static str, String)> {
     let error = if g.error.is_empty() {
         crate::archive::NO_ERROR
     } else {
         &g.error
     };
-    let fields = vec![
+    vec![
         ("first_death_queue", g.queue.clone()),
         ("reason", g.reason.clone()),
         ("error", error.to_owned()),
         ("status", "open".to_owned()),
-    ];
-    let link = format!(
+    ]
+}
+
+/// The message list of a failure group's open messages.
+pub fn group_link(g: &FailureGroup) -> String {
+    format!(
         "/messages?{}",
-        fields
+        group_fields(g)
             .iter()
             .map(|(k, v)| format!("{k}={}", urlencode(v)))
             .collect::<Vec<_>>()
             .join("&")
-    );
+    )
+}
+
+fn group_row(g: &FailureGroup) -> GroupRow {
     GroupRow {
         queue: g.queue.clone(),
         reason: g.reason.clone(),
@@ -376,8 +384,8 @@ fn group_row(g: &FailureGroup) -> GroupRow {
         messages: g.messages,
         first_seen: utc(g.first_seen),
         last_seen: utc(g.last_seen),
-        link,
-        fields,
+        link: group_link(g),
+        fields: group_fields(g),
     }
 }
 

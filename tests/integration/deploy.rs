@@ -134,6 +134,7 @@ fn exposition_with_every_family() -> String {
     metrics.batch_commit_seconds.observe(0.01);
     metrics.replayed("published", 1);
     metrics.canary_paused();
+    metrics.webhook("failed");
     let count = QueueReasonCount {
         queue: "orders.dlq".into(),
         reason: "rejected".into(),

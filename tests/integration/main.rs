@@ -33,3 +33,4 @@ mod seeds;
 mod served;
 mod signin;
 mod streams;
+mod webhooks;

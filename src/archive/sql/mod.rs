@@ -16,6 +16,7 @@ mod jobs;
 mod lease;
 pub mod lifecycle;
 mod messages;
+mod notices;
 pub mod overview;
 mod reindex;
 mod replays;

@@ -1,0 +1,306 @@
+//! What the webhooks are told, and how it reads (pure): each event as one line of text (the
+//! `text` Slack and Teams show) and as JSON under `lazarus`, with a link into the dashboard
+//! when `--public-url` says where it is.
+
+use serde_json::{json, Value};
+use time::format_description::well_known::Rfc3339;
+
+use crate::archive::{FailureGroup, JobState, ReplayJob};
+use crate::web::messages::thousands;
+use crate::web::overview::{group_link, urlencode};
+
+/// Something the webhooks are told of.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Messages died in a way (DLQ, reason, error) not seen before.
+    NewFailureGroup(FailureGroup),
+    /// A DLQ's open messages passed a threshold...
+    OverThreshold {
+        queue: String,
+        open: i64,
+        threshold: u64,
+    },
+    /// ...or fell back to it or under.
+    BackUnder {
+        queue: String,
+        open: i64,
+        threshold: u64,
+    },
+    /// A replay job completed, was cancelled, or paused (its `detail` says why).
+    Job(Box<ReplayJob>),
+}
+
+impl Event {
+    /// Its name in the JSON (`lazarus.event`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::NewFailureGroup(_) => "failure_group",
+            Event::OverThreshold { .. } => "dlq_over_threshold",
+            Event::BackUnder { .. } => "dlq_back_under_threshold",
+            Event::Job(job) => match job.state {
+                JobState::Completed => "job_completed",
+                JobState::Cancelled => "job_cancelled",
+                _ => "job_paused",
+            },
+        }
+    }
+
+    /// The dashboard page it is about (a path).
+    fn path(&self) -> String {
+        match self {
+            Event::NewFailureGroup(g) => group_link(g),
+            Event::OverThreshold { queue, .. } | Event::BackUnder { queue, .. } => {
+                format!("/messages?queue={}&status=open", urlencode(queue))
+            }
+            Event::Job(job) => format!("/replays/{}", job.id),
+        }
+    }
+
+    /// One line a person reads in a chat channel.
+    pub fn text(&self) -> String {
+        match self {
+            Event::NewFailureGroup(g) => {
+                let error = if g.error.is_empty() {
+                    "no error given".to_owned()
+                } else {
+                    format!("\"{}\"", shorten(&g.error, 300))
+                };
+                format!(
+                    "New failure group: {} in {}, {} ({} so far)",
+                    g.reason,
+                    g.queue,
+                    error,
+                    messages(g.messages)
+                )
+            }
+            Event::OverThreshold {
+                queue,
+                open,
+                threshold,
+            } => format!(
+                "{queue} holds {} open dead letters, over its threshold of {}",
+                thousands(*open as u64),
+                thousands(*threshold)
+            ),
+            Event::BackUnder {
+                queue,
+                open,
+                threshold,
+            } => format!(
+                "{queue} is back under its threshold of {}: {} open dead letters",
+                thousands(*threshold),
+                thousands(*open as u64)
+            ),
+            Event::Job(job) => {
+                let c = &job.counts;
+                let mut line = format!(
+                    "Replay job {} {}: {} of {} published",
+                    job.id,
+                    job.state.as_str(),
+                    thousands(c.published as u64),
+                    thousands(job.total as u64)
+                );
+                for (n, what) in [
+                    (c.unroutable, "unroutable"),
+                    (c.nacked, "refused by the broker"),
+                    (c.failed, "failed"),
+                    (c.skipped, "skipped"),
+                    (c.cancelled, "cancelled"),
+                    (c.pending, "still to publish"),
+                ] {
+                    if n > 0 {
+                        line.push_str(&format!(", {} {what}", thousands(n as u64)));
+                    }
+                }
+                if let Some(detail) = job.detail.as_deref().filter(|_| !job.state.is_final()) {
+                    line.push_str(&format!(" ({})", shorten(detail, 300)));
+                }
+                line
+            }
+        }
+    }
+
+    /// The JSON POSTed: `text` (with the link, for chat tools) and the event's fields under
+    /// `lazarus` (for everything else).
+    pub fn payload(&self, public_url: Option<&str>) -> Value {
+        let url = public_url.map(|base| format!("{}{}", base.trim_end_matches('/'), self.path()));
+        let text = match &url {
+            Some(url) => format!("{} <{url}>", self.text()),
+            None => self.text(),
+        };
+        let mut details = match self {
+            Event::NewFailureGroup(g) => json!({
+                "queue": g.queue,
+                "reason": g.reason,
+                "error": g.error,
+                "messages": g.messages,
+                "open": g.open,
+                "first_seen": g.first_seen.format(&Rfc3339).unwrap_or_default(),
+            }),
+            Event::OverThreshold {
+                queue,
+                open,
+                threshold,
+            }
+            | Event::BackUnder {
+                queue,
+                open,
+                threshold,
+            } => json!({ "queue": queue, "open": open, "threshold": threshold }),
+            Event::Job(job) => json!({
+                "job": job.id.to_string(),
+                "state": job.state,
+                "detail": job.detail,
+                "actor": job.actor,
+                "total": job.total,
+                "counts": job.counts,
+            }),
+        };
+        details["event"] = json!(self.name());
+        details["url"] = json!(url);
+        json!({ "text": text, "lazarus": details })
+    }
+}
+
+fn messages(n: i64) -> String {
+    match n {
+        1 => "1 message".to_owned(),
+        n => format!("{} messages", thousands(n as u64)),
+    }
+}
+
+/// At most `max` characters, with `…` when cut.
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::{JobCounts, Plan};
+    use time::macros::datetime;
+
+    fn group() -> FailureGroup {
+        FailureGroup {
+            queue: "invoices".into(),
+            reason: "rejected".into(),
+            error: "ValueError: amount < 0".into(),
+            messages: 1204,
+            open: 1200,
+            first_seen: datetime!(2026-12-05 04:00 UTC),
+            last_seen: datetime!(2026-12-05 04:10 UTC),
+        }
+    }
+
+    #[test]
+    fn a_new_group_says_where_how_and_links_to_its_open_messages() {
+        let event = Event::NewFailureGroup(group());
+        assert_eq!(
+            event.text(),
+            "New failure group: rejected in invoices, \"ValueError: amount < 0\" (1,204 messages so far)"
+        );
+        let payload = event.payload(Some("https://lazarus.example.com/"));
+        let url = "https://lazarus.example.com/messages?first_death_queue=invoices\
+                   &reason=rejected&error=ValueError%3A%20amount%20%3C%200&status=open";
+        assert_eq!(payload["text"], format!("{} <{url}>", event.text()));
+        assert_eq!(payload["lazarus"]["event"], "failure_group");
+        assert_eq!(payload["lazarus"]["url"], url);
+        assert_eq!(payload["lazarus"]["first_seen"], "2026-12-05T04:00:00Z");
+        assert_eq!(payload["lazarus"]["open"], 1200);
+        let unlinked = event.payload(None);
+        assert_eq!(unlinked["text"], event.text());
+        assert_eq!(unlinked["lazarus"]["url"], Value::Null);
+    }
+
+    #[test]
+    fn thresholds_read_both_ways() {
+        let over = Event::OverThreshold {
+            queue: "q".into(),
+            open: 10_001,
+            threshold: 10_000,
+        };
+        assert_eq!(
+            over.text(),
+            "q holds 10,001 open dead letters, over its threshold of 10,000"
+        );
+        let under = Event::BackUnder {
+            queue: "q".into(),
+            open: 12,
+            threshold: 10_000,
+        };
+        assert_eq!(
+            under.text(),
+            "q is back under its threshold of 10,000: 12 open dead letters"
+        );
+        assert_eq!(
+            under.payload(None)["lazarus"]["event"],
+            "dlq_back_under_threshold"
+        );
+    }
+
+    #[test]
+    fn a_job_tells_its_outcomes_and_why_it_paused() {
+        let job = ReplayJob {
+            id: 7,
+            state: JobState::Paused,
+            detail: Some("canary: 2 of 10 died again".into()),
+            actor: "alice".into(),
+            created_at: datetime!(2026-12-05 04:00 UTC),
+            started_at: None,
+            finished_at: None,
+            selection: json!({}),
+            target: None,
+            to_first_death_queue: false,
+            rate_per_sec: None,
+            include_replayed: false,
+            canary: None,
+            plan: Plan::default(),
+            counts: JobCounts {
+                published: 10,
+                pending: 49_990,
+                ..JobCounts::default()
+            },
+            total: 50_000,
+            estimated_seconds: None,
+        };
+        let event = Event::Job(Box::new(job.clone()));
+        assert_eq!(event.name(), "job_paused");
+        assert_eq!(
+            event.text(),
+            "Replay job 7 paused: 10 of 50,000 published, 49,990 still to publish \
+             (canary: 2 of 10 died again)"
+        );
+        let payload = event.payload(Some("http://h"));
+        assert_eq!(payload["lazarus"]["url"], "http://h/replays/7");
+        assert_eq!(payload["lazarus"]["job"], "7");
+        assert_eq!(payload["lazarus"]["state"], "paused");
+        let done = ReplayJob {
+            state: JobState::Completed,
+            detail: None,
+            counts: JobCounts {
+                published: 49_998,
+                unroutable: 2,
+                ..JobCounts::default()
+            },
+            ..job
+        };
+        assert_eq!(
+            Event::Job(Box::new(done)).text(),
+            "Replay job 7 completed: 49,998 of 50,000 published, 2 unroutable"
+        );
+    }
+
+    #[test]
+    fn long_errors_are_cut() {
+        let mut g = group();
+        g.error = "x".repeat(1000);
+        let text = Event::NewFailureGroup(g).text();
+        assert!(
+            text.contains(&format!("\"{}…\"", "x".repeat(300))),
+            "{text}"
+        );
+    }
+}

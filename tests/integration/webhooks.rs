@@ -1,0 +1,516 @@
+//! Webhooks against a local receiver, on both backends with real dead letters: a new failure
+//! group, a DLQ over its threshold and back under it, a replay job paused, cancelled and
+//! completed — each told once, retried when the receiver fails, never waiting on a dead
+//! receiver; two PostgreSQL instances tell each change once between them; HTTPS with the
+//! system's (here `SSL_CERT_FILE`'s) roots.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::helpers::*;
+
+/// One POST as the receiver took it.
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    user_agent: String,
+    body: Value,
+}
+
+/// A webhook receiver on a free port: answers 503 to its first `failures` requests and 200
+/// after; keeps what it took.
+struct Receiver {
+    url: String,
+    taken: Arc<Mutex<Vec<Received>>>,
+    requests: Arc<Mutex<usize>>,
+}
+
+impl Receiver {
+    async fn start(failures: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/hooks/T000/s3cr3t",
+            listener.local_addr().unwrap()
+        );
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(Mutex::new(0));
+        let (t, r) = (taken.clone(), requests.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let (t, r) = (t.clone(), r.clone());
+                tokio::spawn(async move {
+                    let Some((line, head, body)) = read_request(&mut socket).await else {
+                        return;
+                    };
+                    let n = {
+                        let mut r = r.lock().unwrap();
+                        *r += 1;
+                        *r
+                    };
+                    let status = if n <= failures {
+                        "503 Service Unavailable"
+                    } else {
+                        let path = line
+                            .split_whitespace()
+                            .nth(1)
+                            .unwrap_or_default()
+                            .to_owned();
+                        let user_agent = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("user-agent: "))
+                            .unwrap_or_default()
+                            .to_owned();
+                        t.lock().unwrap().push(Received {
+                            path,
+                            user_agent,
+                            body: serde_json::from_slice(&body).unwrap(),
+                        });
+                        "200 OK"
+                    };
+                    let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 2\r\n\r\nok");
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        Receiver {
+            url,
+            taken,
+            requests,
+        }
+    }
+
+    fn events(&self) -> Vec<Received> {
+        self.taken.lock().unwrap().clone()
+    }
+
+    /// Waits until an event named `name` for which `matches` holds has come, and returns it.
+    async fn wait_for(&self, name: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            if let Some(r) = self
+                .events()
+                .into_iter()
+                .find(|r| r.body["lazarus"]["event"] == name && matches(&r.body["lazarus"]))
+            {
+                return r.body;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no {name} event within 30 s; got {:#?}",
+                self.events()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.events()
+            .iter()
+            .filter(|r| r.body["lazarus"]["event"] == name)
+            .count()
+    }
+}
+
+/// Reads one HTTP/1.1 request: its request line, its head (lowercased) and its body.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, String, Vec<u8>)> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    let end = loop {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let raw = String::from_utf8_lossy(&data[..end]).into_owned();
+    let line = raw.lines().next().unwrap_or_default().to_owned();
+    let head = raw.to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while data.len() < end + length {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+    }
+    Some((line, head, data[end..end + length].to_vec()))
+}
+
+/// `n` messages that fail with `error`, dead-lettered by the broker into the DLQ.
+async fn die(t: &Topology, work: &str, error: &str, n: usize) {
+    for i in 0..n {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-exception-message".into(),
+            AMQPValue::LongString(error.into()),
+        );
+        let properties = BasicProperties::default()
+            .with_message_id(format!("{error}-{i}").into())
+            .with_headers(headers);
+        t.publish("", work, format!("{{\"n\": {i}}}").as_bytes(), properties)
+            .await;
+    }
+    let worker = rejecting_worker(work).await;
+    t.wait_for_depth(work, 0, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.abort();
+}
+
+/// A port nothing listens on.
+async fn dead_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/nobody")
+}
+
+on_both_backends!(groups_thresholds_and_jobs_are_told_once_each);
+async fn groups_thresholds_and_jobs_are_told_once_each() {
+    let p = unique("hook");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    // The receiver fails its first two requests: the first event is tried a third time.
+    let receiver = Receiver::start(2).await;
+    let dead = dead_url().await;
+    let configure = |c: &mut lazarus::config::ServeConfig| {
+        c.webhooks.webhooks = vec![receiver.url.parse().unwrap(), dead.parse().unwrap()];
+        c.webhooks.thresholds = vec![format!("{dlq}:4").parse().unwrap()];
+        c.webhooks.webhook_interval_secs = 1;
+        c.webhooks.public_url = Some("https://lazarus.example.com/".into());
+    };
+    let app = TestApp::spawn_with(&[&dlq], configure).await;
+    // A second instance on the same PostgreSQL database watches the same archive.
+    let mut twin = None;
+    if Backend::current() == Backend::Postgres {
+        let database_url = app.database_url.clone();
+        twin = Some(
+            TestApp::spawn_with(&[], |c| {
+                configure(c);
+                c.connection.database_url = database_url;
+            })
+            .await,
+        );
+    }
+
+    // A new way to fail: one failure group, told with a link to its open messages.
+    die(&t, &work, "ValueError: amount < 0", 3).await;
+    app.wait_for_archived(3, Duration::from_secs(20)).await;
+    let told = receiver
+        .wait_for("failure_group", |e| e["error"] == "ValueError: amount < 0")
+        .await;
+    // A group is named by the queue its messages first died in.
+    assert_eq!(told["lazarus"]["queue"], work.as_str());
+    assert_eq!(told["lazarus"]["reason"], "rejected");
+    let url = told["lazarus"]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://lazarus.example.com/messages?first_death_queue="),
+        "{url}"
+    );
+    assert!(
+        told["text"].as_str().unwrap().starts_with(&format!(
+            "New failure group: rejected in {work}, \"ValueError: amount < 0\""
+        )),
+        "{told}"
+    );
+    assert!(
+        *receiver.requests.lock().unwrap() >= 3,
+        "the first two tries were refused"
+    );
+    let first = &receiver.events()[0];
+    assert_eq!(first.path, "/hooks/T000/s3cr3t", "the URL's path, as given");
+    assert!(first.user_agent.starts_with("lazarus/"), "{first:?}");
+    // The link opens the group's messages.
+    let path = url.trim_start_matches("https://lazarus.example.com");
+    let page = app.get(path).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text().contains("ValueError: amount"),
+        "{}",
+        page.text()
+    );
+
+    // A second way to fail, and five open: over the threshold of four.
+    die(&t, &work, "Timeout talking to the ledger", 2).await;
+    app.wait_for_archived(5, Duration::from_secs(20)).await;
+    receiver
+        .wait_for("failure_group", |e| {
+            e["error"] == "Timeout talking to the ledger"
+        })
+        .await;
+    let over = receiver.wait_for("dlq_over_threshold", |_| true).await;
+    assert_eq!(over["lazarus"]["open"], 5);
+    assert_eq!(over["lazarus"]["threshold"], 4);
+    assert_eq!(
+        over["text"],
+        format!(
+            "{dlq} holds 5 open dead letters, over its threshold of 4 \
+             <https://lazarus.example.com/messages?queue={dlq}&status=open>"
+        )
+    );
+
+    // The first group dismissed: two open, back under.
+    let dismissed = app
+        .post_json(
+            "/api/messages/dismiss",
+            json!({"filter": {"queue": dlq, "error": "ValueError: amount < 0"}, "note": "bad data"}),
+            200,
+        )
+        .await;
+    assert_eq!(dismissed["dismissed"], 3);
+    let under = receiver
+        .wait_for("dlq_back_under_threshold", |_| true)
+        .await;
+    assert_eq!(under["lazarus"]["open"], 2);
+
+    // A slow job, paused and then cancelled; a quick one that completes.
+    let ids = app.ids(&dlq).await;
+    let slow = app
+        .post_json(
+            "/api/replays",
+            json!({"ids": ids[3..5], "rate_per_sec": 1}),
+            200,
+        )
+        .await;
+    let slow_id = slow["id"].as_str().unwrap().to_owned();
+    app.post_json(&format!("/api/replays/{slow_id}/pause"), json!({}), 200)
+        .await;
+    let paused = receiver
+        .wait_for("job_paused", |e| e["job"] == slow_id.as_str())
+        .await;
+    assert_eq!(paused["lazarus"]["state"], "paused");
+    app.post_json(&format!("/api/replays/{slow_id}/cancel"), json!({}), 200)
+        .await;
+    receiver
+        .wait_for("job_cancelled", |e| e["job"] == slow_id.as_str())
+        .await;
+    let quick = app
+        .post_json(
+            "/api/replays",
+            json!({"ids": ids[..3], "include_replayed": true}),
+            200,
+        )
+        .await;
+    let quick_id = quick["id"].as_str().unwrap().to_owned();
+    let done = receiver
+        .wait_for("job_completed", |e| e["job"] == quick_id.as_str())
+        .await;
+    assert_eq!(done["lazarus"]["counts"]["published"], 3, "{done}");
+    assert_eq!(
+        done["text"],
+        format!(
+            "Replay job {quick_id} completed: 3 of 3 published \
+             <https://lazarus.example.com/replays/{quick_id}>"
+        )
+    );
+    assert!(
+        t.depth(&work).await >= 3,
+        "the copies went to the work queue"
+    );
+
+    // Replayed, the three dismissed messages are open again until their copies settle: the
+    // DLQ is over its threshold a second time.
+    let start = Instant::now();
+    while receiver.count("dlq_over_threshold") < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:#?}",
+            receiver.events()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Each change was told once — by one of the two instances where there are two — and the
+    // dead receiver held nothing up.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (event, n) in [
+        ("failure_group", 2),
+        ("dlq_over_threshold", 2),
+        ("dlq_back_under_threshold", 1),
+        ("job_paused", 1),
+        ("job_cancelled", 1),
+        ("job_completed", 1),
+    ] {
+        assert_eq!(
+            receiver.count(event),
+            n,
+            "{event}: {:#?}",
+            receiver.events()
+        );
+    }
+    assert_eq!(receiver.events().len(), 8);
+    let sent = app
+        .counter("lazarus_webhook_notifications_total{outcome=\"sent\"}")
+        .await;
+    let twin_sent = match &twin {
+        Some(twin) => {
+            twin.counter("lazarus_webhook_notifications_total{outcome=\"sent\"}")
+                .await
+        }
+        None => 0,
+    };
+    assert_eq!(sent + twin_sent, 8);
+    let rows = count_rows(&app.database_url, "SELECT count(*) FROM notifications").await;
+    assert!(rows >= 5, "{rows} notification states kept");
+    if let Some(mut twin) = twin {
+        twin.stop().await;
+    }
+    let mut app = app;
+    app.stop().await;
+    t.cleanup().await;
+}
+
+/// An https:// webhook: the receiver's certificate is signed by a CA trusted through
+/// `SSL_CERT_FILE`, as
+/// rustls' system roots read it; the real binary tells a new failure group.
+#[tokio::test]
+async fn https_webhooks_are_told_through_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    // A test CA, and the receiver's certificate for localhost signed by it.
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (ca, ca_key, cert, key) = (
+        path("ca.pem"),
+        path("ca.key"),
+        path("cert.pem"),
+        path("key.pem"),
+    );
+    let (csr, extensions) = (path("leaf.csr"), path("leaf.ext"));
+    std::fs::write(
+        &extensions,
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=lazarus test CA",
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca,
+        ],
+        vec![
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &extensions,
+            "-out",
+            &cert,
+        ],
+    ] {
+        let made = std::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl runs");
+        assert!(made.status.success(), "openssl {args:?}: {made:?}");
+    }
+    let received = dir.path().join("received.json");
+    // Python's own HTTPS server: one POST, written to a file.
+    let script = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        open(sys.argv[3], 'wb').write(body)
+        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()
+        self.wfile.write(b'ok')
+    def log_message(self, *a): pass
+server = http.server.HTTPServer(('127.0.0.1', 0), H)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[1], sys.argv[2])
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+    let mut python = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&cert)
+        .arg(&key)
+        .arg(&received)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut port = String::new();
+    {
+        use tokio::io::AsyncBufReadExt;
+        let stdout = python.stdout.take().unwrap();
+        tokio::io::BufReader::new(stdout)
+            .read_line(&mut port)
+            .await
+            .unwrap();
+    }
+    let url = format!("https://localhost:{}/hook/s3cr3t", port.trim());
+
+    let p = unique("hooktls");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let database_url = archive_url(dir.path()).await;
+    let mut lazarus = lazarus_command(
+        &amqp_url(),
+        &dlq,
+        &database_url,
+        &["--webhook-interval-secs", "1"],
+    )
+    .env("LAZARUS_WEBHOOK", &url)
+    .env("SSL_CERT_FILE", &ca)
+    .spawn()
+    .unwrap();
+    die(&t, &work, "TLS test failure", 1).await;
+    let start = Instant::now();
+    while !received.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing received over https within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let body: Value = serde_json::from_slice(&std::fs::read(&received).unwrap()).unwrap();
+    assert_eq!(body["lazarus"]["event"], "failure_group");
+    assert_eq!(body["lazarus"]["error"], "TLS test failure");
+    sigterm(&mut lazarus).await;
+    t.cleanup().await;
+}
