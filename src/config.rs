@@ -153,6 +153,35 @@ pub struct RetentionConfig {
     pub dry_run: bool,
 }
 
+/// `--discover`: archiving the DLQs the management API shows.
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverArgs {
+    /// Archive every dead-letter queue of the AMQP URL's vhost that the management API shows
+    /// (needs --management-url), besides those --queue names, and look for new ones every
+    /// --discover-interval-secs. Retry and delay queues (a DLQ with a dead-letter exchange of
+    /// its own) are left alone. Lazarus declares no queue.
+    #[arg(long, env = "LAZARUS_DISCOVER")]
+    pub discover: bool,
+    /// With --discover, archive only DLQs whose name matches one of these (`*`: any run of
+    /// characters). Repeatable; in the variable separated by ','.
+    #[arg(
+        long = "discover-include",
+        env = "LAZARUS_DISCOVER_INCLUDE",
+        value_delimiter = ','
+    )]
+    pub include: Vec<String>,
+    /// With --discover, never archive DLQs whose name matches one of these.
+    #[arg(
+        long = "discover-exclude",
+        env = "LAZARUS_DISCOVER_EXCLUDE",
+        value_delimiter = ','
+    )]
+    pub exclude: Vec<String>,
+    /// Seconds between two looks for new DLQs.
+    #[arg(long, env = "LAZARUS_DISCOVER_INTERVAL_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub discover_interval_secs: u64,
+}
+
 /// What `serve` tells webhooks, and where.
 #[derive(Clone, Args)]
 pub struct WebhookArgs {
@@ -524,6 +553,9 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub webhooks: WebhookArgs,
 
+    #[command(flatten)]
+    pub discover: DiscoverArgs,
+
     /// A protobuf FileDescriptorSet (`protoc --include_imports --descriptor_set_out=FILE`):
     /// bodies of its message types are shown, searched, masked and have business fields as
     /// JSON (repeatable). A body's message is named by its `type` property, a `proto=`
@@ -683,6 +715,7 @@ impl fmt::Debug for ServeConfig {
             .field("proto_header", &self.proto_header)
             .field("retention", &self.retention)
             .field("webhooks", &self.webhooks)
+            .field("discover", &self.discover)
             .finish()
     }
 }

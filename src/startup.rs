@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::amqp::adopt;
 use crate::amqp::consumer::{self, ConsumerContext};
 use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
@@ -64,6 +65,10 @@ impl Application {
             .as_deref()
             .map(|url| Management::new(url, &config.connection.amqp_url).map(Arc::new))
             .transpose()?;
+        anyhow::ensure!(
+            !config.discover.discover || management.is_some(),
+            "--discover finds DLQs through RabbitMQ's management API: give --management-url"
+        );
         let schemas = config.schemas().map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
@@ -133,11 +138,30 @@ impl Application {
             management: self.management.clone(),
             shutdown: token.clone(),
         };
-        if self.config.queues.is_empty() {
-            tracing::warn!("no --queue given: serving the archive without consuming anything");
-        }
         for queue in &self.config.queues {
             tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
+        }
+        match &self.management {
+            Some(management) if self.config.discover.discover => {
+                let args = &self.config.discover;
+                tracker.spawn(adopt::discover(
+                    management.clone(),
+                    ctx.clone(),
+                    adopt::Settings {
+                        patterns: adopt::Patterns {
+                            include: args.include.clone(),
+                            exclude: args.exclude.clone(),
+                        },
+                        every: Duration::from_secs(args.discover_interval_secs),
+                        configured: self.config.queues.clone(),
+                    },
+                    tracker.clone(),
+                ));
+            }
+            _ if self.config.queues.is_empty() => {
+                tracing::warn!("no --queue given: serving the archive without consuming anything");
+            }
+            _ => {}
         }
         let name = match &self.config.instance_name {
             Some(name) => name.clone(),

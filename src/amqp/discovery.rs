@@ -27,6 +27,10 @@ pub struct DiscoveredDlq {
     /// What its settings put at risk (in words, in JSON).
     #[serde(serialize_with = "as_words")]
     pub warnings: Vec<Risk>,
+    /// It has a dead-letter exchange of its own: a retry or delay queue whose messages move
+    /// on, not the end of the line (`--discover` leaves it alone).
+    #[serde(skip)]
+    pub dead_letters_again: bool,
 }
 
 fn as_words<S: serde::Serializer>(risks: &[Risk], s: S) -> Result<S::Ok, S::Error> {
@@ -291,6 +295,7 @@ pub fn find_dlqs(
                 archived: archived.iter().any(|(v, n)| *v == vhost && *n == name),
                 kind: text(queue, "type").to_owned(),
                 warnings: risks(queue, broker_major),
+                dead_letters_again: dead_letter_target(queue).is_some(),
                 vhost,
                 name,
                 sources,

@@ -92,6 +92,11 @@ impl Management {
         })
     }
 
+    /// The AMQP URL's vhost: the one this instance consumes.
+    pub fn vhost(&self) -> &str {
+        &self.vhost
+    }
+
     /// What the broker says of a queue of the AMQP URL's vhost.
     pub async fn queue(&self, name: &str) -> Result<QueueInfo, ManagementError> {
         let path = format!(

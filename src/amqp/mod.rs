@@ -2,6 +2,7 @@
 //! publisher, the typed header representation shared with the archive, and the read-only
 //! management API client with what it discovers.
 
+pub mod adopt;
 pub mod connection;
 pub mod consumer;
 pub mod discovery;

@@ -63,7 +63,7 @@ impl fmt::Display for ExchangePolicy {
 }
 
 /// `*` matches any run of characters (none too); everything else matches itself.
-fn glob(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let (first, rest) = parts.split_first().expect("split yields one part at least");
     let Some(mut tail) = name.strip_prefix(first) else {

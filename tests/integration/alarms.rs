@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use lapin::options::BasicRejectOptions;
 use serde_json::json;
 
 use crate::brokers::{on_both_brokers, Broker, PrivateBroker};
@@ -21,12 +20,7 @@ async fn archived_dead_letters(n: usize) -> (PrivateBroker, Topology, TestApp, S
         let id = format!("a-{i}");
         t.publish("", &work, id.as_bytes(), json_props(&id)).await;
     }
-    let worker = spawn_worker(&broker.url(), &work, |_, d| async move {
-        d.reject(BasicRejectOptions { requeue: false })
-            .await
-            .unwrap();
-    })
-    .await;
+    let worker = rejecting_worker_on(&broker.url(), &work).await;
     app.wait_for_archived(n as i64, Duration::from_secs(20))
         .await;
     worker.abort();

@@ -232,3 +232,160 @@ async fn discovery_is_off_without_a_management_url_and_says_when_it_fails() {
     let page = silent.get("/").await.text();
     assert!(page.contains("did not say"), "{page}");
 }
+
+/// `--discover` on the 4.x broker: in a vhost of its own, the terminal DLQs the management API
+/// shows are archived without `--queue` — one made after Lazarus started too — while a retry
+/// queue (TTL and a dead-letter exchange back to work), an excluded DLQ and a DLQ of another
+/// vhost keep their messages; each start is audited.
+#[tokio::test]
+async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
+    let broker = Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let v = Vhost::create("adopt");
+            let other = Vhost::create("adopt-other");
+            let mut t = Topology::on(&v.url()).await;
+            // orders: work → dlx (fanout) → orders.dlq.
+            t.exchange("dlx", ExchangeKind::Fanout).await;
+            t.queue("orders.dlq", Default::default()).await;
+            t.bind("orders.dlq", "dlx", "").await;
+            t.queue("orders", args(&[("x-dead-letter-exchange", s("dlx"))]))
+                .await;
+            // mail: through the default exchange into a retry queue that sends its messages
+            // back after a minute — not the end of the line.
+            t.queue(
+                "mail.retry",
+                args(&[
+                    ("x-message-ttl", AMQPValue::LongInt(60_000)),
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("mail")),
+                ]),
+            )
+            .await;
+            t.queue(
+                "mail",
+                args(&[
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("mail.retry")),
+                ]),
+            )
+            .await;
+            // audit: a DLQ the operator excludes.
+            t.queue("audit.dlq", Default::default()).await;
+            t.queue(
+                "audit",
+                args(&[
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("audit.dlq")),
+                ]),
+            )
+            .await;
+            // Another vhost's DLQ.
+            let mut to = Topology::on(&other.url()).await;
+            to.queue("elsewhere.dlq", Default::default()).await;
+            to.queue(
+                "elsewhere",
+                args(&[
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("elsewhere.dlq")),
+                ]),
+            )
+            .await;
+
+            let management = broker.management_url().unwrap();
+            let app = TestApp::spawn_with(&[], |c| {
+                c.connection.amqp_url = v.url();
+                c.management_url = Some(management.clone());
+                c.discover.discover = true;
+                c.discover.exclude = vec!["audit.*".into()];
+                c.discover.discover_interval_secs = 1;
+            })
+            .await;
+            for queue in ["orders", "mail", "audit"] {
+                publish_many(&t.channel, "", queue, queue, 3).await;
+            }
+            publish_many(&to.channel, "", "elsewhere", "e", 3).await;
+            let workers = vec![
+                rejecting_worker_on(&v.url(), "orders").await,
+                rejecting_worker_on(&v.url(), "mail").await,
+                rejecting_worker_on(&v.url(), "audit").await,
+                rejecting_worker_on(&other.url(), "elsewhere").await,
+            ];
+            app.wait_for_archived(3, Duration::from_secs(30)).await;
+            assert_eq!(app.ids("orders.dlq").await.len(), 3);
+
+            // A DLQ made after Lazarus started is found at a later look.
+            t.queue("late.dlq", Default::default()).await;
+            t.queue(
+                "late",
+                args(&[
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("late.dlq")),
+                ]),
+            )
+            .await;
+            publish_many(&t.channel, "", "late", "l", 2).await;
+            let late = rejecting_worker_on(&v.url(), "late").await;
+            app.wait_for_archived(5, Duration::from_secs(30)).await;
+            assert_eq!(app.ids("late.dlq").await.len(), 2);
+
+            // What discovery leaves alone keeps its messages.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(app.archived().await, 5, "only orders.dlq and late.dlq");
+            assert_eq!(t.depth("audit.dlq").await, 3);
+            assert_eq!(t.depth("mail.retry").await, 3);
+            assert_eq!(to.depth("elsewhere.dlq").await, 3);
+
+            // The overview and the API show which are archived; each start is audited.
+            let answer = app.json("/api/dlqs", 200).await;
+            for (vhost, name, archived) in [
+                (&v.name, "orders.dlq", true),
+                (&v.name, "late.dlq", true),
+                (&v.name, "audit.dlq", false),
+                (&v.name, "mail.retry", false),
+                (&other.name, "elsewhere.dlq", false),
+            ] {
+                let found = dlq(&answer, vhost, name)
+                    .unwrap_or_else(|| panic!("{vhost}/{name} found: {answer}"));
+                assert_eq!(found["archived"], archived, "{found}");
+            }
+            let audit = app.json("/api/audit", 200).await;
+            let discovered: Vec<&str> = audit["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["action"] == "discover")
+                .map(|e| e["summary"].as_str().unwrap())
+                .collect();
+            assert_eq!(discovered.len(), 2, "{audit}");
+            assert!(discovered
+                .contains(&"archiving orders.dlq, found as the dead-letter queue of orders"));
+            let page = app.get("/").await.text();
+            assert!(page.contains("late.dlq"), "{page}");
+
+            for w in workers {
+                w.abort();
+            }
+            late.abort();
+            let mut app = app;
+            app.stop().await;
+            t.cleanup().await;
+            to.cleanup().await;
+        })
+        .await
+}
+
+/// `--discover` without `--management-url` stops at start with what to give.
+#[tokio::test]
+async fn discover_needs_a_management_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = lazarus::config::ServeConfig::defaults();
+    config.connection.database_url = format!("sqlite://{}", dir.path().join("a.db").display());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.discover.discover = true;
+    let error = lazarus::startup::Application::build(config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("--management-url"), "{error}");
+}

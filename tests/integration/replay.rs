@@ -486,12 +486,7 @@ async fn a_plan_says_which_queues_each_target_reaches_rabbitmq4() {
                 c.management_url = Some(management.clone());
             })
             .await;
-            let worker = spawn_worker(&vhost.url(), "orders", |_, d| async move {
-                d.reject(lapin::options::BasicRejectOptions { requeue: false })
-                    .await
-                    .unwrap();
-            })
-            .await;
+            let worker = rejecting_worker_on(&vhost.url(), "orders").await;
             t.publish("shop", "order.created", b"{}", json_props("reach-1"))
                 .await;
             app.wait_for_archived(1, Duration::from_secs(20)).await;

@@ -348,7 +348,12 @@ pub async fn shop_with_audit(t: &mut Topology, p: &str) -> (String, String, Stri
 
 /// A consumer that still fails: it rejects everything, until aborted.
 pub async fn rejecting_worker(queue: &str) -> tokio::task::JoinHandle<()> {
-    spawn_worker(&amqp_url(), queue, |_, d| async move {
+    rejecting_worker_on(&amqp_url(), queue).await
+}
+
+/// [`rejecting_worker`] on the broker (and vhost) of `url`.
+pub async fn rejecting_worker_on(url: &str, queue: &str) -> tokio::task::JoinHandle<()> {
+    spawn_worker(url, queue, |_, d| async move {
         d.reject(BasicRejectOptions { requeue: false })
             .await
             .unwrap();
