@@ -541,7 +541,7 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 
-    /// RabbitMQ's management API (http://[user:password@]host:15672), read only: each DLQ's
+    /// RabbitMQ's management API (http(s)://[user:password@]host:15672), read only: each DLQ's
     /// delivery limit is checked there when it is first consumed. Without credentials, the
     /// AMQP URL's are used.
     #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]

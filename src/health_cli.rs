@@ -4,12 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use http_body_util::Empty;
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-
 use crate::config::HealthConfig;
+use crate::http::{HttpError, Target};
 
 /// Where to ask: the listen address, or loopback when it listens on every interface.
 pub fn probe_address(listen: SocketAddr) -> SocketAddr {
@@ -21,16 +17,19 @@ pub fn probe_address(listen: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, listen.port())
 }
 
-/// `GET path` on `addr` with the HTTP client the management API uses; the status code, or
-/// why there is none.
-async fn get(addr: SocketAddr, path: &str) -> Result<u16, String> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let uri = format!("http://{addr}{path}")
+/// `GET path` on `addr`; the status code, or why there is none.
+async fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<u16, String> {
+    let target: Target = format!("http://{addr}")
         .parse()
-        .map_err(|e| format!("{addr}{path}: {e}"))?;
-    match client.get(uri).await {
-        Ok(response) => Ok(response.status().as_u16()),
-        Err(e) if e.is_connect() => Err(format!("cannot connect to {addr}: {e}")),
+        .map_err(|e: HttpError| e.to_string())?;
+    match crate::http::get(&target, path, 64 * 1024, timeout).await {
+        Ok((answer, _)) => Ok(answer.status.as_u16()),
+        Err(HttpError::Unreachable { reason, .. }) if reason.starts_with("connecting") => {
+            Err(format!("cannot connect to {addr}: {reason}"))
+        }
+        Err(HttpError::Timeout { .. }) => {
+            Err(format!("{addr}: no answer to {path} in {timeout:?}"))
+        }
         Err(e) => Err(format!("{addr} did not answer with HTTP: {e}")),
     }
 }
@@ -40,21 +39,17 @@ pub async fn health(config: HealthConfig) -> bool {
     let addr = probe_address(config.listen);
     let path = if config.ready { "/readyz" } else { "/healthz" };
     let timeout = Duration::from_secs(config.timeout_secs.max(1));
-    match tokio::time::timeout(timeout, get(addr, path)).await {
-        Ok(Ok(200)) => {
+    match get(addr, path, timeout).await {
+        Ok(200) => {
             println!("lazarus on {addr}: {path} 200");
             true
         }
-        Ok(Ok(status)) => {
+        Ok(status) => {
             eprintln!("lazarus on {addr}: {path} {status}");
             false
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             eprintln!("lazarus: {e}");
-            false
-        }
-        Err(_) => {
-            eprintln!("lazarus on {addr}: no answer to {path} in {timeout:?}");
             false
         }
     }

@@ -1,19 +1,19 @@
-//! Outgoing HTTP(S) requests to URLs users configure (webhooks): the URL read and shown
-//! without its secrets, one connection per request, TLS through the same rustls connector
-//! (and system roots, `SSL_CERT_FILE` included) that `amqps://` uses.
+//! Outgoing HTTP(S) requests to URLs users configure (webhooks, the management API): the URL
+//! read and shown without its secrets, one connection per request, TLS through the same rustls
+//! connector (and system roots, `SSL_CERT_FILE` included) that `amqps://` uses.
 
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
-use hyper::{Request, StatusCode};
+use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use lapin::tcp::{AsyncTcpStream, TLSConfig};
 use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
 
-/// The most of an answer's body read (and thrown away): receivers answer "ok" or an error.
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// The most of a webhook's answer read (and thrown away): receivers answer "ok" or an error.
+const MAX_WEBHOOK_ANSWER: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -23,6 +23,8 @@ pub enum HttpError {
     Unreachable { target: String, reason: String },
     #[error("{target}: no answer within {timeout:?}")]
     Timeout { target: String, timeout: Duration },
+    #[error("{target}: its answer is longer than {max} bytes")]
+    TooLong { target: String, max: usize },
 }
 
 /// A URL requests are sent to. Its `Debug` and [`Target::redacted`] show the scheme and
@@ -83,11 +85,7 @@ impl std::str::FromStr for Target {
         let authorization = userinfo.map(|info| {
             use base64::Engine;
             let (user, password) = info.split_once(':').unwrap_or((info, ""));
-            let pair = format!(
-                "{}:{}",
-                crate::amqp::management::percent_decode(user),
-                crate::amqp::management::percent_decode(password)
-            );
+            let pair = format!("{}:{}", percent_decode(user), percent_decode(password));
             format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(pair)
@@ -118,6 +116,19 @@ fn without_path(url: &str) -> String {
 }
 
 impl Target {
+    /// Its user and password, when the URL gave them.
+    pub fn has_credentials(&self) -> bool {
+        self.authorization.is_some()
+    }
+
+    /// The same, with basic authentication as `user`.
+    pub fn with_credentials(mut self, user: &str, password: &str) -> Self {
+        use base64::Engine;
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        self.authorization = Some(format!("Basic {pair}"));
+        self
+    }
+
     /// `https://host[:port]/…`: what logs and pages may show.
     pub fn redacted(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
@@ -151,6 +162,30 @@ impl Target {
     }
 }
 
+/// `%XX` escapes decoded (a URL's user and password).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// What a receiver answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -166,29 +201,79 @@ pub async fn post_json(
     json: Bytes,
     timeout: Duration,
 ) -> Result<Answer, HttpError> {
-    tokio::time::timeout(timeout, post(target, json))
+    let (answer, _) = send(
+        target,
+        Method::POST,
+        &target.path,
+        Some(json),
+        MAX_WEBHOOK_ANSWER,
+        timeout,
+    )
+    .await?;
+    Ok(answer)
+}
+
+/// GETs `path` (after the URL's own path, which must not end in `/`) from `target`: the answer
+/// and its body, at most `max` bytes of it.
+pub async fn get(
+    target: &Target,
+    path: &str,
+    max: usize,
+    timeout: Duration,
+) -> Result<(Answer, Bytes), HttpError> {
+    let full = format!("{}{path}", target.path.trim_end_matches('/'));
+    match send(target, Method::GET, &full, None, max, timeout).await? {
+        (answer, Some(body)) => Ok((answer, body)),
+        (_, None) => Err(HttpError::TooLong {
+            target: target.redacted(),
+            max,
+        }),
+    }
+}
+
+async fn send(
+    target: &Target,
+    method: Method,
+    path: &str,
+    json: Option<Bytes>,
+    max: usize,
+    timeout: Duration,
+) -> Result<(Answer, Option<Bytes>), HttpError> {
+    let unreachable = |reason: String| HttpError::Unreachable {
+        target: target.redacted(),
+        reason,
+    };
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, target.host_header())
+        .header(USER_AGENT, concat!("lazarus/", env!("CARGO_PKG_VERSION")));
+    if json.is_some() {
+        request = request.header(CONTENT_TYPE, "application/json");
+    }
+    if let Some(authorization) = &target.authorization {
+        let mut value =
+            HeaderValue::from_str(authorization).map_err(|e| unreachable(e.to_string()))?;
+        value.set_sensitive(true);
+        request = request.header(AUTHORIZATION, value);
+    }
+    let request = request
+        .body(Full::new(json.unwrap_or_default()))
+        .map_err(|e| unreachable(e.to_string()))?;
+    tokio::time::timeout(timeout, connect_and_send(target, request, max))
         .await
         .map_err(|_| HttpError::Timeout {
             target: target.redacted(),
             timeout,
         })?
-        .map_err(|reason| HttpError::Unreachable {
-            target: target.redacted(),
-            reason,
-        })
+        .map_err(unreachable)
 }
 
-async fn post(target: &Target, json: Bytes) -> Result<Answer, String> {
-    let mut request = Request::post(&target.path)
-        .header(HOST, target.host_header())
-        .header(CONTENT_TYPE, "application/json")
-        .header(USER_AGENT, concat!("lazarus/", env!("CARGO_PKG_VERSION")));
-    if let Some(authorization) = &target.authorization {
-        let mut value = HeaderValue::from_str(authorization).map_err(|e| e.to_string())?;
-        value.set_sensitive(true);
-        request = request.header(AUTHORIZATION, value);
-    }
-    let request = request.body(Full::new(json)).map_err(|e| e.to_string())?;
+async fn connect_and_send(
+    target: &Target,
+    request: Request<Full<Bytes>>,
+    max: usize,
+) -> Result<(Answer, Option<Bytes>), String> {
     let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("connecting: {e}"))?;
@@ -198,13 +283,18 @@ async fn post(target: &Target, json: Bytes) -> Result<Answer, String> {
             .into_tls(&target.host, TLSConfig::default())
             .await
             .map_err(|e| format!("TLS: {e}"))?;
-        exchange(TokioIo::new(tls.compat()), request).await
+        exchange(TokioIo::new(tls.compat()), request, max).await
     } else {
-        exchange(TokioIo::new(tcp), request).await
+        exchange(TokioIo::new(tcp), request, max).await
     }
 }
 
-async fn exchange<I>(io: I, request: Request<Full<Bytes>>) -> Result<Answer, String>
+/// The answer, and its body unless it is longer than `max` bytes.
+async fn exchange<I>(
+    io: I,
+    request: Request<Full<Bytes>>,
+    max: usize,
+) -> Result<(Answer, Option<Bytes>), String>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -212,8 +302,7 @@ where
         .await
         .map_err(|e| e.to_string())?;
     let connection = tokio::spawn(connection);
-    let answer = sender.send_request(request).await;
-    let result = match answer {
+    let result = match sender.send_request(request).await {
         Ok(response) => {
             let status = response.status();
             let retry_after = response
@@ -222,14 +311,18 @@ where
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
-            // Read (a bounded part of) the answer so the exchange ends cleanly.
-            let _ = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            let body = Limited::new(response.into_body(), max)
                 .collect()
-                .await;
-            Ok(Answer {
-                status,
-                retry_after,
-            })
+                .await
+                .ok()
+                .map(|b| b.to_bytes());
+            Ok((
+                Answer {
+                    status,
+                    retry_after,
+                },
+                body,
+            ))
         }
         Err(e) => Err(e.to_string()),
     };

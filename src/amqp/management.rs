@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use lapin::uri::AMQPUri;
 use serde_json::Value;
+
+use crate::http::Target;
 
 /// How long one call to the management API may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,7 +16,7 @@ const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManagementError {
-    #[error("the management URL {0:?} is not an http:// URL (https is not supported yet)")]
+    #[error("the management URL {0:?} is not an http:// or https:// URL")]
     Url(String),
     #[error("the management API did not answer: {0}")]
     Unreachable(String),
@@ -34,61 +32,40 @@ pub enum ManagementError {
 /// A client of one broker's management API, as the user the URL (or the AMQP URL) names.
 #[derive(Clone)]
 pub struct Management {
-    /// `http://host:port`, without credentials or a trailing slash.
-    base: String,
-    /// The `Authorization` header.
-    authorization: String,
+    /// `http(s)://host:port[/path]`, with the user to ask as.
+    target: Target,
     /// The vhost of the AMQP URL: the DLQs' own.
     vhost: String,
-    client: Client<HttpConnector, Empty<Bytes>>,
 }
 
 impl std::fmt::Debug for Management {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Management")
-            .field("base", &self.base)
+            .field("target", &self.target)
             .field("vhost", &self.vhost)
             .finish_non_exhaustive()
     }
 }
 
 impl Management {
-    /// `management_url` is `http://[user:password@]host:port[/path]`; without credentials it
+    /// `management_url` is `http(s)://[user:password@]host:port[/path]`; without credentials it
     /// uses the AMQP URL's user and password, and it always looks at the AMQP URL's vhost.
     pub fn new(management_url: &str, amqp_url: &str) -> Result<Self, ManagementError> {
-        let redacted = || crate::config::redact_url(management_url);
-        let rest = management_url
-            .strip_prefix("http://")
-            .ok_or_else(|| ManagementError::Url(redacted()))?;
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let (userinfo, host) = match authority.rfind('@') {
-            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-            None => (None, authority),
-        };
-        if host.is_empty() {
-            return Err(ManagementError::Url(redacted()));
-        }
+        let target: Target = management_url
+            .parse()
+            .map_err(|_| ManagementError::Url(crate::config::redact_url(management_url)))?;
         let amqp: AMQPUri = amqp_url
             .parse()
             .map_err(|_| ManagementError::Url(crate::config::redact_url(amqp_url)))?;
-        let (user, password) = match userinfo {
-            Some(info) => {
-                let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                (percent_decode(user), percent_decode(password))
-            }
-            None => (
-                amqp.authority.userinfo.username,
-                amqp.authority.userinfo.password,
-            ),
+        let target = if target.has_credentials() {
+            target
+        } else {
+            let user = &amqp.authority.userinfo;
+            target.with_credentials(&user.username, &user.password)
         };
-        use base64::Engine;
-        let credentials =
-            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         Ok(Management {
-            base: format!("http://{host}{}", path.trim_end_matches('/')),
-            authorization: format!("Basic {credentials}"),
+            target,
             vhost: amqp.vhost,
-            client: Client::builder(TokioExecutor::new()).build_http(),
         })
     }
 
@@ -212,32 +189,15 @@ impl Management {
     }
 
     async fn get(&self, path: &str) -> Result<Value, ManagementError> {
-        let request = hyper::Request::get(format!("{}{path}", self.base))
-            .header(hyper::header::AUTHORIZATION, &self.authorization)
-            .body(Empty::new())
-            .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
-        let call = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(ManagementError::Status {
-                    status,
-                    path: path.to_owned(),
-                });
-            }
-            Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-                .collect()
-                .await
-                .map(|body| body.to_bytes())
-                .map_err(|e| ManagementError::Unreachable(e.to_string()))
-        };
-        let body = tokio::time::timeout(TIMEOUT, call)
+        let (answer, body) = crate::http::get(&self.target, path, MAX_ANSWER_BYTES, TIMEOUT)
             .await
-            .map_err(|_| ManagementError::Unreachable(format!("no answer within {TIMEOUT:?}")))??;
+            .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
+        if !answer.status.is_success() {
+            return Err(ManagementError::Status {
+                status: answer.status,
+                path: path.to_owned(),
+            });
+        }
         serde_json::from_slice(&body).map_err(|e| ManagementError::Answer {
             path: path.to_owned(),
             reason: e.to_string(),
@@ -319,30 +279,6 @@ fn path_segment(name: &str) -> String {
         .replace('+', "%20")
 }
 
-/// `%XX` escapes decoded (a URL's user and password).
-pub(crate) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,19 +340,28 @@ mod tests {
             "amqp://app:pw@mq:5672/prod%2fdlq",
         )
         .unwrap();
-        assert_eq!(m.base, "http://mq:15672");
         assert_eq!(m.vhost, "prod/dlq");
-        assert_eq!(m.authorization, "Basic b3BzOnM6Y3JldA==");
-        let m = Management::new("http://mq:15672/rabbit", "amqp://app:pw@mq:5672/%2f").unwrap();
         assert_eq!(
-            (m.base.as_str(), m.vhost.as_str()),
-            ("http://mq:15672/rabbit", "/")
+            m.target,
+            "http://mq:15672/"
+                .parse::<Target>()
+                .unwrap()
+                .with_credentials("ops", "s:cret")
         );
-        assert_eq!(m.authorization, "Basic YXBwOnB3");
+        let m = Management::new("https://mq:15671/rabbit", "amqp://app:pw@mq:5672/%2f").unwrap();
+        assert_eq!(m.vhost, "/");
+        assert_eq!(
+            m.target,
+            "https://mq:15671/rabbit"
+                .parse::<Target>()
+                .unwrap()
+                .with_credentials("app", "pw")
+        );
+        assert!(!format!("{m:?}").contains("pw"), "{m:?}");
         assert_eq!(path_segment("/"), "%2F");
         assert_eq!(path_segment("a dlq"), "a%20dlq");
         assert!(matches!(
-            Management::new("https://mq:15671", "amqp://mq"),
+            Management::new("ftp://mq:15671", "amqp://mq"),
             Err(ManagementError::Url(_))
         ));
     }
