@@ -74,6 +74,11 @@ impl Importer {
         self.imported
     }
 
+    /// The id in this archive of the message exported as `id` (stored or found present).
+    pub fn id_of(&self, id: i64) -> Option<i64> {
+        self.ids.get(&id).copied()
+    }
+
     /// Stores what of `batch` the archive does not hold yet, in order.
     pub async fn store(
         &mut self,

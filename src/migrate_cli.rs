@@ -1,8 +1,10 @@
 //! `lazarus migrate --from URL --to URL`: every archived message of one archive into another
-//! (SQLite into PostgreSQL, or back), through what `lazarus import` does, with progress. Run
+//! (SQLite into PostgreSQL, or back), through what `lazarus import` does, with progress; then
+//! its users, API tokens and audit log (entries pointing at messages by their new ids). Run
 //! again after an interruption, it adds only what is missing. At the end it checks that both
-//! archives hold the same: the messages and body bytes of every DLQ, and a checksum of every
-//! message's content and state, read back from each.
+//! archives hold the same: the messages and body bytes of every DLQ, a checksum of every
+//! message's content and state, read back from each, and that carrying the accounts and the
+//! audit log again would add nothing. Replay jobs are not carried.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +12,8 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 
 use crate::archive::{
-    self, Archive, ExportedMessage, QueueTotals, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES,
+    self, Actor, Archive, AuditRow, ExportedMessage, QueueTotals, Selection, EXPORT_BATCH,
+    EXPORT_BATCH_BYTES,
 };
 use crate::config::{redact_url, MigrateConfig};
 use crate::import_cli::Importer;
@@ -126,9 +129,15 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
     }
     let imported = importer.imported();
     eprintln!(
-        "copied {} messages; {} were there already; checking",
+        "copied {} messages; {} were there already",
         thousands(imported.stored),
         thousands(imported.present)
+    );
+    let (users, tokens, entries) = carry(from.as_ref(), to.as_ref(), &importer).await?;
+    eprintln!(
+        "carried {users} users, {tokens} API tokens and {} audit entries (the rest were there \
+         already); checking",
+        thousands(entries)
     );
     let differ = differences(&from.queue_totals().await?, &to.queue_totals().await?);
     anyhow::ensure!(
@@ -142,6 +151,54 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
         a == b,
         "the archives differ: {n} messages with checksum {a} in the source, {m} with {b} in the target"
     );
-    println!("verified: both archives hold the same {n} messages (sha256 {a})");
+    let again = carry(from.as_ref(), to.as_ref(), &importer).await?;
+    anyhow::ensure!(
+        again == (0, 0, 0),
+        "carrying the accounts and the audit log again would add {again:?}"
+    );
+    to.record(
+        &Actor::system("migrate"),
+        "migrate",
+        &format!(
+            "migrated from {}: {} messages copied ({} there already), {users} users, {tokens} \
+             API tokens, {entries} audit entries",
+            redact_url(&config.from),
+            imported.stored,
+            imported.present
+        ),
+    )
+    .await?;
+    println!(
+        "verified: both archives hold the same {n} messages (sha256 {a}), users, API tokens \
+         and audit log"
+    );
     Ok(())
+}
+
+/// Carries the users, API tokens and audit log of `from` into `to` (message ids mapped to
+/// the target's, job ids dropped: jobs are not carried); how many of each it added.
+async fn carry(
+    from: &dyn Archive,
+    to: &dyn Archive,
+    importer: &Importer,
+) -> anyhow::Result<(u64, u64, u64)> {
+    let (users, tokens) = to
+        .carry_accounts(&from.users().await?, &from.token_rows().await?)
+        .await?;
+    let mut entries: Vec<AuditRow> = Vec::new();
+    let mut after = 0;
+    loop {
+        let batch = from.audit_rows(after, 10_000).await?;
+        let Some(last) = batch.last() else {
+            break;
+        };
+        after = last.id;
+        entries.extend(batch.into_iter().map(|e| AuditRow {
+            message_id: e.message_id.and_then(|id| importer.id_of(id)),
+            job_id: None,
+            ..e
+        }));
+    }
+    let added = to.carry_audit(&entries).await?;
+    Ok((users, tokens, added))
 }

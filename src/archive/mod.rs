@@ -29,9 +29,9 @@ pub use record::{
 };
 pub use sqlite::SqliteArchive;
 pub use store::{
-    Accounts, Actions, Archive, AuditLog, Console, Export, Import, Ingest, InstanceLock, JobLease,
-    JobStore, MessageSearch, MessageStore, Noted, Notices, Reindex, ReindexProgress, ReplayLog,
-    Retention, RetentionLog, Upkeep,
+    Accounts, Actions, Archive, AuditLog, Carry, Console, Export, Import, Ingest, InstanceLock,
+    JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Reindex, ReindexProgress,
+    ReplayLog, Retention, RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -603,3 +603,31 @@ mod optional_base64_bytes {
             .transpose()
     }
 }
+
+/// An API token as stored (its hash, never the token), for `lazarus migrate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRow {
+    pub name: String,
+    pub token_hash: String,
+    pub role: String,
+    pub created_by: String,
+    /// Unix milliseconds, as every time column.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub owner: Option<String>,
+}
+
+/// An audit entry as stored, for `lazarus migrate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    pub actor: String,
+    pub action: String,
+    pub job_id: Option<i64>,
+    pub message_id: Option<i64>,
+    pub summary: String,
+    pub source: Option<String>,
+}

@@ -9,11 +9,12 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::{
-    Actor, ArchiveError, ArchivedMessage, AuditEntry, ChunkLimit, ExportedMessage, FailureGroup,
-    HourlyCount, IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState, JobStep,
-    MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage,
-    QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun,
-    Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord, TokenSpec, UserRecord,
+    Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, ChunkLimit, ExportedMessage,
+    FailureGroup, HourlyCount, IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState,
+    JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest,
+    PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord,
+    ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
+    TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -377,6 +378,25 @@ pub trait RetentionLog: Send + Sync {
     async fn last_retention(&self) -> Result<Option<RetentionRun>, ArchiveError>;
 }
 
+/// Users, tokens and the audit log as stored, for `lazarus migrate` to carry into another
+/// archive (`sql/carry.rs`); carrying them again adds nothing.
+#[async_trait]
+pub trait Carry: Send + Sync {
+    /// Every API token, with its hash, oldest first.
+    async fn token_rows(&self) -> Result<Vec<TokenRow>, ArchiveError>;
+    /// Up to `limit` audit entries after id `after`, in order.
+    async fn audit_rows(&self, after: i64, limit: u32) -> Result<Vec<AuditRow>, ArchiveError>;
+    /// Adds the users (by name) and tokens (by hash) it does not have; how many of each.
+    async fn carry_accounts(
+        &self,
+        users: &[UserRecord],
+        tokens: &[TokenRow],
+    ) -> Result<(u64, u64), ArchiveError>;
+    /// Appends the entries it does not hold yet (the same content counted: the n-th entry
+    /// of a content only while fewer than n are there), in one transaction; how many.
+    async fn carry_audit(&self, entries: &[AuditRow]) -> Result<u64, ArchiveError>;
+}
+
 /// How a watched thing's state was noted (see [`Notices::note_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Noted {
@@ -451,6 +471,7 @@ pub trait Archive:
     + Retention
     + Import
     + Notices
+    + Carry
     + 'static
 {
 }
@@ -465,6 +486,7 @@ impl<
             + Retention
             + Import
             + Notices
+            + Carry
             + 'static,
     > Archive for T
 {

@@ -325,8 +325,28 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
         200,
     )
     .await;
+    // A user who signs in with a password, and an API token made on the command line.
+    let hash = lazarus::auth::hash_password(crate::auth::PASSWORD).unwrap();
+    app.archive
+        .put_user(
+            "mira",
+            Some(&hash),
+            lazarus::archive::Role::Admin,
+            &lazarus::archive::Actor::system("test"),
+        )
+        .await
+        .unwrap();
     app.stop().await;
     let from = app.database_url.clone();
+    let created = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args(["token", "create", "nightly", "--role", "viewer"])
+        .args(["--database-url", &from])
+        .output()
+        .unwrap();
+    let token = String::from_utf8(created.stdout).unwrap().trim().to_owned();
+    assert!(token.starts_with("lzr_"), "{token}");
+    let audited = count_rows(&from, "SELECT count(*) FROM audit_log").await;
+    assert!(audited >= 3, "dismiss, user, token: {audited}");
 
     Backend::Postgres
         .scope(async move {
@@ -378,10 +398,68 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             )
             .await;
             assert_eq!(note, 1);
+            assert!(
+                said.contains(&format!(
+                    "carried 1 users, 1 API tokens and {audited} audit entries"
+                )),
+                "{said}"
+            );
+            // The audit entry of the dismissal points at the message's new id.
+            let dismissed = count_rows(
+                &to,
+                "SELECT count(*) FROM audit_log a JOIN messages m ON m.id = a.message_id \
+                 WHERE a.action = 'dismiss' AND m.status_note = 'moved with its note'",
+            )
+            .await;
+            assert_eq!(dismissed, 1);
             // A second run finds everything there.
             let third = migrate().output().await.unwrap();
             let said = String::from_utf8_lossy(&third.stderr);
+            assert!(third.status.success(), "{said}");
             assert!(said.contains("copied 0 messages"), "{said}");
+            assert!(
+                said.contains("carried 0 users, 0 API tokens and 0 audit entries"),
+                "{said}"
+            );
+            let carried = count_rows(
+                &to,
+                "SELECT count(*) FROM audit_log WHERE action <> 'migrate'",
+            )
+            .await;
+            assert_eq!(carried, audited, "each entry once");
+            assert_eq!(
+                count_rows(
+                    &to,
+                    "SELECT count(*) FROM audit_log WHERE action = 'migrate'"
+                )
+                .await,
+                2,
+                "each finished run is audited"
+            );
+
+            // Served from the new archive, the user signs in with their password and the token
+            // still works.
+            let mut served = TestApp::spawn_with(&[], |c| {
+                c.auth = lazarus::auth::AuthMode::Users;
+                c.connection.database_url = to.clone();
+            })
+            .await;
+            let cookie = crate::auth::sign_in(&served, "mira", crate::auth::PASSWORD)
+                .await
+                .expect("mira signs in");
+            let page = crate::auth::as_user(&served, &cookie, "GET", "/api/messages", None).await;
+            assert_eq!(page.status, 200);
+            let bearer = format!("Bearer {token}");
+            let with_token = http_with(
+                served.addr,
+                "GET",
+                "/api/messages",
+                &[("Authorization", &bearer)],
+                None,
+            )
+            .await;
+            assert_eq!(with_token.status, 200, "{}", with_token.text());
+            served.stop().await;
         })
         .await;
     t.cleanup().await;

@@ -7,6 +7,7 @@
 
 mod accounts;
 mod audit;
+mod carry;
 pub mod columns;
 mod db;
 mod export;
