@@ -129,6 +129,11 @@ impl Target {
         self
     }
 
+    /// The host it names (without brackets for IPv6).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// `https://host[:port]/…`: what logs and pages may show.
     pub fn redacted(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };

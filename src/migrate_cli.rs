@@ -185,20 +185,16 @@ async fn carry(
     let (users, tokens) = to
         .carry_accounts(&from.users().await?, &from.token_rows().await?)
         .await?;
-    let mut entries: Vec<AuditRow> = Vec::new();
-    let mut after = 0;
-    loop {
-        let batch = from.audit_rows(after, 10_000).await?;
-        let Some(last) = batch.last() else {
-            break;
-        };
-        after = last.id;
-        entries.extend(batch.into_iter().map(|e| AuditRow {
+    let entries: Vec<AuditRow> = from
+        .all_audit_rows()
+        .await?
+        .into_iter()
+        .map(|e| AuditRow {
             message_id: e.message_id.and_then(|id| importer.id_of(id)),
             job_id: None,
             ..e
-        }));
-    }
+        })
+        .collect();
     let added = to.carry_audit(&entries).await?;
     Ok((users, tokens, added))
 }

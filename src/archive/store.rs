@@ -386,6 +386,18 @@ pub trait Carry: Send + Sync {
     async fn token_rows(&self) -> Result<Vec<TokenRow>, ArchiveError>;
     /// Up to `limit` audit entries after id `after`, in order.
     async fn audit_rows(&self, after: i64, limit: u32) -> Result<Vec<AuditRow>, ArchiveError>;
+    /// The whole audit log, in order (read 10,000 entries at a time).
+    async fn all_audit_rows(&self) -> Result<Vec<AuditRow>, ArchiveError> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |e: &AuditRow| e.id);
+            let batch = self.audit_rows(after, 10_000).await?;
+            if batch.is_empty() {
+                return Ok(all);
+            }
+            all.extend(batch);
+        }
+    }
     /// Adds the users (by name) and tokens (by hash) it does not have; how many of each.
     async fn carry_accounts(
         &self,

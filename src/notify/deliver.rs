@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::event::Event;
+use super::event::{Event, Format};
 use crate::http::{post_json, Target};
 use crate::metrics::Metrics;
 
@@ -67,10 +67,10 @@ impl Webhooks {
 
     /// Queues `event` for every URL; returns at once.
     pub fn tell(&self, event: &Event) {
-        let payload = Bytes::from(event.payload(self.public_url.as_deref()).to_string());
         tracing::info!(event = event.name(), text = %event.text(), "telling the webhooks");
         for (target, queue) in &self.queues {
-            if queue.try_send(payload.clone()).is_err() {
+            let payload = event.payload(self.public_url.as_deref(), Format::of(target));
+            if queue.try_send(Bytes::from(payload.to_string())).is_err() {
                 tracing::warn!(
                     webhook = %target.redacted(),
                     event = event.name(),

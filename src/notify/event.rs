@@ -1,6 +1,7 @@
-//! What the webhooks are told, and how it reads (pure): each event as one line of text (the
-//! `text` Slack and Teams show) and as JSON under `lazarus`, with a link into the dashboard
-//! when `--public-url` says where it is.
+//! What the webhooks are told, and how it reads (pure): each event as one line of text and as
+//! JSON under `lazarus`, with a link into the dashboard when `--public-url` says where it is;
+//! for Slack and anything else as `{"text"}`, for a Microsoft Teams (Power Automate) webhook
+//! as the Adaptive Card message it expects.
 
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -8,6 +9,36 @@ use time::format_description::well_known::Rfc3339;
 use crate::archive::{FailureGroup, JobState, ReplayJob};
 use crate::web::messages::thousands;
 use crate::web::overview::{group_link, urlencode};
+
+/// How a receiver wants its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `{"text": "… <url>"}`: Slack's incoming webhooks, Mattermost, Rocket.Chat, scripts.
+    Text,
+    /// A message with an Adaptive Card: Teams' workflow ("Power Automate") webhooks, told by
+    /// their host.
+    Teams,
+}
+
+impl Format {
+    pub fn of(target: &crate::http::Target) -> Self {
+        let host = target.host().to_ascii_lowercase();
+        let teams = [
+            "webhook.office.com",
+            "logic.azure.com",
+            "powerplatform.com",
+            "powerautomate.com",
+        ];
+        if teams
+            .iter()
+            .any(|t| host == *t || host.ends_with(&format!(".{t}")))
+        {
+            Format::Teams
+        } else {
+            Format::Text
+        }
+    }
+}
 
 /// Something the webhooks are told of.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,14 +151,10 @@ impl Event {
         }
     }
 
-    /// The JSON POSTed: `text` (with the link, for chat tools) and the event's fields under
-    /// `lazarus` (for everything else).
-    pub fn payload(&self, public_url: Option<&str>) -> Value {
+    /// The JSON POSTed: what the receiver shows (`text`, with the link; or a Teams card), and
+    /// the event's fields under `lazarus` (for everything else).
+    pub fn payload(&self, public_url: Option<&str>, format: Format) -> Value {
         let url = public_url.map(|base| format!("{}{}", base.trim_end_matches('/'), self.path()));
-        let text = match &url {
-            Some(url) => format!("{} <{url}>", self.text()),
-            None => self.text(),
-        };
         let mut details = match self {
             Event::NewFailureGroup(g) => json!({
                 "queue": g.queue,
@@ -158,7 +185,35 @@ impl Event {
         };
         details["event"] = json!(self.name());
         details["url"] = json!(url);
-        json!({ "text": text, "lazarus": details })
+        match format {
+            Format::Text => {
+                let text = match &url {
+                    Some(url) => format!("{} <{url}>", self.text()),
+                    None => self.text(),
+                };
+                json!({ "text": text, "lazarus": details })
+            }
+            Format::Teams => {
+                let actions: Vec<Value> = url
+                    .iter()
+                    .map(|url| json!({"type": "Action.OpenUrl", "title": "Open in Lazarus", "url": url}))
+                    .collect();
+                json!({
+                    "type": "message",
+                    "attachments": [{
+                        "contentType": "application/vnd.microsoft.card.adaptive",
+                        "content": {
+                            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                            "type": "AdaptiveCard",
+                            "version": "1.4",
+                            "body": [{"type": "TextBlock", "text": self.text(), "wrap": true}],
+                            "actions": actions,
+                        },
+                    }],
+                    "lazarus": details,
+                })
+            }
+        }
     }
 }
 
@@ -202,7 +257,7 @@ mod tests {
             event.text(),
             "New failure group: rejected in invoices, \"ValueError: amount < 0\" (1,204 messages so far)"
         );
-        let payload = event.payload(Some("https://lazarus.example.com/"));
+        let payload = event.payload(Some("https://lazarus.example.com/"), Format::Text);
         let url = "https://lazarus.example.com/messages?first_death_queue=invoices\
                    &reason=rejected&error=ValueError%3A%20amount%20%3C%200&status=open";
         assert_eq!(payload["text"], format!("{} <{url}>", event.text()));
@@ -210,7 +265,7 @@ mod tests {
         assert_eq!(payload["lazarus"]["url"], url);
         assert_eq!(payload["lazarus"]["first_seen"], "2026-12-05T04:00:00Z");
         assert_eq!(payload["lazarus"]["open"], 1200);
-        let unlinked = event.payload(None);
+        let unlinked = event.payload(None, Format::Text);
         assert_eq!(unlinked["text"], event.text());
         assert_eq!(unlinked["lazarus"]["url"], Value::Null);
     }
@@ -236,7 +291,7 @@ mod tests {
             "q is back under its threshold of 10,000: 12 open dead letters"
         );
         assert_eq!(
-            under.payload(None)["lazarus"]["event"],
+            under.payload(None, Format::Text)["lazarus"]["event"],
             "dlq_back_under_threshold"
         );
     }
@@ -273,7 +328,7 @@ mod tests {
             "Replay job 7 paused: 10 of 50,000 published, 49,990 still to publish \
              (canary: 2 of 10 died again)"
         );
-        let payload = event.payload(Some("http://h"));
+        let payload = event.payload(Some("http://h"), Format::Text);
         assert_eq!(payload["lazarus"]["url"], "http://h/replays/7");
         assert_eq!(payload["lazarus"]["job"], "7");
         assert_eq!(payload["lazarus"]["state"], "paused");
@@ -291,6 +346,41 @@ mod tests {
             Event::Job(Box::new(done)).text(),
             "Replay job 7 completed: 49,998 of 50,000 published, 2 unroutable"
         );
+    }
+
+    #[test]
+    fn teams_webhooks_get_an_adaptive_card() {
+        let teams: crate::http::Target =
+            "https://prod-12.westeurope.logic.azure.com:443/workflows/abc/triggers/manual"
+                .parse()
+                .unwrap();
+        assert_eq!(Format::of(&teams), Format::Teams);
+        let office: crate::http::Target = "https://contoso.webhook.office.com/webhookb2/x"
+            .parse()
+            .unwrap();
+        assert_eq!(Format::of(&office), Format::Teams);
+        let slack: crate::http::Target = "https://hooks.slack.com/services/T/B/X".parse().unwrap();
+        assert_eq!(Format::of(&slack), Format::Text);
+        let lookalike: crate::http::Target = "https://notlogic.azure.com.evil/x".parse().unwrap();
+        assert_eq!(Format::of(&lookalike), Format::Text);
+
+        let event = Event::NewFailureGroup(group());
+        let card = event.payload(Some("https://l.example"), Format::Teams);
+        assert_eq!(card["type"], "message");
+        let content = &card["attachments"][0]["content"];
+        assert_eq!(
+            card["attachments"][0]["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        assert_eq!(content["type"], "AdaptiveCard");
+        assert_eq!(content["body"][0]["text"], event.text());
+        assert_eq!(
+            content["actions"][0]["url"], card["lazarus"]["url"],
+            "the card opens the page"
+        );
+        assert_eq!(card["lazarus"]["event"], "failure_group");
+        let plain = event.payload(None, Format::Teams);
+        assert_eq!(plain["attachments"][0]["content"]["actions"], json!([]));
     }
 
     #[test]

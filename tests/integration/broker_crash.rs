@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use lapin::types::AMQPValue;
-
 use crate::brokers::{on_both_brokers, Broker, PrivateBroker};
 use crate::helpers::*;
 
@@ -23,15 +21,7 @@ async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
     let mut t = Topology::on(&broker.url()).await;
     t.queue(dlq, Default::default()).await;
     // Every persistent message dies on arrival (TTL 0) into the durable classic DLQ.
-    t.queue(
-        work,
-        args(&[
-            ("x-message-ttl", AMQPValue::LongInt(0)),
-            ("x-dead-letter-exchange", s("")),
-            ("x-dead-letter-routing-key", s(dlq)),
-        ]),
-    )
-    .await;
+    dying_queue(&mut t, work, dlq).await;
     publish_many(&t.channel, "", work, "bk", BACKLOG).await;
     t.wait_for_depth(dlq, BACKLOG as u32, Duration::from_secs(60))
         .await;

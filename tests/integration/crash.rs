@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use lapin::types::AMQPValue;
 use tokio::process::Child;
 
 use crate::helpers::*;
@@ -25,15 +24,7 @@ async fn sigkill_mid_ingest_loses_nothing_and_doubles_nothing() {
     let mut t = Topology::new().await;
     t.queue(&dlq, Default::default()).await;
     // Every message dies on arrival (TTL 0) into the DLQ: a real x-death on each.
-    t.queue(
-        &work,
-        args(&[
-            ("x-message-ttl", AMQPValue::LongInt(0)),
-            ("x-dead-letter-exchange", s("")),
-            ("x-dead-letter-routing-key", s(&dlq)),
-        ]),
-    )
-    .await;
+    dying_queue(&mut t, &work, &dlq).await;
     publish_many(&t.channel, "", &work, "crash", BACKLOG as usize).await;
     t.wait_for_depth(&dlq, BACKLOG as u32, Duration::from_secs(60))
         .await;

@@ -305,15 +305,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
     let mut t = Topology::new().await;
     t.queue(&dlq, Default::default()).await;
     // Every message dies on arrival (TTL 0) into the DLQ: a real x-death on each.
-    t.queue(
-        &work,
-        args(&[
-            ("x-message-ttl", AMQPValue::LongInt(0)),
-            ("x-dead-letter-exchange", s("")),
-            ("x-dead-letter-routing-key", s(&dlq)),
-        ]),
-    )
-    .await;
+    dying_queue(&mut t, &work, &dlq).await;
     publish_many(&t.channel, "", &work, "m", n).await;
     let mut app = TestApp::spawn(&[&dlq]).await;
     app.wait_for_archived(n as i64, Duration::from_secs(300))

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::ExchangeKind;
 use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::amqp::wire::codec::{encode_value, Writer};
@@ -240,15 +240,7 @@ async fn dead_lettering_topology(t: &mut Topology, p: &str) -> (String, String, 
     let (fanout, work, dlq) = (format!("{p}.in"), format!("{p}.work"), format!("{p}.dlq"));
     t.exchange(&fanout, ExchangeKind::Fanout).await;
     t.queue(&dlq, FieldTable::default()).await;
-    t.queue(
-        &work,
-        args(&[
-            ("x-message-ttl", AMQPValue::LongInt(0)),
-            ("x-dead-letter-exchange", s("")),
-            ("x-dead-letter-routing-key", s(&dlq)),
-        ]),
-    )
-    .await;
+    dying_queue(t, &work, &dlq).await;
     t.bind(&work, &fanout, "").await;
     (fanout, work, dlq)
 }

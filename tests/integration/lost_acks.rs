@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use lapin::types::AMQPValue;
-
 use crate::brokers::{on_both_brokers, Broker};
 use crate::helpers::*;
 
@@ -24,15 +22,7 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
     let (work, dlq) = ("work", "dlq");
     let mut t = Topology::on(&vhost.url()).await;
     t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
-    t.queue(
-        work,
-        args(&[
-            ("x-message-ttl", AMQPValue::LongInt(0)),
-            ("x-dead-letter-exchange", s("")),
-            ("x-dead-letter-routing-key", s(dlq)),
-        ]),
-    )
-    .await;
+    dying_queue(&mut t, work, dlq).await;
     publish_many(&t.channel, "", work, "qa", BACKLOG).await;
     t.wait_for_depth(dlq, BACKLOG as u32, Duration::from_secs(60))
         .await;

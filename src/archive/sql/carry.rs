@@ -125,16 +125,8 @@ impl<T: SqlArchive> Carry for T {
         // What the archive holds already, by content: the n-th entry of a content is added
         // only while fewer than n are there.
         let mut held: HashMap<_, usize> = HashMap::new();
-        let mut after = 0;
-        loop {
-            let rows = self.audit_rows(after, 10_000).await?;
-            let Some(last) = rows.last() else {
-                break;
-            };
-            after = last.id;
-            for row in &rows {
-                *held.entry(audit_key(row)).or_default() += 1;
-            }
+        for row in self.all_audit_rows().await? {
+            *held.entry(audit_key(&row)).or_default() += 1;
         }
         let mut tx = self.db().begin().await?;
         let mut conn = tx.conn();

@@ -6,12 +6,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::columns::{summary_columns, DETAIL_COLUMNS};
-use super::rows::message_from_row;
+use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
+use super::rows::{message_from_row, replay_from_row};
 use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
 use crate::amqp::headers::Table;
 use crate::archive::{ArchiveError, Export, ExportedMessage, ExportedReplay, Selection};
-use crate::death::ReplayTarget;
 
 #[async_trait]
 impl<T: SqlArchive> Export for T {
@@ -95,8 +94,7 @@ impl<T: SqlArchive> Export for T {
         for row in db
             .fetch_all(
                 &format!(
-                    "SELECT message_id, request_key, actor, requested_at, target_exchange, \
-                     target_routing_key, outcome, detail, finished_at, edited_body, edited_headers \
+                    "SELECT {REPLAY_COLUMNS}, finished_at, edited_body, edited_headers \
                      FROM replays WHERE {} ORDER BY id",
                     d.in_ids("message_id", 1)
                 ),
@@ -104,18 +102,16 @@ impl<T: SqlArchive> Export for T {
             )
             .await?
         {
-            let message: i64 = row.column("message_id")?;
+            let record = replay_from_row(&row)?;
+            let message = record.message_id;
             let headers: Option<String> = row.column("edited_headers")?;
             let replay = ExportedReplay {
-                request_key: row.column("request_key")?,
-                actor: row.column("actor")?,
-                requested_at: from_millis(row.column("requested_at")?),
-                target: ReplayTarget {
-                    exchange: row.column("target_exchange")?,
-                    routing_key: row.column("target_routing_key")?,
-                },
-                outcome: row.column("outcome")?,
-                detail: row.column("detail")?,
+                request_key: record.request_key,
+                actor: record.actor,
+                requested_at: record.requested_at,
+                target: record.target,
+                outcome: record.outcome,
+                detail: record.detail,
                 finished_at: row.column::<Option<i64>>("finished_at")?.map(from_millis),
                 edited_body: row.column("edited_body")?,
                 edited_headers: headers

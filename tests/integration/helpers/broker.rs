@@ -322,6 +322,20 @@ pub fn unacked(queue: &str) -> u64 {
     .unwrap_or_else(|| panic!("{queue} not listed by rabbitmqctl"))
 }
 
+/// Declares `work`, a queue where every message dies on arrival (TTL 0) into `dlq` through
+/// the default exchange: each carries a real `x-death`, as production's dead letters do.
+pub async fn dying_queue(t: &mut Topology, work: &str, dlq: &str) {
+    t.queue(
+        work,
+        args(&[
+            ("x-message-ttl", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(dlq)),
+        ]),
+    )
+    .await;
+}
+
 /// A work queue that dead-letters through a fanout DLX into a DLQ: (work, dlq).
 pub async fn work_queue_with_dlq(t: &mut Topology, p: &str) -> (String, String) {
     let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
