@@ -1,10 +1,10 @@
 //! `lazarus migrate --from URL --to URL`: every archived message of one archive into another
 //! (SQLite into PostgreSQL, or back), through what `lazarus import` does, with progress; then
-//! its users, API tokens and audit log (entries pointing at messages by their new ids). Run
-//! again after an interruption, it adds only what is missing. At the end it checks that both
-//! archives hold the same: the messages and body bytes of every DLQ, a checksum of every
-//! message's content and state, read back from each, and that carrying the accounts and the
-//! audit log again would add nothing. Replay jobs are not carried.
+//! its users, API tokens, replay jobs and audit log (pointing at messages and jobs by their new
+//! ids). Run again after an interruption, it adds only what is missing. At the end it checks
+//! that both archives hold the same: the messages and body bytes of every DLQ, a checksum of
+//! every message's content and state, read back from each, and that carrying the rest again
+//! would add nothing.
 
 use std::time::{Duration, Instant};
 
@@ -133,12 +133,8 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
         thousands(imported.stored),
         thousands(imported.present)
     );
-    let (users, tokens, entries) = carry(from.as_ref(), to.as_ref(), &importer).await?;
-    eprintln!(
-        "carried {users} users, {tokens} API tokens and {} audit entries (the rest were there \
-         already); checking",
-        thousands(entries)
-    );
+    let carried = carry(from.as_ref(), to.as_ref(), &importer).await?;
+    eprintln!("carried {carried} (the rest were there already); checking");
     let differ = differences(&from.queue_totals().await?, &to.queue_totals().await?);
     anyhow::ensure!(
         differ.is_empty(),
@@ -153,15 +149,14 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
     );
     let again = carry(from.as_ref(), to.as_ref(), &importer).await?;
     anyhow::ensure!(
-        again == (0, 0, 0),
-        "carrying the accounts and the audit log again would add {again:?}"
+        again == Carried::default(),
+        "carrying the accounts, jobs and audit log again would add {again}"
     );
     to.record(
         &Actor::system("migrate"),
         "migrate",
         &format!(
-            "migrated from {}: {} messages copied ({} there already), {users} users, {tokens} \
-             API tokens, {entries} audit entries",
+            "migrated from {}: {} messages copied ({} there already), {carried}",
             redact_url(&config.from),
             imported.stored,
             imported.present
@@ -169,32 +164,83 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
     )
     .await?;
     println!(
-        "verified: both archives hold the same {n} messages (sha256 {a}), users, API tokens \
-         and audit log"
+        "verified: both archives hold the same {n} messages (sha256 {a}), users, API tokens, \
+         replay jobs and audit log"
     );
     Ok(())
 }
 
-/// Carries the users, API tokens and audit log of `from` into `to` (message ids mapped to
-/// the target's, job ids dropped: jobs are not carried); how many of each it added.
+/// What [`carry`] added.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Carried {
+    users: u64,
+    tokens: u64,
+    jobs: u64,
+    /// Items of the jobs added whose message the source no longer had (none expected).
+    items_without_message: u64,
+    audit: u64,
+}
+
+impl std::fmt::Display for Carried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} users, {} API tokens, {} replay jobs and {} audit entries",
+            self.users,
+            self.tokens,
+            self.jobs,
+            thousands(self.audit)
+        )?;
+        if self.items_without_message > 0 {
+            write!(
+                f,
+                " ({} job items left out: their message is gone)",
+                self.items_without_message
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Carries the users, API tokens, replay jobs and audit log of `from` into `to`, messages and
+/// jobs named by their ids in `to`.
 async fn carry(
     from: &dyn Archive,
     to: &dyn Archive,
     importer: &Importer,
-) -> anyhow::Result<(u64, u64, u64)> {
-    let (users, tokens) = to
+) -> anyhow::Result<Carried> {
+    let mut carried = Carried::default();
+    (carried.users, carried.tokens) = to
         .carry_accounts(&from.users().await?, &from.token_rows().await?)
         .await?;
+    let mut jobs = std::collections::HashMap::new();
+    for job in from.job_rows().await? {
+        let mut items = from.item_rows(job.id).await?;
+        let before = items.len();
+        items.retain_mut(|item| match importer.id_of(item.message_id) {
+            Some(id) => {
+                item.message_id = id;
+                true
+            }
+            None => false,
+        });
+        let (id, added) = to.carry_job(&job, &items).await?;
+        if added {
+            carried.jobs += 1;
+            carried.items_without_message += (before - items.len()) as u64;
+        }
+        jobs.insert(job.id, id);
+    }
     let entries: Vec<AuditRow> = from
         .all_audit_rows()
         .await?
         .into_iter()
         .map(|e| AuditRow {
             message_id: e.message_id.and_then(|id| importer.id_of(id)),
-            job_id: None,
+            job_id: e.job_id.and_then(|id| jobs.get(&id).copied()),
             ..e
         })
         .collect();
-    let added = to.carry_audit(&entries).await?;
-    Ok((users, tokens, added))
+    carried.audit = to.carry_audit(&entries).await?;
+    Ok(carried)
 }

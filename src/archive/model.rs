@@ -631,3 +631,41 @@ pub struct AuditRow {
     pub summary: String,
     pub source: Option<String>,
 }
+
+/// A replay job as stored, for `lazarus migrate` (its items apart, see [`ItemRow`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRow {
+    pub id: i64,
+    pub request_key: String,
+    pub actor: String,
+    pub created_at: i64,
+    pub selection: String,
+    pub target_exchange: Option<String>,
+    pub target_routing_key: Option<String>,
+    pub rate_per_sec: Option<i64>,
+    pub include_replayed: bool,
+    pub canary_count: i64,
+    pub canary_wait_ms: i64,
+    pub canary_max_deaths: i64,
+    pub canary_done: bool,
+    pub plan: String,
+    pub state: String,
+    pub detail: Option<String>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    /// published, unroutable, nacked, failed, skipped, cancelled, total.
+    pub counts: [i64; 7],
+    pub to_first_death_queue: bool,
+}
+
+/// One item of a replay job as stored, for `lazarus migrate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemRow {
+    pub message_id: i64,
+    pub target_exchange: Option<String>,
+    pub target_routing_key: Option<String>,
+    pub outcome: Option<String>,
+    pub detail: Option<String>,
+    pub attempts: i64,
+    pub finished_at: Option<i64>,
+}

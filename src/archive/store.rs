@@ -10,11 +10,11 @@ use time::OffsetDateTime;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, ChunkLimit, ExportedMessage,
-    FailureGroup, HourlyCount, IngestRules, ItemOutcome, JobAction, JobItem, JobSpec, JobState,
-    JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest,
-    PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord,
-    ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
-    TokenRow, TokenSpec, UserRecord,
+    FailureGroup, HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction, JobItem, JobRow,
+    JobSpec, JobState, JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome,
+    PageRequest, PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob,
+    ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody,
+    TokenRecord, TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -378,8 +378,8 @@ pub trait RetentionLog: Send + Sync {
     async fn last_retention(&self) -> Result<Option<RetentionRun>, ArchiveError>;
 }
 
-/// Users, tokens and the audit log as stored, for `lazarus migrate` to carry into another
-/// archive (`sql/carry.rs`); carrying them again adds nothing.
+/// Users, tokens, replay jobs and the audit log as stored, for `lazarus migrate` to carry into
+/// another archive (`sql/carry.rs`); carrying them again adds nothing.
 #[async_trait]
 pub trait Carry: Send + Sync {
     /// Every API token, with its hash, oldest first.
@@ -404,6 +404,15 @@ pub trait Carry: Send + Sync {
         users: &[UserRecord],
         tokens: &[TokenRow],
     ) -> Result<(u64, u64), ArchiveError>;
+    /// Every replay job, oldest first, without its items.
+    async fn job_rows(&self) -> Result<Vec<JobRow>, ArchiveError>;
+    /// The items of job `id`, in message order.
+    async fn item_rows(&self, id: i64) -> Result<Vec<ItemRow>, ArchiveError>;
+    /// Adds `job` with `items` unless a job with its request key is there (one transaction):
+    /// the job's id here, and whether it was added. A job that was queued or running is
+    /// added paused, for someone to resume.
+    async fn carry_job(&self, job: &JobRow, items: &[ItemRow])
+        -> Result<(i64, bool), ArchiveError>;
     /// Appends the entries it does not hold yet (the same content counted: the n-th entry
     /// of a content only while fewer than n are there), in one transaction; how many.
     async fn carry_audit(&self, entries: &[AuditRow]) -> Result<u64, ArchiveError>;

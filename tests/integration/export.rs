@@ -317,6 +317,15 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
         200,
     )
     .await;
+    // A planned replay of three of them, to be started once they are moved.
+    let plan = app
+        .post_json(
+            "/api/replays",
+            json!({"ids": ids[..3], "dry_run": true, "request_key": "moved-plan"}),
+            200,
+        )
+        .await;
+    assert_eq!(plan["state"], "planned");
     // A user who signs in with a password, and an API token made on the command line.
     let hash = lazarus::auth::hash_password(crate::auth::PASSWORD).unwrap();
     app.archive
@@ -338,7 +347,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
     let token = String::from_utf8(created.stdout).unwrap().trim().to_owned();
     assert!(token.starts_with("lzr_"), "{token}");
     let audited = count_rows(&from, "SELECT count(*) FROM audit_log").await;
-    assert!(audited >= 3, "dismiss, user, token: {audited}");
+    assert!(audited >= 4, "dismiss, plan, user, token: {audited}");
 
     Backend::Postgres
         .scope(async move {
@@ -392,7 +401,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             assert_eq!(note, 1);
             assert!(
                 said.contains(&format!(
-                    "carried 1 users, 1 API tokens and {audited} audit entries"
+                    "carried 1 users, 1 API tokens, 1 replay jobs and {audited} audit entries"
                 )),
                 "{said}"
             );
@@ -404,13 +413,21 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             )
             .await;
             assert_eq!(dismissed, 1);
+            // The plan's audit entry points at the plan's new id.
+            let planned = count_rows(
+                &to,
+                "SELECT count(*) FROM audit_log a JOIN replay_jobs j ON j.id = a.job_id \
+                 WHERE a.action = 'job_plan' AND j.request_key = 'moved-plan'",
+            )
+            .await;
+            assert_eq!(planned, 1);
             // A second run finds everything there.
             let third = migrate().output().await.unwrap();
             let said = String::from_utf8_lossy(&third.stderr);
             assert!(third.status.success(), "{said}");
             assert!(said.contains("copied 0 messages"), "{said}");
             assert!(
-                said.contains("carried 0 users, 0 API tokens and 0 audit entries"),
+                said.contains("carried 0 users, 0 API tokens, 0 replay jobs and 0 audit entries"),
                 "{said}"
             );
             let carried = count_rows(
@@ -451,6 +468,39 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             )
             .await;
             assert_eq!(with_token.status, 200, "{}", with_token.text());
+            // The plan moved with its items: started here, it publishes the three messages.
+            let jobs = crate::auth::as_user(&served, &cookie, "GET", "/api/replays", None).await;
+            let jobs: Value = serde_json::from_str(&jobs.text()).unwrap();
+            let job = jobs["replays"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["plan"]["messages"] == 3)
+                .unwrap_or_else(|| panic!("the plan is there: {jobs}"))
+                .clone();
+            assert_eq!(job["state"], "planned");
+            let id = job["id"].as_str().unwrap();
+            let started = crate::auth::as_user(
+                &served,
+                &cookie,
+                "POST",
+                &format!("/api/replays/{id}/start"),
+                Some(json!({})),
+            )
+            .await;
+            assert_eq!(started.status, 200, "{}", started.text());
+            let start = std::time::Instant::now();
+            let done = loop {
+                let path = format!("/api/replays/{id}");
+                let job = crate::auth::as_user(&served, &cookie, "GET", &path, None).await;
+                let job: Value = serde_json::from_str(&job.text()).unwrap();
+                if job["state"] == "completed" {
+                    break job;
+                }
+                assert!(start.elapsed() < Duration::from_secs(30), "{job}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            assert_eq!(done["counts"]["published"], 3, "{done}");
             served.stop().await;
         })
         .await;
