@@ -182,14 +182,14 @@ pub struct DiscoverArgs {
     pub discover_interval_secs: u64,
 }
 
-/// What `serve` tells webhooks, and where.
-#[derive(Clone, Args)]
+/// What `serve` tells webhooks, and where (`Debug` shows each URL as scheme and host).
+#[derive(Debug, Clone, Args)]
 pub struct WebhookArgs {
-    /// POST a JSON message (`{"text": ...}`, as Slack and Teams take it, with the details
-    /// under `lazarus`) to URL when a failure group first appears, a DLQ passes a
-    /// --webhook-threshold or is back under it, or a replay job completes, is cancelled or
-    /// pauses. http:// or https://; repeatable, in the variable separated by ','. Retried with
-    /// backoff; never holds up ingest. Shown in logs as scheme and host only.
+    /// POST a JSON message (Slack's `{"text": ...}`, or for a Teams workflow URL an Adaptive
+    /// Card; the details under `lazarus`) to URL when a failure group first appears, a DLQ
+    /// passes a --webhook-threshold or is back under it, or a replay job completes, is
+    /// cancelled or pauses. http:// or https://; repeatable, in the variable separated by ','.
+    /// Retried with backoff; never holds up ingest. Shown in logs as scheme and host only.
     #[arg(
         long = "webhook",
         env = "LAZARUS_WEBHOOK",
@@ -213,17 +213,6 @@ pub struct WebhookArgs {
     /// the page of what they tell.
     #[arg(long, env = "LAZARUS_PUBLIC_URL")]
     pub public_url: Option<String>,
-}
-
-impl fmt::Debug for WebhookArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WebhookArgs")
-            .field("webhooks", &self.webhooks)
-            .field("thresholds", &self.thresholds)
-            .field("webhook_interval_secs", &self.webhook_interval_secs)
-            .field("public_url", &self.public_url)
-            .finish()
-    }
 }
 
 /// The retention policy, the same for `serve` and `retention`.

@@ -183,13 +183,17 @@ struct Carried {
 
 impl std::fmt::Display for Carried {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |n: u64, one: &str, many: &str| match n {
+            1 => format!("1 {one}"),
+            n => format!("{} {many}", thousands(n)),
+        };
         write!(
             f,
-            "{} users, {} API tokens, {} replay jobs and {} audit entries",
-            self.users,
-            self.tokens,
-            self.jobs,
-            thousands(self.audit)
+            "{}, {}, {} and {}",
+            n(self.users, "user", "users"),
+            n(self.tokens, "API token", "API tokens"),
+            n(self.jobs, "replay job", "replay jobs"),
+            n(self.audit, "audit entry", "audit entries")
         )?;
         if self.items_without_message > 0 {
             write!(

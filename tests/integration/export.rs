@@ -401,7 +401,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             assert_eq!(note, 1);
             assert!(
                 said.contains(&format!(
-                    "carried 1 users, 1 API tokens, 1 replay jobs and {audited} audit entries"
+                    "carried 1 user, 1 API token, 1 replay job and {audited} audit entries"
                 )),
                 "{said}"
             );

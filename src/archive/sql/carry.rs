@@ -289,8 +289,8 @@ impl<T: SqlArchive> Carry for T {
             added_tokens += conn
                 .execute(
                     &format!(
-                        "INSERT INTO api_tokens ({TOKEN_ROW}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                         ON CONFLICT (token_hash) DO NOTHING"
+                        "INSERT INTO api_tokens ({TOKEN_ROW}) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (token_hash) DO NOTHING"
                     ),
                     args![
                         &t.name,
