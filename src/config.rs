@@ -57,10 +57,13 @@ pub enum Command {
     /// already in it are left alone, so importing twice adds nothing. Ingest derives search,
     /// groups and fields with the same flags as `serve`.
     Import(ImportConfig),
-    /// Copy every archived message of one archive into another (SQLite into PostgreSQL, or
-    /// back) with progress, then check both hold the same; run it again after an
-    /// interruption to add only what is missing.
+    /// Copy one archive into another (SQLite into PostgreSQL, or back) — messages, users, API
+    /// tokens, replay jobs, the audit log — with progress, then check both hold the same; run
+    /// it again after an interruption to add only what is missing.
     Migrate(MigrateConfig),
+    /// Send a test notification to each --webhook, as `serve` would send its events, and say
+    /// what each answered. Exits 0 when every one took it, 1 if not.
+    WebhookTest(WebhookArgs),
 }
 
 #[derive(Debug, Clone, Args)]

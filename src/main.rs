@@ -31,6 +31,10 @@ async fn run() -> anyhow::Result<()> {
         Command::Import(import) => lazarus::import_cli::run(import).await,
         Command::Export(export) => lazarus::export_cli::run(export).await,
         Command::Retention(retention) => lazarus::retention::cli::run(retention).await,
+        Command::WebhookTest(args) => {
+            let told = lazarus::notify::test(&args).await;
+            std::process::exit(if told { 0 } else { 1 })
+        }
         Command::Health(health) => {
             let healthy = lazarus::health_cli::health(health).await;
             std::process::exit(if healthy { 0 } else { 1 })

@@ -116,6 +116,8 @@ async fn deliver(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    // An event between two tries when shutdown comes.
+    let mut held = 0;
     'events: loop {
         let payload = tokio::select! {
             next = queue.recv() => match next {
@@ -140,7 +142,10 @@ async fn deliver(
                     tracing::warn!(webhook = %target.redacted(), attempt, error = %why, "webhook not reached; trying again in {wait:?}");
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        _ = shutdown.cancelled() => break 'events,
+                        _ = shutdown.cancelled() => {
+                            held = 1;
+                            break 'events;
+                        }
                     }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
@@ -152,7 +157,7 @@ async fn deliver(
         }
     }
     queue.close();
-    let mut left = 0;
+    let mut left = held;
     while queue.try_recv().is_ok() {
         left += 1;
     }

@@ -59,6 +59,8 @@ pub enum Event {
     },
     /// A replay job completed, was cancelled, or paused (its `detail` says why).
     Job(Box<ReplayJob>),
+    /// `lazarus webhook-test`: the channel is reachable.
+    Test,
 }
 
 impl Event {
@@ -73,6 +75,7 @@ impl Event {
                 JobState::Cancelled => "job_cancelled",
                 _ => "job_paused",
             },
+            Event::Test => "test",
         }
     }
 
@@ -84,6 +87,7 @@ impl Event {
                 format!("/messages?queue={}&status=open", urlencode(queue))
             }
             Event::Job(job) => format!("/replays/{}", job.id),
+            Event::Test => "/".to_owned(),
         }
     }
 
@@ -122,6 +126,11 @@ impl Event {
                 thousands(*threshold),
                 thousands(*open as u64)
             ),
+            Event::Test => {
+                "Lazarus can reach this channel: its notifications about dead letters and replay \
+                 jobs will come here"
+                    .to_owned()
+            }
             Event::Job(job) => {
                 let c = &job.counts;
                 let mut line = format!(
@@ -182,6 +191,7 @@ impl Event {
                 "total": job.total,
                 "counts": job.counts,
             }),
+            Event::Test => json!({}),
         };
         details["event"] = json!(self.name());
         details["url"] = json!(url);

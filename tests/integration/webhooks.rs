@@ -514,3 +514,49 @@ server.serve_forever()
     sigterm(&mut lazarus).await;
     t.cleanup().await;
 }
+
+/// `lazarus webhook-test` sends one test event to each webhook and says what each answered:
+/// 0 when all took it, 1 when one did not (here, a URL where nothing listens).
+#[tokio::test]
+async fn webhook_test_says_which_receivers_took_it() {
+    let receiver = Receiver::start(0).await;
+    let dead = dead_url().await;
+    let run = |urls: String| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+            .args([
+                "webhook-test",
+                "--public-url",
+                "https://lazarus.example.com",
+            ])
+            .env("LAZARUS_WEBHOOK", urls)
+            .output()
+            .await
+            .unwrap()
+    };
+    let good = run(receiver.url.clone()).await;
+    let said = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "{said}");
+    let host = receiver
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
+    assert_eq!(said.trim(), format!("http://{host}/…: took it (200 OK)"));
+    let event = receiver.wait_for("test", |_| true).await;
+    assert!(event["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Lazarus can reach this channel"));
+    assert_eq!(event["lazarus"]["url"], "https://lazarus.example.com/");
+
+    let mixed = run(format!("{},{dead}", receiver.url)).await;
+    assert_eq!(mixed.status.code(), Some(1));
+    let complained = String::from_utf8_lossy(&mixed.stderr);
+    assert!(complained.contains("connecting"), "{complained}");
+    assert!(
+        !complained.contains("nobody"),
+        "the path is not shown: {complained}"
+    );
+    assert_eq!(receiver.count("test"), 2);
+}
