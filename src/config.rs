@@ -61,6 +61,10 @@ pub enum Command {
     /// tokens, replay jobs, the audit log — with progress, then check both hold the same; run
     /// it again after an interruption to add only what is missing.
     Migrate(MigrateConfig),
+    /// Show the dead-letter queues the management API finds, and which `serve --discover`
+    /// would archive (with the same --queue, --discover-include and --discover-exclude) or
+    /// leave alone, and why. Nothing is consumed.
+    Discover(DiscoverConfig),
     /// Send a test notification to each --webhook, as `serve` would send its events, and say
     /// what each answered. Exits 0 when every one took it, 1 if not.
     WebhookTest(WebhookArgs),
@@ -165,6 +169,16 @@ pub struct DiscoverArgs {
     /// its own) are left alone. Lazarus declares no queue.
     #[arg(long, env = "LAZARUS_DISCOVER")]
     pub discover: bool,
+    #[command(flatten)]
+    pub patterns: DiscoverPatterns,
+    /// Seconds between two looks for new DLQs.
+    #[arg(long, env = "LAZARUS_DISCOVER_INTERVAL_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub discover_interval_secs: u64,
+}
+
+/// Which discovered DLQs `--discover` archives, by name.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DiscoverPatterns {
     /// With --discover, archive only DLQs whose name matches one of these (`*`: any run of
     /// characters). Repeatable; in the variable separated by ','.
     #[arg(
@@ -180,9 +194,21 @@ pub struct DiscoverArgs {
         value_delimiter = ','
     )]
     pub exclude: Vec<String>,
-    /// Seconds between two looks for new DLQs.
-    #[arg(long, env = "LAZARUS_DISCOVER_INTERVAL_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub discover_interval_secs: u64,
+}
+
+/// `lazarus discover`: what `serve --discover` would archive, shown and nothing done.
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// RabbitMQ's management API, as `serve` takes it.
+    #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
+    pub management_url: String,
+    /// The DLQs `serve --queue` names (archived already).
+    #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
+    pub queues: Vec<String>,
+    #[command(flatten)]
+    pub patterns: DiscoverPatterns,
 }
 
 /// What `serve` tells webhooks, and where (`Debug` shows each URL as scheme and host).

@@ -148,10 +148,7 @@ impl Application {
                     management.clone(),
                     ctx.clone(),
                     adopt::Settings {
-                        patterns: adopt::Patterns {
-                            include: args.include.clone(),
-                            exclude: args.exclude.clone(),
-                        },
+                        patterns: adopt::Patterns::from(&args.patterns),
                         every: Duration::from_secs(args.discover_interval_secs),
                         configured: self.config.queues.clone(),
                     },

@@ -23,6 +23,15 @@ pub struct Patterns {
     pub exclude: Vec<String>,
 }
 
+impl From<&crate::config::DiscoverPatterns> for Patterns {
+    fn from(p: &crate::config::DiscoverPatterns) -> Self {
+        Patterns {
+            include: p.include.clone(),
+            exclude: p.exclude.clone(),
+        }
+    }
+}
+
 impl Patterns {
     fn admits(&self, name: &str) -> bool {
         (self.include.is_empty() || self.include.iter().any(|p| glob(p, name)))
@@ -132,6 +141,41 @@ pub async fn discover(
             _ = shutdown.cancelled() => return,
         }
     }
+}
+
+/// `lazarus discover`: every DLQ found, and what `serve --discover` would do with it, one line
+/// each (its risks beneath); nothing is consumed.
+pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()> {
+    let management = Management::new(&config.management_url, &config.connection.amqp_url)?;
+    let found = management.discover(&config.queues).await?;
+    let configured: HashSet<String> = config.queues.iter().cloned().collect();
+    let mut dlqs = found.dlqs.clone();
+    dlqs.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    let choice = choose(
+        found.dlqs,
+        management.vhost(),
+        &configured,
+        &Patterns::from(&config.patterns),
+    );
+    let adopted: HashSet<&str> = choice.adopt.iter().map(|d| d.name.as_str()).collect();
+    if dlqs.is_empty() {
+        println!("no dead-letter queues found");
+    }
+    for dlq in &dlqs {
+        let key = format!("{}/{}", dlq.vhost, dlq.name);
+        let decision = match choice.left.get(&key) {
+            Some(why) => format!("leave: {why}"),
+            None if dlq.vhost == management.vhost() && adopted.contains(dlq.name.as_str()) => {
+                "archive".to_owned()
+            }
+            None => "archived already (--queue)".to_owned(),
+        };
+        println!("{key}\t{decision}\tfed by {}", dlq.sources.join(", "));
+        for risk in &dlq.warnings {
+            println!("  risk: {risk}");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -297,7 +297,7 @@ async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
                 c.connection.amqp_url = v.url();
                 c.management_url = Some(management.clone());
                 c.discover.discover = true;
-                c.discover.exclude = vec!["audit.*".into()];
+                c.discover.patterns.exclude = vec!["audit.*".into()];
                 c.discover.discover_interval_secs = 1;
             })
             .await;
@@ -362,6 +362,41 @@ async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
                 .contains(&"archiving orders.dlq, found as the dead-letter queue of orders"));
             let page = app.get("/").await.text();
             assert!(page.contains("late.dlq"), "{page}");
+
+            // `lazarus discover` shows the same choice beforehand, consuming nothing.
+            let preview = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+                .args([
+                    "discover",
+                    "--discover-exclude",
+                    "audit.*",
+                    "--queue",
+                    "late.dlq",
+                ])
+                .env("LAZARUS_AMQP_URL", v.url())
+                .env("LAZARUS_MANAGEMENT_URL", &management)
+                .output()
+                .unwrap();
+            let shown = String::from_utf8_lossy(&preview.stdout);
+            assert!(preview.status.success(), "{shown} {preview:?}");
+            let line = |name: &str| {
+                shown
+                    .lines()
+                    .find(|l| l.starts_with(&format!("{}/{name}\t", v.name)))
+                    .unwrap_or_else(|| panic!("{name} is listed: {shown}"))
+                    .to_owned()
+            };
+            assert_eq!(
+                line("orders.dlq"),
+                format!("{}/orders.dlq\tarchive\tfed by orders", v.name)
+            );
+            assert!(
+                line("late.dlq").contains("\tarchived already (--queue)"),
+                "{shown}"
+            );
+            assert!(line("audit.dlq").contains("\tleave: --discover-include/--discover-exclude"));
+            assert!(line("mail.retry").contains("\tleave: it dead-letters again"));
+            assert!(shown.contains(&format!("{}/elsewhere.dlq\tleave: in vhost", other.name)));
+            assert_eq!(to.depth("elsewhere.dlq").await, 3, "nothing consumed");
 
             for w in workers {
                 w.abort();
