@@ -91,6 +91,20 @@ impl Application {
         state.settle = Duration::from_secs(config.settle_secs);
         state.management = management.clone();
         state.retention = (!retention.is_empty()).then(|| Arc::from(retention.describe()));
+        state.notifications = crate::notify::NotifyStatus::new(
+            config
+                .webhooks
+                .webhooks
+                .iter()
+                .map(|w| w.redacted())
+                .collect(),
+            config
+                .webhooks
+                .thresholds
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
+        );
         if state.replay_policy.is_open() && !config.queues.is_empty() {
             tracing::info!(
                 "no --replay-exchange: replays publish to whatever exchange a message's x-death names"
@@ -198,7 +212,7 @@ impl Application {
             let webhooks = crate::notify::Webhooks::start(
                 &args.webhooks,
                 args.public_url.clone(),
-                self.state.metrics.clone(),
+                (self.state.metrics.clone(), self.state.notifications.clone()),
                 &token,
                 &tracker,
             );

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::event::{Event, Format};
+use super::NotifyStatus;
 use crate::http::{post_json, Target};
 use crate::metrics::Metrics;
 
@@ -28,11 +29,18 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// One try, connecting included.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// An event on its way to one URL: what it says (for the overview) and the body POSTed.
+struct Outgoing {
+    text: String,
+    body: Bytes,
+}
+
 /// The configured webhooks, each fed by its own task.
 pub struct Webhooks {
-    queues: Vec<(Target, mpsc::Sender<Bytes>)>,
+    queues: Vec<(Target, mpsc::Sender<Outgoing>)>,
     public_url: Option<String>,
     metrics: Arc<Metrics>,
+    status: NotifyStatus,
 }
 
 impl Webhooks {
@@ -41,7 +49,7 @@ impl Webhooks {
     pub fn start(
         targets: &[Target],
         public_url: Option<String>,
-        metrics: Arc<Metrics>,
+        (metrics, status): (Arc<Metrics>, NotifyStatus),
         shutdown: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Self {
@@ -49,12 +57,11 @@ impl Webhooks {
             .iter()
             .map(|target| {
                 let (tx, rx) = mpsc::channel(QUEUE);
-                tracker.spawn(deliver(
-                    target.clone(),
-                    rx,
-                    metrics.clone(),
-                    shutdown.clone(),
-                ));
+                let told = Told {
+                    metrics: metrics.clone(),
+                    status: status.clone(),
+                };
+                tracker.spawn(deliver(target.clone(), rx, told, shutdown.clone()));
                 (target.clone(), tx)
             })
             .collect();
@@ -62,6 +69,7 @@ impl Webhooks {
             queues,
             public_url,
             metrics,
+            status,
         }
     }
 
@@ -70,13 +78,21 @@ impl Webhooks {
         tracing::info!(event = event.name(), text = %event.text(), "telling the webhooks");
         for (target, queue) in &self.queues {
             let payload = event.payload(self.public_url.as_deref(), Format::of(target));
-            if queue.try_send(Bytes::from(payload.to_string())).is_err() {
+            let outgoing = Outgoing {
+                text: event.text(),
+                body: Bytes::from(payload.to_string()),
+            };
+            if queue.try_send(outgoing).is_err() {
                 tracing::warn!(
                     webhook = %target.redacted(),
                     event = event.name(),
                     "webhook queue full (the receiver is failing or slow): event dropped"
                 );
                 self.metrics.webhook("dropped");
+                self.status.lost(format!(
+                    "{}: its queue was full (the receiver is failing or slow)",
+                    target.redacted()
+                ));
             }
         }
     }
@@ -110,32 +126,44 @@ fn judge(answer: Result<crate::http::Answer, crate::http::HttpError>, backoff: D
     }
 }
 
+/// Where a delivery task says what became of each event.
+struct Told {
+    metrics: Arc<Metrics>,
+    status: NotifyStatus,
+}
+
 async fn deliver(
     target: Target,
-    mut queue: mpsc::Receiver<Bytes>,
-    metrics: Arc<Metrics>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    told: Told,
     shutdown: CancellationToken,
 ) {
     // An event between two tries when shutdown comes.
     let mut held = 0;
     'events: loop {
-        let payload = tokio::select! {
+        let event = tokio::select! {
             next = queue.recv() => match next {
-                Some(payload) => payload,
+                Some(event) => event,
                 None => return,
             },
             _ = shutdown.cancelled() => break,
         };
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=ATTEMPTS {
-            match judge(post_json(&target, payload.clone(), TIMEOUT).await, backoff) {
+            match judge(
+                post_json(&target, event.body.clone(), TIMEOUT).await,
+                backoff,
+            ) {
                 Try::Taken => {
-                    metrics.webhook("sent");
+                    told.metrics.webhook("sent");
+                    told.status.told(&event.text);
                     continue 'events;
                 }
                 Try::Refused(status) => {
                     tracing::error!(webhook = %target.redacted(), %status, "the webhook refused an event; not trying again");
-                    metrics.webhook("failed");
+                    told.metrics.webhook("failed");
+                    told.status
+                        .lost(format!("{} refused it: {status}", target.redacted()));
                     continue 'events;
                 }
                 Try::Again(wait, why) if attempt < ATTEMPTS => {
@@ -151,7 +179,11 @@ async fn deliver(
                 }
                 Try::Again(_, why) => {
                     tracing::error!(webhook = %target.redacted(), attempts = ATTEMPTS, error = %why, "webhook not reached; event dropped");
-                    metrics.webhook("failed");
+                    told.metrics.webhook("failed");
+                    told.status.lost(format!(
+                        "{} not reached after {ATTEMPTS} tries: {why}",
+                        target.redacted()
+                    ));
                 }
             }
         }

@@ -7,6 +7,7 @@
 
 mod deliver;
 pub mod event;
+mod status;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use deliver::Webhooks;
 pub use event::Event;
+pub use status::{Latest, NotifyStatus};
 
 use crate::archive::{Archive, ArchiveError, JobState, Noted};
 
@@ -57,10 +59,25 @@ const JOBS: u32 = 100;
 
 /// `[QUEUE:]N`: tell the webhooks when a DLQ (every DLQ, without a queue) holds more than N
 /// open messages, and again when it is back at N or under.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ThresholdSpec {
     pub queue: Option<String>,
     pub open: u64,
+}
+
+impl std::fmt::Display for ThresholdSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.queue {
+            Some(queue) => write!(f, "{queue}:{}", self.open),
+            None => write!(f, "{}", self.open),
+        }
+    }
+}
+
+impl std::fmt::Debug for ThresholdSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
 }
 
 impl FromStr for ThresholdSpec {

@@ -89,6 +89,8 @@ pub struct AppState {
     pub discovery: Arc<dlqs::Discovery>,
     /// The retention policy (`--retention`) as the overview says it; `None`: everything kept.
     pub retention: Option<Arc<str>>,
+    /// The webhooks (`--webhook`) and what became of their latest events.
+    pub notifications: crate::notify::NotifyStatus,
 }
 
 impl AppState {
@@ -120,6 +122,7 @@ impl AppState {
             management: None,
             discovery: Arc::default(),
             retention: None,
+            notifications: Default::default(),
         }
     }
 }

@@ -91,6 +91,17 @@ pub struct RetentionLine {
     pub next: Option<String>,
 }
 
+/// Where notifications go, and what became of the latest.
+pub struct NotificationsLine {
+    /// Each webhook as scheme and host.
+    pub targets: Vec<String>,
+    pub thresholds: Vec<String>,
+    /// When the last event was taken, and its text.
+    pub told: Option<(String, String)>,
+    /// When one was last lost, and why.
+    pub lost: Option<(String, String)>,
+}
+
 #[derive(Template)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {
@@ -109,6 +120,8 @@ pub struct OverviewPage {
     pub dlqs: Option<DlqsCard>,
     /// `None`: no retention policy, everything is kept.
     pub retention: Option<RetentionLine>,
+    /// `None`: no `--webhook`.
+    pub notifications: Option<NotificationsLine>,
 }
 
 /// `/`: never an error page — what cannot be read is said in a banner, and the page keeps
@@ -157,10 +170,20 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             .and_then(|r| Some((utc(r.finished_at?), r.deleted))),
         next: last_pass.as_ref().and_then(|r| r.next_at).map(utc),
     });
+    let notifications = (!state.notifications.targets.is_empty()).then(|| {
+        let latest = state.notifications.latest();
+        NotificationsLine {
+            targets: state.notifications.targets.to_vec(),
+            thresholds: state.notifications.thresholds.to_vec(),
+            told: latest.told.map(|(at, text)| (utc(at), text)),
+            lost: latest.lost.map(|(at, why)| (utc(at), why)),
+        }
+    });
     render(&OverviewPage {
         nav,
         dlqs,
         retention,
+        notifications,
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
         queues: queue_rows(&counts, &hourly, &recent, &consumers, now),

@@ -33,6 +33,11 @@ struct Receiver {
 
 impl Receiver {
     async fn start(failures: usize) -> Self {
+        Self::answering(failures, "503 Service Unavailable").await
+    }
+
+    /// One that answers `failure` (a status line) to its first `failures` requests.
+    async fn answering(failures: usize, failure: &'static str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!(
             "http://{}/hooks/T000/s3cr3t",
@@ -55,7 +60,7 @@ impl Receiver {
                         *r
                     };
                     let status = if n <= failures {
-                        "503 Service Unavailable"
+                        failure
                     } else {
                         let path = line
                             .split_whitespace()
@@ -186,8 +191,14 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     // The receiver fails its first two requests: the first event is tried a third time.
     let receiver = Receiver::start(2).await;
     let dead = dead_url().await;
+    // And one that refuses everything for good (a webhook deleted on Slack's side).
+    let refusing = Receiver::answering(usize::MAX, "404 Not Found").await;
     let configure = |c: &mut lazarus::config::ServeConfig| {
-        c.webhooks.webhooks = vec![receiver.url.parse().unwrap(), dead.parse().unwrap()];
+        c.webhooks.webhooks = vec![
+            receiver.url.parse().unwrap(),
+            dead.parse().unwrap(),
+            refusing.url.parse().unwrap(),
+        ];
         c.webhooks.thresholds = vec![format!("{dlq}:4").parse().unwrap()];
         c.webhooks.webhook_interval_secs = 1;
         c.webhooks.public_url = Some("https://lazarus.example.com/".into());
@@ -363,6 +374,40 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
         None => 0,
     };
     assert_eq!(sent + twin_sent, 8);
+    // The overview says where notifications go, the last one told, and the last one lost
+    // (the refusing receiver's: the dead URL's are still being tried).
+    let page = app.get("/").await.text();
+    let host = receiver
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
+    assert!(
+        page.contains(&format!("Notifications to <code>http://{host}/…</code>")),
+        "{page}"
+    );
+    assert!(
+        !page.contains("s3cr3t"),
+        "the URL's secret path is not shown"
+    );
+    assert!(page.contains(&format!(
+        "thresholds of open messages: <code>{dlq}:4</code>"
+    )));
+    assert!(page.contains("Last told"), "{page}");
+    let refused_host = refusing
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
+    assert!(
+        page.contains("<span class=\"badge failed\">lost</span>")
+            && page.contains(&format!(
+                "http://{refused_host}/… refused it: 404 Not Found"
+            )),
+        "{page}"
+    );
     let rows = count_rows(&app.database_url, "SELECT count(*) FROM notifications").await;
     assert!(rows >= 5, "{rows} notification states kept");
     if let Some(mut twin) = twin {
