@@ -212,7 +212,8 @@ impl Application {
             let webhooks = crate::notify::Webhooks::start(
                 &args.webhooks,
                 args.public_url.clone(),
-                (self.state.metrics.clone(), self.state.notifications.clone()),
+                self.state.metrics.clone(),
+                self.state.notifications.clone(),
                 &token,
                 &tracker,
             );

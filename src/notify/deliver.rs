@@ -49,7 +49,8 @@ impl Webhooks {
     pub fn start(
         targets: &[Target],
         public_url: Option<String>,
-        (metrics, status): (Arc<Metrics>, NotifyStatus),
+        metrics: Arc<Metrics>,
+        status: NotifyStatus,
         shutdown: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Self {
@@ -181,8 +182,12 @@ async fn deliver(
                     tracing::error!(webhook = %target.redacted(), attempts = ATTEMPTS, error = %why, "webhook not reached; event dropped");
                     told.metrics.webhook("failed");
                     told.status.lost(format!(
-                        "{} not reached after {ATTEMPTS} tries: {why}",
-                        target.redacted()
+                        "not reached after {ATTEMPTS} tries ({})",
+                        if why.starts_with("answered") {
+                            format!("{} {why}", target.redacted())
+                        } else {
+                            why
+                        }
                     ));
                 }
             }
