@@ -91,6 +91,17 @@ impl Receiver {
         }
     }
 
+    /// Its URL as Lazarus shows it: scheme and host only.
+    fn shown(&self) -> String {
+        let host = self
+            .url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap();
+        format!("http://{host}/…")
+    }
+
     fn events(&self) -> Vec<Received> {
         self.taken.lock().unwrap().clone()
     }
@@ -377,14 +388,11 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     // The overview says where notifications go, the last one told, and the last one lost
     // (the refusing receiver's: the dead URL's are still being tried).
     let page = app.get("/").await.text();
-    let host = receiver
-        .url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap();
     assert!(
-        page.contains(&format!("Notifications to <code>http://{host}/…</code>")),
+        page.contains(&format!(
+            "Notifications to <code>{}</code>",
+            receiver.shown()
+        )),
         "{page}"
     );
     assert!(
@@ -395,17 +403,9 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
         "thresholds of open messages: <code>{dlq}:4</code>"
     )));
     assert!(page.contains("Last told"), "{page}");
-    let refused_host = refusing
-        .url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap();
     assert!(
         page.contains("<span class=\"badge failed\">lost</span>")
-            && page.contains(&format!(
-                "http://{refused_host}/… refused it: 404 Not Found"
-            )),
+            && page.contains(&format!("{} refused it: 404 Not Found", refusing.shown())),
         "{page}"
     );
     let rows = count_rows(&app.database_url, "SELECT count(*) FROM notifications").await;
@@ -581,13 +581,10 @@ async fn webhook_test_says_which_receivers_took_it() {
     let good = run(receiver.url.clone()).await;
     let said = String::from_utf8_lossy(&good.stdout);
     assert!(good.status.success(), "{said}");
-    let host = receiver
-        .url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap();
-    assert_eq!(said.trim(), format!("http://{host}/…: took it (200 OK)"));
+    assert_eq!(
+        said.trim(),
+        format!("{}: took it (200 OK)", receiver.shown())
+    );
     let event = receiver.wait_for("test", |_| true).await;
     assert!(event["text"]
         .as_str()
