@@ -3,8 +3,8 @@
 //! its users, API tokens, replay jobs and audit log (pointing at messages and jobs by their new
 //! ids). Run again after an interruption, it adds only what is missing. At the end it checks
 //! that both archives hold the same: the messages and body bytes of every DLQ, a checksum of
-//! every message's content and state, read back from each, and that carrying the rest again
-//! would add nothing.
+//! every message's content and state (the source's from the batches it copied, the target's
+//! read back), and that carrying the rest again would add nothing.
 
 use std::time::{Duration, Instant};
 
@@ -43,10 +43,39 @@ fn canonical(m: &ExportedMessage) -> Vec<u8> {
     serde_json::to_vec(&m).expect("messages serialize")
 }
 
+/// A SHA-256 over messages in archive order (each canonical line with its length), and how
+/// many.
+#[derive(Default)]
+struct Checksum {
+    hash: Sha256,
+    n: u64,
+}
+
+impl Checksum {
+    fn add(&mut self, batch: &[ExportedMessage]) {
+        for m in batch {
+            let line = canonical(m);
+            self.hash.update((line.len() as u64).to_be_bytes());
+            self.hash.update(&line);
+            self.n += 1;
+        }
+    }
+
+    fn finish(self) -> (String, u64) {
+        let hex = self
+            .hash
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        (hex, self.n)
+    }
+}
+
 /// The checksum of every message of `archive`, in archive order; how many.
-pub async fn checksum(archive: &dyn Archive) -> anyhow::Result<(String, u64)> {
+async fn checksum(archive: &dyn Archive) -> anyhow::Result<(String, u64)> {
     let selection = everything();
-    let (mut hash, mut after, mut n) = (Sha256::new(), 0, 0u64);
+    let (mut sum, mut after) = (Checksum::default(), 0);
     loop {
         let batch = archive
             .export_batch(&selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
@@ -55,15 +84,9 @@ pub async fn checksum(archive: &dyn Archive) -> anyhow::Result<(String, u64)> {
             break;
         };
         after = last.id;
-        for m in &batch {
-            let line = canonical(m);
-            hash.update((line.len() as u64).to_be_bytes());
-            hash.update(&line);
-            n += 1;
-        }
+        sum.add(&batch);
     }
-    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    Ok((hex, n))
+    Ok(sum.finish())
 }
 
 /// DLQs whose messages or body bytes differ between the two: what each holds.
@@ -105,6 +128,8 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
     );
     let (selection, mut importer) = (everything(), Importer::default());
     let (mut after, mut done, mut said) = (0, 0u64, Instant::now());
+    // The source's checksum, taken from the batches copied (not read a second time).
+    let mut source = Checksum::default();
     loop {
         let batch = from
             .export_batch(&selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
@@ -113,6 +138,7 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
             break;
         };
         after = last.id;
+        source.add(&batch);
         importer.store(to.as_ref(), &batch, &rules).await?;
         done += batch.len() as u64;
         if said.elapsed() >= Duration::from_secs(2) {
@@ -141,7 +167,7 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
         "the archives differ: {}",
         differ.join("; ")
     );
-    let (a, n) = checksum(from.as_ref()).await?;
+    let (a, n) = source.finish();
     let (b, m) = checksum(to.as_ref()).await?;
     anyhow::ensure!(
         a == b,

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::event::{Event, Format};
+use super::event::Event;
 use super::NotifyStatus;
 use crate::http::{post_json, Target};
 use crate::metrics::Metrics;
@@ -78,10 +78,9 @@ impl Webhooks {
     pub fn tell(&self, event: &Event) {
         tracing::info!(event = event.name(), text = %event.text(), "telling the webhooks");
         for (target, queue) in &self.queues {
-            let payload = event.payload(self.public_url.as_deref(), Format::of(target));
             let outgoing = Outgoing {
                 text: event.text(),
-                body: Bytes::from(payload.to_string()),
+                body: event.body_for(target, self.public_url.as_deref()),
             };
             if queue.try_send(outgoing).is_err() {
                 tracing::warn!(

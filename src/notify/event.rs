@@ -3,6 +3,7 @@
 //! for Slack and anything else as `{"text"}`, for a Microsoft Teams (Power Automate) webhook
 //! as the Adaptive Card message it expects.
 
+use hyper::body::Bytes;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 
@@ -158,6 +159,11 @@ impl Event {
                 line
             }
         }
+    }
+
+    /// The bytes POSTed to `target`: [`Event::payload`] in the format its host wants.
+    pub fn body_for(&self, target: &crate::http::Target, public_url: Option<&str>) -> Bytes {
+        Bytes::from(self.payload(public_url, Format::of(target)).to_string())
     }
 
     /// The JSON POSTed: what the receiver shows (`text`, with the link; or a Teams card), and

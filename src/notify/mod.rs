@@ -32,8 +32,7 @@ pub async fn test(args: &crate::config::WebhookArgs) -> bool {
     }
     let mut all = true;
     for target in &args.webhooks {
-        let payload = Event::Test.payload(args.public_url.as_deref(), event::Format::of(target));
-        let body = hyper::body::Bytes::from(payload.to_string());
+        let body = Event::Test.body_for(target, args.public_url.as_deref());
         match crate::http::post_json(target, body, Duration::from_secs(10)).await {
             Ok(answer) if answer.status.is_success() => {
                 println!("{}: took it ({})", target.redacted(), answer.status);
