@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{AmqpValue, Bytes, Table};
 
 /// One entry of `x-death`: the deaths of a message in one queue for one reason.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeathRecord {
     pub queue: String,
     pub reason: String,
@@ -21,7 +21,7 @@ pub struct DeathRecord {
 }
 
 /// Where and why the message died the first time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FirstDeath {
     pub queue: String,
     pub reason: String,
@@ -29,7 +29,7 @@ pub struct FirstDeath {
 }
 
 /// Where a replay sends the message: the exchange and routing key it was first published with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReplayTarget {
     pub exchange: String,
     pub routing_key: String,

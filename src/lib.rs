@@ -4,6 +4,7 @@
 
 pub mod accounts_cli;
 pub mod amqp;
+mod api_schemas;
 pub mod archive;
 pub mod auth;
 pub mod body;

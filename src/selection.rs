@@ -16,8 +16,19 @@ pub struct InvalidSelection(pub String);
 
 /// Query string of the list, as received: everything is validated into a filter with
 /// messages a user can act on.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Deserialize,
+    Serialize,
+    clap::Args,
+    utoipa::ToSchema,
+    utoipa::IntoParams,
+)]
 #[serde(default)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Search, as in the list's search box (words, "phrases", prefix*, field:value).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,9 +75,11 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub until: Option<String>,
+    /// Messages per page: 1 to 500 (default 50).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(skip)]
     pub limit: Option<String>,
+    /// The `next_cursor` of the page before, for the next (older) page.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(skip)]
     pub cursor: Option<String>,

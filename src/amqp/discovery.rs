@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::management::{DeliveryLimit, QueueInfo};
 
 /// A dead-letter queue found on the broker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DiscoveredDlq {
     pub vhost: String,
     pub name: String,
@@ -26,6 +26,7 @@ pub struct DiscoveredDlq {
     pub archived: bool,
     /// What its settings put at risk (in words, in JSON).
     #[serde(serialize_with = "as_words")]
+    #[schema(value_type = Vec<String>)]
     pub warnings: Vec<Risk>,
     /// It has a dead-letter exchange of its own: a retry or delay queue whose messages move
     /// on, not the end of the line (`--discover` leaves it alone).
@@ -169,7 +170,7 @@ pub fn risks(queue: &Value, broker_major: u32) -> Vec<Risk> {
 }
 
 /// What discovery found on the broker.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Discovered {
     pub dlqs: Vec<DiscoveredDlq>,
     pub dead_ends: Vec<DeadEnd>,
@@ -192,7 +193,7 @@ pub enum DlxBindings {
 pub type Bindings = BTreeMap<(String, String), DlxBindings>;
 
 /// A queue whose dead letters reach no queue at all: the broker drops them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DeadEnd {
     pub vhost: String,
     pub queue: String,

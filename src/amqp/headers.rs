@@ -471,7 +471,7 @@ impl AmqpValue {
 
 /// Every basic property except `headers`, which is kept as a typed [`Table`] beside it.
 /// Short strings are bytes: a producer may put anything in a message-id.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MessageProperties {
     pub content_type: Option<Bytes>,
     pub content_encoding: Option<Bytes>,

@@ -5,7 +5,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 /// What a caller may do. Each role includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Pages and API reads.
@@ -58,7 +58,7 @@ impl Actor {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct UserRecord {
     pub name: String,
     /// An argon2id PHC string; `None` for users who only come through the trusted proxy.
@@ -69,9 +69,10 @@ pub struct UserRecord {
     pub created_at: OffsetDateTime,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TokenRecord {
     #[serde(serialize_with = "super::id_as_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     pub name: String,
     pub role: Role,

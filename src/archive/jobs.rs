@@ -20,7 +20,7 @@ pub enum Selection {
 
 /// Replay only the first `count` messages, wait `wait_secs`, and go on only if at most
 /// `max_deaths` of the copies died again (came back into an archived DLQ) meanwhile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Canary {
     pub count: u32,
     pub wait_secs: u32,
@@ -53,7 +53,7 @@ pub struct JobSpec<'a> {
 }
 
 /// How many messages go where, decided when the selection is frozen.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Plan {
     /// Messages the selection held.
     pub messages: i64,
@@ -76,14 +76,14 @@ pub struct Plan {
     pub refused_targets: Vec<TargetCount>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TargetCount {
     pub exchange: String,
     pub routing_key: String,
     pub messages: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// A dry run: frozen, counted, not started.
@@ -129,7 +129,7 @@ impl JobState {
 }
 
 /// Per-message outcomes so far. `pending` are still to publish (or being published).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct JobCounts {
     pub published: i64,
     pub unroutable: i64,
@@ -148,9 +148,10 @@ impl JobCounts {
 }
 
 /// A replay job (or plan) with its progress.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReplayJob {
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     pub state: JobState,
     /// Why it is paused, or what the runner waits for; `None` when all is well.
@@ -195,6 +196,8 @@ pub enum JobAction {
 }
 
 impl JobAction {
+    pub const ALL: [JobAction; 4] = [Self::Start, Self::Pause, Self::Resume, Self::Cancel];
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobAction::Start => "start",
@@ -205,16 +208,15 @@ impl JobAction {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Start, Self::Pause, Self::Resume, Self::Cancel]
-            .into_iter()
-            .find(|a| a.as_str() == s)
+        Self::ALL.into_iter().find(|a| a.as_str() == s)
     }
 }
 
 /// One message of a job and how it ended.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobItem {
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub message_id: i64,
     pub target: Option<ReplayTarget>,
     /// `null` while to do; `sending`, then `published`, `unroutable`, `nacked`, `failed`,
@@ -265,9 +267,10 @@ pub enum JobStep {
 }
 
 /// One line of the audit log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditEntry {
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,

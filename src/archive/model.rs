@@ -27,7 +27,7 @@ pub struct StoreOutcome {
 /// What has happened to an archived message since it arrived. A message is **open** — counted
 /// by the overview and its failure group — until it is dismissed, or replayed and its copy did
 /// not come back within the settle time ([`MessageStatus::is_open`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
     Archived,
@@ -127,7 +127,9 @@ impl StatusFilter {
 }
 
 /// How one publish of a replay ended: what the broker answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Confirmed, and routed to at least one queue.
@@ -152,9 +154,10 @@ impl Outcome {
 }
 
 /// One archived message as the list shows it (the API's `MessageSummary`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MessageSummary {
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     pub queue: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -174,6 +177,7 @@ pub struct MessageSummary {
     pub error: Option<String>,
     /// The record this one is a replayed copy of (it died again).
     #[serde(serialize_with = "optional_id_as_string")]
+    #[schema(value_type = Option<String>)]
     pub replay_of: Option<i64>,
     /// The start of its body as text, whitespace folded (none for binary bodies, for
     /// messages archived before snippets, and for viewers under `--mask`).
@@ -197,7 +201,7 @@ pub fn optional_id_as_string<S: serde::Serializer>(
 }
 
 /// One archived message with everything needed to show or replay it, except the body.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ArchivedMessage {
     #[serde(flatten)]
     pub summary: MessageSummary,
@@ -363,7 +367,7 @@ pub struct PageRequest {
     pub before: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MessagePage {
     pub messages: Vec<MessageSummary>,
     /// Pass back as `cursor` for the next (older) page; `None` on the last page.
@@ -409,11 +413,13 @@ pub struct FailureGroup {
 }
 
 /// One replay of one message, as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReplayRecord {
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     #[serde(serialize_with = "id_as_string")]
+    #[schema(value_type = String)]
     pub message_id: i64,
     /// The key the request was made under: the same key never publishes twice.
     pub request_key: String,
@@ -503,10 +509,11 @@ pub const EXPORT_BATCH_BYTES: i64 = 8 * 1024 * 1024;
 /// `lazarus import` reads it: one JSON line each, lossless — the body's bytes (base64), every
 /// property and header with its AMQP type, the status with its note and times, and its
 /// replays with what they published.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExportedMessage {
     /// Its id in the archive it was exported from.
     #[serde(serialize_with = "id_as_string", deserialize_with = "id_from_string")]
+    #[schema(value_type = String)]
     pub id: i64,
     pub queue: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -519,6 +526,7 @@ pub struct ExportedMessage {
     pub headers: Option<Table>,
     /// The body bytes, base64 (standard alphabet, padded).
     #[serde(with = "base64_bytes")]
+    #[schema(value_type = String, content_encoding = "base64")]
     pub body: Vec<u8>,
     pub status: MessageStatus,
     pub status_note: Option<String>,
@@ -532,13 +540,14 @@ pub struct ExportedMessage {
         serialize_with = "optional_id_as_string",
         deserialize_with = "optional_id_from_string"
     )]
+    #[schema(value_type = Option<String>)]
     pub replay_of: Option<i64>,
     /// Its replays, oldest first.
     pub replays: Vec<ExportedReplay>,
 }
 
 /// One replay of an exported message, whole: what it published (an edit too) and how it went.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExportedReplay {
     pub request_key: String,
     pub actor: String,
@@ -551,6 +560,7 @@ pub struct ExportedReplay {
     pub finished_at: Option<OffsetDateTime>,
     /// The body it published instead of the message's own, base64.
     #[serde(with = "optional_base64_bytes")]
+    #[schema(value_type = Option<String>, content_encoding = "base64")]
     pub edited_body: Option<Vec<u8>>,
     /// The headers it published instead of the message's own.
     pub edited_headers: Option<Table>,

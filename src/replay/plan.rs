@@ -40,7 +40,7 @@ pub const MAX_RATE: u32 = 1_000_000;
 pub const MAX_CANARY_WAIT_SECS: u32 = 3600;
 
 /// An id as clients send it: the opaque string the API returned (or a number).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum IdValue {
     Text(String),
@@ -48,6 +48,7 @@ pub enum IdValue {
 }
 
 /// The messages an action applies to, as asked: `ids`, or a `filter` with the list's fields.
+/// (Its schema is written by hand in `api_schemas`: one or the other.)
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SelectionRequest {
     pub ids: Option<Vec<IdValue>>,
@@ -105,7 +106,7 @@ impl SelectionRequest {
 }
 
 /// `POST /api/replays`: a plan (`"dry_run": true`) or a job.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct JobRequest {
     #[serde(flatten)]
     pub selection: SelectionRequest,

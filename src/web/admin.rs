@@ -7,7 +7,6 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::Caller;
 use super::extract::{AppForm, AppJson, TokenId};
@@ -18,12 +17,16 @@ use crate::archive::{AuditEntry, Role, TokenRecord, TokenSpec, UserRecord};
 use crate::auth::{new_secret, secret_hash, MAX_TOKEN_DAYS, TOKEN_DAYS, TOKEN_PREFIX};
 use crate::replay::plan::{SelectionRequest, MAX_NOTE_CHARS};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct TokenRequest {
+    /// What uses it.
+    #[schema(min_length = 1, max_length = 100)]
     name: String,
+    #[schema(value_type = Role)]
     role: String,
     /// Days until it stops working (default 90, at most 366). A form sends it as text.
     #[serde(default, deserialize_with = "days")]
+    #[schema(minimum = 1, maximum = 366)]
     expires_in_days: Option<u32>,
 }
 
@@ -48,9 +51,10 @@ fn days<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error>
 }
 
 /// A new token: stored hashed, shown once (never `Debug`: it holds the secret).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct NewToken {
     #[serde(serialize_with = "crate::archive::id_as_string")]
+    #[schema(value_type = String)]
     id: i64,
     name: String,
     role: Role,
@@ -105,6 +109,9 @@ async fn make_token(
     })
 }
 
+/// Creates an API token; the token is shown this once.
+#[utoipa::path(post, path = "/api/admin/tokens", tag = "admin", request_body = TokenRequest,
+    responses((status = 200, description = "The token", body = NewToken)))]
 pub(super) async fn create_token(
     State(state): State<AppState>,
     caller: Caller,
@@ -122,43 +129,83 @@ async fn revoke(state: &AppState, caller: &Caller, id: i64) -> Result<i64, AppEr
     Ok(id)
 }
 
+/// The token a revocation revoked.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Revoked {
+    revoked: String,
+}
+
+/// Revokes an API token: it stops working at once.
+#[utoipa::path(post, path = "/api/admin/tokens/{id}/revoke", tag = "admin", params(TokenId),
+    responses((status = 200, description = "Revoked", body = Revoked)))]
 pub(super) async fn revoke_token(
     State(state): State<AppState>,
     caller: Caller,
     TokenId { id, .. }: TokenId,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<Revoked>, AppError> {
     let id = revoke(&state, &caller, id).await?;
-    Ok(Json(json!({ "revoked": id.to_string() })))
+    Ok(Json(Revoked {
+        revoked: id.to_string(),
+    }))
 }
 
-pub(super) async fn list_users(
-    State(state): State<AppState>,
-) -> Result<Json<serde_json::Value>, AppError> {
-    Ok(Json(json!({ "users": state.archive.users().await? })))
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UserList {
+    users: Vec<UserRecord>,
 }
 
+/// Users and their roles.
+#[utoipa::path(get, path = "/api/admin/users", tag = "admin",
+    responses((status = 200, description = "The users", body = UserList)))]
+pub(super) async fn list_users(State(state): State<AppState>) -> Result<Json<UserList>, AppError> {
+    Ok(Json(UserList {
+        users: state.archive.users().await?,
+    }))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TokenList {
+    tokens: Vec<TokenRecord>,
+}
+
+/// API tokens, never the token itself.
+#[utoipa::path(get, path = "/api/admin/tokens", tag = "admin",
+    responses((status = 200, description = "The tokens", body = TokenList)))]
 pub(super) async fn list_tokens(
     State(state): State<AppState>,
-) -> Result<Json<serde_json::Value>, AppError> {
-    Ok(Json(json!({ "tokens": state.archive.tokens().await? })))
+) -> Result<Json<TokenList>, AppError> {
+    Ok(Json(TokenList {
+        tokens: state.archive.tokens().await?,
+    }))
 }
 
 /// `POST /api/admin/purge`: `{"ids"|"filter", "all"?, "note"}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct PurgeRequest {
     #[serde(flatten)]
     selection: SelectionRequest,
+    /// Why (required): a purge cannot be undone.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 2000)]
     note: String,
 }
 
-/// Deletes the selected messages for good (retention, data removal requests); the note
-/// says why in the audit log.
+/// How many messages a purge deleted.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Purged {
+    purged: u64,
+}
+
+/// Deletes a selection for good, except what an unfinished job holds.
+///
+/// For retention and data removal requests; the note says why in the audit log.
+#[utoipa::path(post, path = "/api/admin/purge", tag = "admin", request_body = PurgeRequest,
+    responses((status = 200, description = "How many were deleted", body = Purged)))]
 pub(super) async fn purge(
     State(state): State<AppState>,
     caller: Caller,
     AppJson(request): AppJson<PurgeRequest>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<Purged>, AppError> {
     let note = request.note.trim();
     if note.is_empty() || note.chars().count() > MAX_NOTE_CHARS {
         return Err(AppError::BadRequest(format!(
@@ -170,14 +217,17 @@ pub(super) async fn purge(
         .archive
         .purge(&selection, &text, note, &caller.actor())
         .await?;
-    Ok(Json(json!({ "purged": purged })))
+    Ok(Json(Purged { purged }))
 }
 
 /// Entries read per step of the export: a page of whole entries stays small.
 const EXPORT_PAGE: u32 = 50;
 
-/// `GET /api/audit.ndjson`: the whole audit log, oldest first, one JSON object per line,
-/// streamed a page at a time (memory stays the same however long the log is).
+/// The whole audit log, oldest first, one JSON object per line.
+///
+/// Streamed a page at a time: memory stays the same however long the log is.
+#[utoipa::path(get, path = "/api/audit.ndjson", tag = "admin",
+    responses((status = 200, description = "One entry per line", content_type = "application/x-ndjson", body = AuditEntry)))]
 pub(super) async fn audit_ndjson(State(state): State<AppState>) -> Result<Response, AppError> {
     let first = state.archive.audit_export(None, EXPORT_PAGE).await?;
     let archive = state.archive.clone();

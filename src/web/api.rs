@@ -17,6 +17,12 @@ use crate::replay::plan::{check_request_key, check_target, new_request_key};
 use crate::replay::single::{replay_one, ReplayAnswer, SingleReplay};
 use crate::selection::ListParams;
 
+/// Archived messages, newest first.
+///
+/// Filters as the list page's search box and selects; `next_cursor` fetches the next
+/// (older) page. Under `--mask` a viewer sees summaries masked.
+#[utoipa::path(get, path = "/api/messages", tag = "messages", params(ListParams),
+    responses((status = 200, description = "A page of summaries", body = MessagePage)))]
 pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
@@ -36,8 +42,10 @@ fn not_found(id: &str) -> AppError {
 }
 
 /// The body inside the JSON detail: text where it is UTF-8, base64 otherwise.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct BodyJson {
+    /// `text` or `base64`.
+    #[schema(value_type = String)]
     encoding: &'static str,
     data: String,
 }
@@ -57,17 +65,23 @@ impl BodyJson {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct MessageDetail {
     #[serde(flatten)]
     message: ArchivedMessage,
     body: BodyJson,
     /// Its replays, newest first.
-    replays: Vec<crate::archive::ReplayRecord>,
+    replays: Vec<ReplayRecord>,
     /// The ids of its replayed copies that died again (and are archived), newest first.
     died_again_as: Vec<String>,
 }
 
+/// One message: its summary, properties, typed headers, body, replays, and the copies that
+/// died again.
+///
+/// The body is text where it is UTF-8, base64 otherwise (masked for a viewer under `--mask`).
+#[utoipa::path(get, path = "/api/messages/{id}", tag = "messages", params(MessageId),
+    responses((status = 200, description = "The message", body = MessageDetail)))]
 pub(super) async fn get_message(
     State(state): State<AppState>,
     caller: Caller,
@@ -114,7 +128,11 @@ pub(super) async fn get_message(
     }))
 }
 
-/// The exact stored bytes, always as an attachment: a body is never rendered by the browser.
+/// The exact stored bytes, as an attachment.
+///
+/// A body is never rendered by the browser. A viewer under `--mask` gets the masked body.
+#[utoipa::path(get, path = "/api/messages/{id}/body", tag = "messages", params(MessageId),
+    responses((status = 200, description = "The body's bytes", content_type = "application/octet-stream", body = String)))]
 pub(super) async fn download_body(
     State(state): State<AppState>,
     caller: Caller,
@@ -164,14 +182,29 @@ pub(super) async fn download_body(
 /// "body"?, "headers"?}`. Send a `request_key` to make retries safe: the same key never
 /// publishes twice. `body` (text) and `headers` (typed, as `GET` returns them; they replace
 /// the archived ones) make it an edit & replay.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ReplayRequest {
+    /// Where to publish it instead of its own replay target.
     target: Option<ReplayTarget>,
+    /// The same key never publishes twice: send one to make retries safe.
     request_key: Option<String>,
+    /// An edited body (text) to publish instead of the archived one.
     body: Option<String>,
+    /// Edited headers, typed as `GET` returns them; they replace the archived ones.
     headers: Option<Table>,
 }
 
+/// Replays one message to its replay target (or the one given), with a publisher confirm.
+///
+/// 200 once the broker answered (the record says how), 202 while its confirm is awaited
+/// (the record settles later). `body` and `headers` make it an edit & replay.
+#[utoipa::path(post, path = "/api/messages/{id}/replay", tag = "messages", params(MessageId),
+    request_body = ReplayRequest,
+    responses(
+        (status = 200, description = "Published; the broker answered", body = ReplayRecord),
+        (status = 202, description = "Published; its confirm is still awaited", body = ReplayRecord),
+        (status = 409, description = "The request key was used for another message, or its replay is in progress", body = super::error::ErrorBody),
+    ))]
 pub(super) async fn replay_message(
     State(state): State<AppState>,
     caller: Caller,

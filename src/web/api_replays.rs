@@ -4,9 +4,9 @@
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::Caller;
+use super::error::ErrorBody;
 use super::extract::{AppJson, AppQuery, JobActionPath, JobId, MessageId};
 use super::{AppError, AppState};
 use crate::archive::{Actor, AuditEntry, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
@@ -77,6 +77,17 @@ pub fn shown(state: &AppState, role: Role, mut job: ReplayJob) -> ReplayJob {
     job
 }
 
+/// Plans (`"dry_run": true`) or starts a bulk replay of `ids` or a `filter`.
+///
+/// The selection is frozen into the job at once; messages archived later are not in it.
+/// A plan is started with `POST /api/replays/{id}/start`. The same `request_key` never
+/// makes a second job.
+#[utoipa::path(post, path = "/api/replays", tag = "replays", request_body = JobRequest,
+    responses(
+        (status = 200, description = "The plan or job", body = ReplayJob),
+        (status = 404, description = "An id of the selection is not archived", body = ErrorBody),
+        (status = 409, description = "The request key was used for another request", body = ErrorBody),
+    ))]
 pub(super) async fn create_job(
     State(state): State<AppState>,
     caller: Caller,
@@ -85,11 +96,14 @@ pub(super) async fn create_job(
     Ok(Json(create(&state, request, &caller.actor()).await?))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct JobList {
     replays: Vec<ReplayJob>,
 }
 
+/// Replay jobs and plans, newest first (the latest 100).
+#[utoipa::path(get, path = "/api/replays", tag = "replays",
+    responses((status = 200, description = "The jobs", body = JobList)))]
 pub(super) async fn list_jobs(
     State(state): State<AppState>,
     caller: Caller,
@@ -103,6 +117,9 @@ pub(super) async fn list_jobs(
     }))
 }
 
+/// One job: its state, plan (targets, skipped), counts and progress.
+#[utoipa::path(get, path = "/api/replays/{id}", tag = "replays", params(JobId),
+    responses((status = 200, description = "The job", body = ReplayJob)))]
 pub(super) async fn get_job(
     State(state): State<AppState>,
     caller: Caller,
@@ -113,10 +130,15 @@ pub(super) async fn get_job(
 }
 
 /// `?outcome=published|unroutable|nacked|failed|skipped|cancelled|pending&after=&limit=`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ItemParams {
+    /// Only items with this outcome: pending, sending, published, unroutable, nacked,
+    /// failed, skipped or cancelled.
     pub outcome: Option<String>,
+    /// The `next_after` of the page before.
     pub after: Option<String>,
+    /// Items per page: 1 to 500 (default 100).
     pub limit: Option<String>,
 }
 
@@ -170,13 +192,16 @@ impl ItemParams {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct ItemPage {
     items: Vec<JobItem>,
     /// Pass back as `after` for the next page; `None` on the last one.
     next_after: Option<String>,
 }
 
+/// A job's messages and how each ended, in message order.
+#[utoipa::path(get, path = "/api/replays/{id}/items", tag = "replays", params(JobId, ItemParams),
+    responses((status = 200, description = "A page of items", body = ItemPage)))]
 pub(super) async fn job_items(
     State(state): State<AppState>,
     JobId { id, .. }: JobId,
@@ -191,6 +216,12 @@ pub(super) async fn job_items(
     Ok(Json(ItemPage { items, next_after }))
 }
 
+/// Starts a plan, or pauses, resumes or cancels a job.
+#[utoipa::path(post, path = "/api/replays/{id}/{action}", tag = "replays", params(JobActionPath),
+    responses(
+        (status = 200, description = "The job, changed", body = ReplayJob),
+        (status = 409, description = "Its state does not allow the action", body = ErrorBody),
+    ))]
 pub(super) async fn control_job(
     State(state): State<AppState>,
     caller: Caller,
@@ -200,29 +231,48 @@ pub(super) async fn control_job(
 }
 
 /// `POST /api/messages/dismiss`: `{"ids": [...]}` or `{"filter": {...}}`, and a `note`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct DismissRequest {
     #[serde(flatten)]
     pub selection: SelectionRequest,
+    /// Why (required): it is kept with each message and in the audit log.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 2000)]
     pub note: String,
 }
 
+/// How many messages a dismissal dismissed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Dismissed {
+    /// Dismissed now (those dismissed already are not counted).
+    pub dismissed: u64,
+}
+
+/// Dismisses a selection (`ids` or a `filter`) with a note saying why.
+#[utoipa::path(post, path = "/api/messages/dismiss", tag = "messages", request_body = DismissRequest,
+    responses((status = 200, description = "How many were dismissed", body = Dismissed)))]
 pub(super) async fn dismiss(
     State(state): State<AppState>,
     caller: Caller,
     AppJson(request): AppJson<DismissRequest>,
-) -> Result<Json<serde_json::Value>, AppError> {
-    let n = dismiss_selection(&state, &request.selection, &request.note, &caller.actor()).await?;
-    Ok(Json(json!({ "dismissed": n })))
+) -> Result<Json<Dismissed>, AppError> {
+    let dismissed =
+        dismiss_selection(&state, &request.selection, &request.note, &caller.actor()).await?;
+    Ok(Json(Dismissed { dismissed }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(super) struct NoteRequest {
+    /// Why (required): it is kept with the message and in the audit log.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 2000)]
     note: String,
 }
 
+/// Dismisses one message with a note saying why (`dismissed` is 0 when it already was).
+#[utoipa::path(post, path = "/api/messages/{id}/dismiss", tag = "messages", params(MessageId),
+    request_body = NoteRequest,
+    responses((status = 200, description = "Whether it was dismissed now", body = Dismissed)))]
 pub(super) async fn dismiss_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -231,7 +281,7 @@ pub(super) async fn dismiss_one(
         raw: id,
     }: MessageId,
     AppJson(request): AppJson<NoteRequest>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<Dismissed>, AppError> {
     state
         .archive
         .get_message(numeric)
@@ -241,14 +291,17 @@ pub(super) async fn dismiss_one(
         ids: Some(vec![IdValue::Number(numeric)]),
         ..Default::default()
     };
-    let n = dismiss_selection(&state, &selection, &request.note, &caller.actor()).await?;
-    Ok(Json(json!({ "dismissed": n })))
+    let dismissed = dismiss_selection(&state, &selection, &request.note, &caller.actor()).await?;
+    Ok(Json(Dismissed { dismissed }))
 }
 
 /// `?before=&limit=`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditParams {
+    /// The `next_before` of the page before.
     pub before: Option<String>,
+    /// Entries per page: 1 to 500 (default 100).
     pub limit: Option<String>,
 }
 
@@ -266,12 +319,15 @@ impl AuditParams {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct AuditPage {
     entries: Vec<AuditEntry>,
     next_before: Option<String>,
 }
 
+/// The audit log, newest first.
+#[utoipa::path(get, path = "/api/audit", tag = "admin", params(AuditParams),
+    responses((status = 200, description = "A page of entries", body = AuditPage)))]
 pub(super) async fn audit_log(
     State(state): State<AppState>,
     AppQuery(params): AppQuery<AuditParams>,

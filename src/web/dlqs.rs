@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::error::AppError;
 use super::AppState;
-use crate::amqp::discovery::Discovered;
+use crate::amqp::discovery::{DeadEnd, Discovered, DiscoveredDlq};
 use crate::amqp::management::Management;
 
 /// How old an answer may be before the overview asks again.
@@ -83,18 +83,33 @@ pub fn archived_queues(state: &AppState) -> Vec<String> {
     state.status.snapshot().into_keys().collect()
 }
 
-/// `GET /api/dlqs`: `{"enabled", "dlqs": [{vhost, name, type, sources, archived, warnings}],
-/// "dead_ends": [{vhost, queue, exchange, reason}]}`,
-/// asked of the broker at the call (or at most 2 s before); 503 with the reason when the
-/// management API does not answer.
-pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
+/// What `GET /api/dlqs` answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DlqList {
+    /// Whether Lazarus was given `--management-url` to ask the broker.
+    enabled: bool,
+    dlqs: Vec<DiscoveredDlq>,
+    /// Queues whose dead letters reach no queue: the broker drops them.
+    dead_ends: Vec<DeadEnd>,
+    /// Why the lists are empty, when discovery is not enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+/// The broker's dead-letter queues in every vhost the management user sees.
+///
+/// Which are archived, and what their settings put at risk; asked of RabbitMQ's management
+/// API at the call (or at most 2 s before). 503 with the reason when it does not answer.
+#[utoipa::path(get, path = "/api/dlqs", tag = "messages",
+    responses((status = 200, description = "The DLQs found", body = DlqList)))]
+pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<DlqList>, AppError> {
     let Some(management) = state.management.as_ref() else {
-        return Ok(Json(json!({
-            "enabled": false,
-            "dlqs": [],
-            "dead_ends": [],
-            "detail": "start Lazarus with --management-url to find the broker's DLQs",
-        })));
+        return Ok(Json(DlqList {
+            enabled: false,
+            dlqs: Vec::new(),
+            dead_ends: Vec::new(),
+            detail: Some("start Lazarus with --management-url to find the broker's DLQs".into()),
+        }));
     };
     // Asked anew: a script wants the broker as it is now (the overview uses the last answer).
     let found = state
@@ -102,11 +117,12 @@ pub async fn list_dlqs(State(state): State<AppState>) -> Result<Json<Value>, App
         .ask(management, &archived_queues(&state))
         .await;
     match found.found {
-        Ok(found) => Ok(Json(json!({
-            "enabled": true,
-            "dlqs": found.dlqs,
-            "dead_ends": found.dead_ends,
-        }))),
+        Ok(found) => Ok(Json(DlqList {
+            enabled: true,
+            dlqs: found.dlqs,
+            dead_ends: found.dead_ends,
+            detail: None,
+        })),
         Err(e) => Err(AppError::Unavailable(format!(
             "RabbitMQ's management API: {e}"
         ))),

@@ -4,7 +4,7 @@
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::archive::ArchiveError;
 use crate::replay::plan::PlanError;
@@ -124,12 +124,19 @@ pub fn with_retry_after(mut response: Response, error_retry: Option<u64>) -> Res
     response
 }
 
+/// What every error answers in the JSON API.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, and what to fix.
+    pub error: String,
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let retry = self.retry_after();
         let (status, message) = self.status_and_message();
         with_retry_after(
-            (status, Json(json!({ "error": message }))).into_response(),
+            (status, Json(ErrorBody { error: message })).into_response(),
             retry,
         )
     }

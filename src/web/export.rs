@@ -13,6 +13,12 @@ use super::{AppError, AppState};
 use crate::archive::{ExportedMessage, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
 use crate::selection::ListParams;
 
+/// The messages the filters select, whole and lossless, one JSON object per line.
+///
+/// In archive order, streamed: body base64, typed headers, status and replays, as
+/// `lazarus import` reads them back. Admins only (bodies are unmasked); audited.
+#[utoipa::path(get, path = "/api/export", tag = "admin", params(ListParams),
+    responses((status = 200, description = "One message per line", content_type = "application/x-ndjson", body = ExportedMessage)))]
 pub(super) async fn export_messages(
     State(state): State<AppState>,
     caller: Caller,

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::html::{is_htmx, PageError};
 use super::AppError;
+use crate::archive::JobAction;
 
 /// A request part that was not what the route expects, answered as the route answers.
 #[derive(Debug)]
@@ -146,7 +147,28 @@ macro_rules! path_id {
                 }
             }
         }
+
+        /// Describes the parameter for `/api/openapi.json`.
+        impl utoipa::IntoParams for $name {
+            fn into_params(
+                _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+            ) -> Vec<utoipa::openapi::path::Parameter> {
+                vec![id_parameter("id", concat!("The id of the ", $what, ", as the API gave it."))]
+            }
+        }
     };
+}
+
+/// A path parameter that is an id: text, as the API hands ids out.
+fn id_parameter(name: &str, description: &str) -> utoipa::openapi::path::Parameter {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .description(Some(description))
+        .schema(Some(<String as utoipa::PartialSchema>::schema()))
+        .build()
 }
 
 path_id!(
@@ -170,6 +192,32 @@ path_id!(
 pub struct JobActionPath {
     pub id: i64,
     pub action: String,
+}
+
+impl utoipa::IntoParams for JobActionPath {
+    fn into_params(
+        provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        let mut params = JobId::into_params(provider);
+        let actions =
+            serde_json::json!({ "type": "string", "enum": JobAction::ALL.map(JobAction::as_str) });
+        params.push(
+            ParameterBuilder::new()
+                .name("action")
+                .parameter_in(ParameterIn::Path)
+                .required(utoipa::openapi::Required::True)
+                .description(Some("What to do with the job."))
+                .schema(Some(
+                    serde_json::from_value::<utoipa::openapi::RefOr<utoipa::openapi::Schema>>(
+                        actions,
+                    )
+                    .expect("a valid schema"),
+                ))
+                .build(),
+        );
+        params
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for JobActionPath {

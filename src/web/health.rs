@@ -1,21 +1,57 @@
 //! `/healthz` (the process answers), `/readyz` (database and every consumer up), `/metrics`.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
 
 use super::auth::Caller;
 use super::AppState;
+use crate::status::ConsumerState;
 
+/// Whether the process answers (a liveness probe): `ok`.
+#[utoipa::path(get, path = "/healthz", tag = "probes",
+    responses((status = 200, description = "The process runs", content_type = "text/plain", body = String)))]
 pub(super) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready or not, for anyone (a load balancer's probe); which queue and what the database
-/// said only for someone signed in: queue names and database errors tell an outsider
-/// about the systems behind Lazarus.
+/// What `/readyz` answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Readiness {
+    /// The database answers and every consumer consumes.
+    ready: bool,
+    database: DatabaseState,
+    /// Each DLQ's consumer (signed in only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues: Option<BTreeMap<String, ConsumerState>>,
+    /// What puts a DLQ's messages at risk although it is consumed (signed in only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct DatabaseState {
+    /// `ok` or `unavailable`.
+    state: &'static str,
+    /// What the database said (signed in only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+/// Whether Lazarus is ready (a readiness probe): 200 when the database answers and every
+/// consumer consumes, else 503.
+///
+/// Ready or not for anyone; which queue and what the database said only for someone signed
+/// in: queue names and database errors tell an outsider about the systems behind Lazarus.
+#[utoipa::path(get, path = "/readyz", tag = "probes",
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Not ready: the database or a consumer is down", body = Readiness),
+    ))]
 pub(super) async fn readyz(
     State(state): State<AppState>,
     caller: Option<Caller>,
@@ -27,32 +63,27 @@ pub(super) async fn readyz(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    if caller.is_none() {
-        let database = if database.is_ok() {
+    let signed_in = caller.is_some();
+    let database = DatabaseState {
+        state: if database.is_ok() {
             "ok"
         } else {
             "unavailable"
-        };
-        return (
-            code,
-            Json(json!({"ready": ready, "database": {"state": database}})),
-        );
-    }
-    let database = match database {
-        Ok(()) => json!({"state": "ok"}),
-        Err(e) => json!({"state": "unavailable", "detail": e.to_string()}),
+        },
+        detail: database.err().filter(|_| signed_in).map(|e| e.to_string()),
     };
-    (
-        code,
-        Json(json!({
-            "ready": ready,
-            "database": database,
-            "queues": state.status.snapshot(),
-            "warnings": state.status.warnings(),
-        })),
-    )
+    let readiness = Readiness {
+        ready,
+        database,
+        queues: signed_in.then(|| state.status.snapshot()),
+        warnings: signed_in.then(|| state.status.warnings()),
+    };
+    (code, Json(readiness))
 }
 
+/// Lazarus' metrics in Prometheus' text format: ingest, replays, archive totals.
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses((status = 200, description = "The metrics", content_type = "text/plain", body = String)))]
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Archive totals are best effort: a scrape during a database outage still reports ingest.
     let counts = match state.archive.counts().await {

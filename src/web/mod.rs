@@ -24,6 +24,7 @@ mod message_actions;
 pub mod messages;
 mod nav;
 mod ndjson;
+mod openapi;
 pub mod overview;
 mod payload;
 mod replays;
@@ -148,6 +149,7 @@ fn routes() -> Routes {
         // Viewers: reading.
         .get(VIEWER, "/", overview::overview)
         .get(VIEWER, "/api", api_page::api_page)
+        .get(VIEWER, "/api/openapi.json", openapi::openapi_json)
         .get(VIEWER, "/messages", messages::list_page)
         .get(VIEWER, "/messages/count", messages::count_fragment)
         .get(VIEWER, "/messages/{id}", message::detail_page)

@@ -8,13 +8,8 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-on_both_backends!(every_amqp_header_type_is_archived_with_its_type);
-async fn every_amqp_header_type_is_archived_with_its_type() {
-    let dlq = unique("headers");
-    let mut t = Topology::new().await;
-    t.queue(&dlq, Default::default()).await;
-    let app = TestApp::spawn(&[&dlq]).await;
-
+/// One header of every AMQP type RabbitMQ carries, nested tables and arrays included.
+pub(crate) fn every_header_type() -> FieldTable {
     let mut nested = FieldTable::default();
     nested.insert("level".into(), AMQPValue::ShortShortUInt(2));
     let mut inner = FieldTable::default();
@@ -60,6 +55,16 @@ async fn every_amqp_header_type_is_archived_with_its_type() {
         AMQPValue::ByteArray(vec![0xde, 0xad, 0xbe, 0xef].into()),
     );
     h.insert("void".into(), AMQPValue::Void);
+    h
+}
+
+on_both_backends!(every_amqp_header_type_is_archived_with_its_type);
+async fn every_amqp_header_type_is_archived_with_its_type() {
+    let dlq = unique("headers");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+
     let properties = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_content_encoding("identity".into())
@@ -73,7 +78,7 @@ async fn every_amqp_header_type_is_archived_with_its_type() {
         .with_type("invoice.created".into())
         .with_user_id("guest".into())
         .with_app_id("billing".into())
-        .with_headers(h);
+        .with_headers(every_header_type());
     t.publish("", &dlq, b"{}", properties).await;
     app.wait_for_archived(1, Duration::from_secs(10)).await;
 

@@ -23,6 +23,7 @@ mod jobs;
 mod limits;
 mod lost_acks;
 mod masks;
+mod openapi;
 mod pages;
 mod producers;
 mod reconnect;

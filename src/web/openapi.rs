@@ -1,0 +1,373 @@
+//! `/api/openapi.json`: the JSON API described as OpenAPI 3.1, generated from the handlers'
+//! own annotations (`#[utoipa::path]`) and the types they take and answer, with the role
+//! each route needs taken from the access table — so neither can drift from the code. The
+//! `/api` page is rendered from the same description.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::http::{header, Method};
+use axum::response::IntoResponse;
+use axum::Extension;
+use serde_json::{json, Value};
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
+use utoipa::openapi::security::{SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{OpenApi as Description, RefOr, Response};
+use utoipa::OpenApi;
+
+use super::access::{Access, AccessTable};
+use super::error::ErrorBody;
+use super::{admin, api, api_replays, dlqs, export, health};
+use crate::auth::SESSION_COOKIE;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Lazarus",
+        description = "Archived RabbitMQ dead letters: search them, read them, replay them to \
+            their original exchange and routing key, dismiss or purge them. Every page of \
+            Lazarus has a JSON twin here. Ids are strings. Errors answer {\"error\": \"what to \
+            fix\"}; a 503 with Retry-After means: try again shortly.",
+    ),
+    paths(
+        api::list_messages,
+        api::get_message,
+        api::download_body,
+        api::replay_message,
+        api_replays::dismiss_one,
+        api_replays::dismiss,
+        api_replays::list_jobs,
+        api_replays::create_job,
+        api_replays::get_job,
+        api_replays::control_job,
+        api_replays::job_items,
+        dlqs::list_dlqs,
+        api_replays::audit_log,
+        admin::audit_ndjson,
+        export::export_messages,
+        admin::list_users,
+        admin::list_tokens,
+        admin::create_token,
+        admin::revoke_token,
+        admin::purge,
+        openapi_json,
+        health::healthz,
+        health::readyz,
+        health::metrics,
+    ),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "messages", description = "Archived messages: list, read, replay one, dismiss"),
+        (name = "replays", description = "Bulk replays: plans and jobs, and their messages"),
+        (name = "admin", description = "Tokens, users, the audit log, export and purge"),
+        (name = "probes", description = "Health, readiness and metrics"),
+    )
+)]
+struct ApiDoc;
+
+/// This description, as JSON.
+#[utoipa::path(get, path = "/api/openapi.json", tag = "probes",
+    responses((status = 200, description = "The OpenAPI 3.1 description", body = Object)))]
+pub(super) async fn openapi_json(
+    Extension(table): Extension<Arc<AccessTable>>,
+) -> impl IntoResponse {
+    static JSON: OnceLock<String> = OnceLock::new();
+    let json = JSON.get_or_init(|| {
+        describe(&table)
+            .to_pretty_json()
+            .expect("the description serializes")
+    });
+    ([(header::CONTENT_TYPE, "application/json")], json.as_str())
+}
+
+/// The security schemes: an API token, or a signed-in browser's session cookie.
+const TOKEN: &str = "token";
+const SESSION: &str = "session";
+
+/// The whole description: the handlers' own, with who may call each operation and the
+/// errors every operation may answer.
+pub fn describe(table: &AccessTable) -> Description {
+    let mut doc = ApiDoc::openapi();
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        TOKEN,
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "An API token (Admin page, or `lazarus token create`), as `Authorization: Bearer TOKEN`.",
+                ))
+                .build(),
+        ),
+    );
+    components.add_security_scheme(
+        SESSION,
+        SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+            SESSION_COOKIE,
+            "A session from signing in on the login page.",
+        ))),
+    );
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for (method, operation) in [(Method::GET, &mut item.get), (Method::POST, &mut item.post)] {
+            if let Some(operation) = operation {
+                let access = table.needed(&method, path);
+                complete(operation, path, access);
+                link(operation);
+            }
+        }
+    }
+    doc
+}
+
+/// Where the ids an answer holds lead: (operation, link name, the operation it leads to,
+/// where its `id` is in the answer). Clients (and schemathesis) follow them.
+const LINKS: &[(&str, &str, &str, &str)] = &[
+    (
+        "list_messages",
+        "message",
+        "get_message",
+        "$response.body#/messages/0/id",
+    ),
+    (
+        "list_messages",
+        "body",
+        "download_body",
+        "$response.body#/messages/0/id",
+    ),
+    (
+        "list_messages",
+        "replay",
+        "replay_message",
+        "$response.body#/messages/0/id",
+    ),
+    (
+        "list_messages",
+        "dismiss",
+        "dismiss_one",
+        "$response.body#/messages/0/id",
+    ),
+    (
+        "list_jobs",
+        "job",
+        "get_job",
+        "$response.body#/replays/0/id",
+    ),
+    ("create_job", "job", "get_job", "$response.body#/id"),
+    ("create_job", "items", "job_items", "$response.body#/id"),
+    ("create_job", "control", "control_job", "$response.body#/id"),
+    (
+        "list_tokens",
+        "revoke",
+        "revoke_token",
+        "$response.body#/tokens/0/id",
+    ),
+    (
+        "create_token",
+        "revoke",
+        "revoke_token",
+        "$response.body#/id",
+    ),
+];
+
+/// Adds the links of [`LINKS`] to an operation's 200 answer.
+fn link(operation: &mut Operation) {
+    let from = operation.operation_id.as_deref().unwrap_or_default();
+    for (_, name, to, id) in LINKS.iter().filter(|(op, ..)| *op == from) {
+        let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") else {
+            panic!("{from} has no 200 answer to link from");
+        };
+        let link = json!({ "operationId": to, "parameters": { "id": id } });
+        ok.links.insert(
+            (*name).to_owned(),
+            serde_json::from_value(link).expect("a valid link"),
+        );
+    }
+}
+
+/// Adds to one operation who may call it and the errors it may answer.
+fn complete(operation: &mut Operation, path: &str, access: Option<Access>) {
+    let mut errors: Vec<(u16, &str)> = Vec::new();
+    if operation.parameters.as_ref().is_some_and(|p| !p.is_empty())
+        || operation.request_body.is_some()
+    {
+        errors.push((
+            400,
+            "The request is not what the route takes: the error says what to fix",
+        ));
+    }
+    if path.contains("{id}") {
+        errors.push((404, "No such record (or not an id at all)"));
+    }
+    match access {
+        Some(Access::Role(role)) => {
+            let needs = format!("Needs the {} role (or a higher one).", role.as_str());
+            operation.description = Some(match operation.description.take() {
+                Some(description) => format!("{description}\n\n{needs}"),
+                None => needs,
+            });
+            operation.security = Some(vec![
+                SecurityRequirement::new(TOKEN, Vec::<String>::new()),
+                SecurityRequirement::new(SESSION, Vec::<String>::new()),
+            ]);
+            errors.push((401, "Not signed in, or an unknown or expired token"));
+            errors.push((
+                403,
+                "The caller's role does not allow it, or a cross-site request",
+            ));
+        }
+        Some(Access::Public) => {}
+        None => panic!("{path} is described but no route declares its access"),
+    }
+    errors.push((
+        503,
+        "The archive database (or the broker) is unavailable, or the server is busy: try again shortly (Retry-After)",
+    ));
+    for (status, description) in errors {
+        operation
+            .responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| error_response(description));
+    }
+}
+
+/// An error answer: `{"error": "..."}`.
+fn error_response(description: &str) -> RefOr<Response> {
+    let response: Value = json!({
+        "description": description,
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } },
+    });
+    serde_json::from_value(response).expect("a valid response")
+}
+
+/// One operation as the `/api` page lists it.
+pub struct Endpoint {
+    pub method: &'static str,
+    pub path: String,
+    /// Who may call it.
+    pub role: &'static str,
+    pub summary: String,
+    pub description: String,
+}
+
+/// Every operation of the description, in path order, with the access its route needs.
+pub fn endpoints(table: &AccessTable) -> Vec<Endpoint> {
+    let doc = ApiDoc::openapi();
+    let mut all = Vec::new();
+    for (path, item) in &doc.paths.paths {
+        for (method, operation) in [(Method::GET, &item.get), (Method::POST, &item.post)] {
+            let Some(operation) = operation else { continue };
+            let role = match table.needed(&method, path) {
+                Some(Access::Public) => "anyone",
+                Some(Access::Role(role)) => role.as_str(),
+                None => "nobody",
+            };
+            all.push(Endpoint {
+                method: if method == Method::GET { "GET" } else { "POST" },
+                path: path.clone(),
+                role,
+                summary: operation.summary.clone().unwrap_or_default(),
+                description: operation.description.clone().unwrap_or_default(),
+            });
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The routes the description must cover: the JSON API and the probes.
+    fn described(path: &str) -> bool {
+        path.starts_with("/api/") || matches!(path, "/healthz" | "/readyz" | "/metrics")
+    }
+
+    #[test]
+    fn every_api_route_is_described_and_every_operation_is_a_route() {
+        let (_, table) = super::super::routes().build();
+        let listed = endpoints(&table);
+        for (method, path, _) in table.entries() {
+            if described(path) {
+                assert!(
+                    listed
+                        .iter()
+                        .any(|e| e.method == method.as_str() && e.path == path),
+                    "{method} {path} is a route but not in /api/openapi.json"
+                );
+            }
+        }
+        for e in &listed {
+            assert_ne!(
+                e.role, "nobody",
+                "{} {} is described but not a route",
+                e.method, e.path
+            );
+            assert!(
+                !e.summary.is_empty(),
+                "{} {} has no summary",
+                e.method,
+                e.path
+            );
+        }
+    }
+
+    #[test]
+    fn the_description_is_openapi_3_1_with_roles_and_errors() {
+        let (_, table) = super::super::routes().build();
+        let doc: Value = serde_json::to_value(describe(&table)).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        let purge = &doc["paths"]["/api/admin/purge"]["post"];
+        assert!(purge["description"]
+            .as_str()
+            .unwrap()
+            .contains("admin role"));
+        for status in ["200", "400", "401", "403", "503"] {
+            assert!(
+                purge["responses"][status].is_object(),
+                "purge answers {status}"
+            );
+        }
+        assert_eq!(purge["security"][0], json!({ "token": [] }));
+        let links = &doc["paths"]["/api/messages"]["get"]["responses"]["200"]["links"];
+        assert_eq!(links["message"]["operationId"], "get_message");
+        let ids: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str())
+            .collect();
+        for (from, _, to, _) in LINKS {
+            assert!(ids.contains(from) && ids.contains(to), "{from} → {to}");
+        }
+        // Limits written as literals in the annotations are the code's.
+        let schemas = &doc["components"]["schemas"];
+        for request in ["PurgeRequest", "DismissRequest", "NoteRequest"] {
+            let note = &schemas[request]["allOf"][1]["properties"]["note"];
+            let note = if note.is_null() {
+                &schemas[request]["properties"]["note"]
+            } else {
+                note
+            };
+            assert_eq!(
+                note["maxLength"],
+                crate::replay::plan::MAX_NOTE_CHARS,
+                "{request}"
+            );
+        }
+        let healthz = &doc["paths"]["/healthz"]["get"];
+        assert!(healthz["security"].is_null(), "probes need nobody");
+        assert!(healthz["responses"]["401"].is_null());
+        // Every referenced schema is defined.
+        let text = doc.to_string();
+        let schemas = &doc["components"]["schemas"];
+        for name in text.split("#/components/schemas/").skip(1) {
+            let name = name.split('"').next().unwrap();
+            assert!(
+                schemas[name].is_object(),
+                "{name} is referenced but not defined"
+            );
+        }
+    }
+}
