@@ -249,6 +249,8 @@ async fn the_api_keeps_to_its_openapi_description() {
 async fn schemathesis(spec: &Path, base: &str, cookie: &str, options: &[&str]) {
     // Asynchronously: the server under test answers on this test's runtime.
     let ran = tokio::process::Command::new("st")
+        // Its cache (`.schemathesis/`) goes beside the description, not into the repository.
+        .current_dir(spec.parent().expect("the description is in a directory"))
         .arg("run")
         .arg(spec)
         .args(["--url", base, "--header", &format!("Cookie: {cookie}")])
