@@ -34,6 +34,9 @@ pub enum AppError {
     /// Too much of some heavy work at once (hashing, decoding): try again shortly.
     #[error("{0}")]
     Busy(String),
+    /// A bug: what went wrong goes to the log only.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl From<PlanError> for AppError {
@@ -94,10 +97,11 @@ impl AppError {
             }
             AppError::Archive(e) => {
                 tracing::error!(error = %e, "archive error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal error; the server log has the details".to_owned(),
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL.to_owned())
+            }
+            AppError::Internal(m) => {
+                tracing::error!(error = %m, "internal error");
+                (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL.to_owned())
             }
         }
     }
@@ -109,6 +113,9 @@ impl AppError {
         matches!(self, AppError::Busy(_)).then_some(RETRY_AFTER_SECS)
     }
 }
+
+/// What the caller hears of a bug.
+const INTERNAL: &str = "internal error; the server log has the details";
 
 /// What a busy answer tells the client to wait.
 pub const RETRY_AFTER_SECS: u64 = 2;
@@ -142,10 +149,52 @@ impl IntoResponse for AppError {
     }
 }
 
+/// A handler that panicked (a bug): 500 with the usual error body, and the panic in the log,
+/// instead of a connection closed without an answer.
+pub fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(not text)");
+    AppError::Internal(format!("a request handler panicked: {what}")).into_response()
+}
+
 pub async fn not_found(uri: Uri) -> AppError {
     AppError::NotFound(format!("no route for {}", uri.path()))
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> AppError {
     AppError::MethodNotAllowed(format!("{} does not take {method}", uri.path()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tower::ServiceExt;
+    use tower_http::catch_panic::CatchPanicLayer;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_with_the_usual_error() {
+        async fn buggy() -> &'static str {
+            panic!("index out of bounds")
+        }
+        let app = axum::Router::new()
+            .route("/buggy", get(buggy))
+            .layer(CatchPanicLayer::custom(panicked));
+        let request = axum::http::Request::get("/buggy")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["error"], INTERNAL,
+            "the panic itself only goes to the log"
+        );
+    }
 }

@@ -39,6 +39,7 @@ use axum::handler::Handler;
 use axum::middleware;
 use axum::{Extension, Router};
 use tokio::sync::Notify;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use self::access::{Routes, ADMIN, OPERATOR, PUBLIC, VIEWER};
@@ -211,6 +212,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(CatchPanicLayer::custom(error::panicked))
         .layer(DefaultBodyLimit::max(security::MAX_REQUEST_BYTES))
         .layer(middleware::from_fn_with_state(
             state.clone(),
