@@ -287,7 +287,14 @@ async fn connect_and_send(
         let tls = AsyncTcpStream::Plain(tcp.compat())
             .into_tls(&target.host, TLSConfig::default())
             .await
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(|e| {
+                let hint = match e.to_string().contains("certificate") {
+                    // The usual cause: a private CA the system does not trust.
+                    true => " (if a CA of your own signed it, trust it: SSL_CERT_FILE=ca.pem)",
+                    false => "",
+                };
+                format!("TLS: {e}{hint}")
+            })?;
         exchange(TokioIo::new(tls.compat()), request, max).await
     } else {
         exchange(TokioIo::new(tcp), request, max).await

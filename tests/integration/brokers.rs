@@ -306,6 +306,12 @@ pub struct PrivateBroker {
 impl PrivateBroker {
     /// Boots a new node of `broker`'s version (~5-15 s) and waits until it takes connections.
     pub async fn new(broker: Broker) -> PrivateBroker {
+        Self::configured(broker, "[].", "").await
+    }
+
+    /// [`PrivateBroker::new`] with these plugins (`[rabbitmq_management].`) and lines added
+    /// to its `rabbitmq.conf`.
+    pub async fn configured(broker: Broker, plugins: &str, extra_conf: &str) -> PrivateBroker {
         static N: AtomicU32 = AtomicU32::new(0);
         sweep_stale_nodes();
         let port = free_port();
@@ -318,14 +324,14 @@ impl PrivateBroker {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         std::fs::write(dir.join("port"), port.to_string()).unwrap();
-        std::fs::write(dir.join("etc/enabled_plugins"), "[].\n").unwrap();
+        std::fs::write(dir.join("etc/enabled_plugins"), format!("{plugins}\n")).unwrap();
         std::fs::write(dir.join("etc/rabbitmq-env.conf"), "").unwrap();
         match broker {
             Broker::Rabbitmq3 => std::fs::write(
                 dir.join("etc/rabbitmq.conf"),
                 format!(
                     "listeners.tcp.default = 127.0.0.1:{port}\n\
-                     loopback_users.guest = true\nlog.console = false\n"
+                     loopback_users.guest = true\nlog.console = false\n{extra_conf}"
                 ),
             )
             .unwrap(),
@@ -339,6 +345,7 @@ impl PrivateBroker {
                     root.display()
                 );
                 std::os::unix::fs::symlink(root, dir.join("root")).unwrap();
+                std::fs::write(dir.join("etc/extra.conf"), extra_conf).unwrap();
             }
         }
         let mut node = PrivateBroker {

@@ -10,7 +10,7 @@ use lapin::types::AMQPValue;
 use lapin::ExchangeKind;
 use serde_json::Value;
 
-use crate::brokers::{Broker, Vhost};
+use crate::brokers::{Broker, PrivateBroker, Vhost};
 use crate::helpers::*;
 
 /// The DLQ `name` of `vhost` in a `/api/dlqs` answer.
@@ -423,4 +423,73 @@ async fn discover_needs_a_management_url() {
         .err()
         .expect("refused");
     assert!(error.to_string().contains("--management-url"), "{error}");
+}
+
+/// `--management-url https://…` against RabbitMQ's own TLS management listener: a private
+/// 4.x node whose `management.ssl.*` presents a certificate a test CA signed. `lazarus
+/// discover` lists the node's DLQ when that CA is trusted (`SSL_CERT_FILE`), and says the
+/// certificate is not trusted when it is not, without the password in what it prints.
+#[tokio::test]
+async fn discover_reads_the_management_api_over_https_rabbitmq4() {
+    let dir = tempfile::tempdir().unwrap();
+    let TestCa { ca, cert, key } = TestCa::localhost(dir.path());
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let conf = format!(
+        "management.ssl.port = {tls_port}\nmanagement.ssl.ip = 127.0.0.1\n\
+         management.ssl.cacertfile = {ca}\nmanagement.ssl.certfile = {cert}\n\
+         management.ssl.keyfile = {key}\n"
+    );
+    let mut node =
+        PrivateBroker::configured(Broker::Rabbitmq4, "[rabbitmq_management].", &conf).await;
+    let mut t = Topology::on(&node.url()).await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &unique("tls")).await;
+    let management = format!("https://guest:guest@localhost:{tls_port}");
+    let discover = |trusted: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"));
+        command
+            .arg("discover")
+            .env("LAZARUS_AMQP_URL", node.url())
+            .env("LAZARUS_MANAGEMENT_URL", &management);
+        match trusted {
+            Some(ca) => command.env("SSL_CERT_FILE", ca),
+            // A CA bundle without the test CA.
+            None => command.env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"),
+        };
+        let out = command.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    };
+    // The TLS listener starts with the plugin, a moment after AMQP.
+    let start = Instant::now();
+    let shown = loop {
+        let (ok, said) = discover(Some(&ca));
+        if ok {
+            break said;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "discover over https: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        shown.contains(&format!("{dlq}\tarchive\tfed by {work}")),
+        "{shown}"
+    );
+    let (ok, said) = discover(None);
+    assert!(!ok, "an untrusted certificate is refused: {said}");
+    assert!(
+        said.contains("invalid peer certificate") && said.contains("SSL_CERT_FILE"),
+        "{said}"
+    );
+    assert!(!said.contains("guest:guest"), "{said}");
+    node.stop().await;
 }

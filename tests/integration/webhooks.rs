@@ -419,77 +419,13 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
 }
 
 /// An https:// webhook: the receiver's certificate is signed by a CA trusted through
-/// `SSL_CERT_FILE`, as
-/// rustls' system roots read it; the real binary tells a new failure group.
+/// `SSL_CERT_FILE`, as rustls' system roots read it; the real binary tells a new failure
+/// group.
 #[tokio::test]
 async fn https_webhooks_are_told_through_tls() {
     let dir = tempfile::tempdir().unwrap();
     // A test CA, and the receiver's certificate for localhost signed by it.
-    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
-    let (ca, ca_key, cert, key) = (
-        path("ca.pem"),
-        path("ca.key"),
-        path("cert.pem"),
-        path("key.pem"),
-    );
-    let (csr, extensions) = (path("leaf.csr"), path("leaf.ext"));
-    std::fs::write(
-        &extensions,
-        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    for args in [
-        vec![
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=lazarus test CA",
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca,
-        ],
-        vec![
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-        ],
-        vec![
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            &extensions,
-            "-out",
-            &cert,
-        ],
-    ] {
-        let made = std::process::Command::new("openssl")
-            .args(&args)
-            .output()
-            .expect("openssl runs");
-        assert!(made.status.success(), "openssl {args:?}: {made:?}");
-    }
+    let TestCa { ca, cert, key } = TestCa::localhost(dir.path());
     let received = dir.path().join("received.json");
     // Python's own HTTPS server: one POST, written to a file.
     let script = r#"

@@ -6,11 +6,13 @@ mod app;
 mod archive;
 mod broker;
 mod http;
+mod tls;
 
 pub use app::*;
 pub(crate) use archive::on_both_backends;
 pub use archive::*;
 pub use broker::*;
 pub use http::*;
+pub use tls::*;
 
 pub use crate::brokers::Vhost;
