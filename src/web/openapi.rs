@@ -248,11 +248,17 @@ pub struct Endpoint {
     pub role: &'static str,
     pub summary: String,
     pub description: String,
+    /// Its parameters (`name (where)`) and request body (the schema's name).
+    pub takes: Vec<String>,
+    /// Each status it may answer, with the schema of the body where there is one.
+    pub answers: Vec<String>,
 }
 
 /// Every operation of the description, in path order, with the access its route needs.
 pub fn endpoints(table: &AccessTable) -> Vec<Endpoint> {
+    // What the handlers say, and the whole description (errors, roles) as JSON.
     let doc = ApiDoc::openapi();
+    let full = serde_json::to_value(describe(table)).expect("the description serializes");
     let mut all = Vec::new();
     for (path, item) in &doc.paths.paths {
         for (method, operation) in [(Method::GET, &item.get), (Method::POST, &item.post)] {
@@ -262,16 +268,60 @@ pub fn endpoints(table: &AccessTable) -> Vec<Endpoint> {
                 Some(Access::Role(role)) => role.as_str(),
                 None => "nobody",
             };
+            let described = &full["paths"][path][method.as_str().to_lowercase()];
             all.push(Endpoint {
                 method: if method == Method::GET { "GET" } else { "POST" },
                 path: path.clone(),
                 role,
                 summary: operation.summary.clone().unwrap_or_default(),
                 description: operation.description.clone().unwrap_or_default(),
+                takes: takes(described),
+                answers: answers(described),
             });
         }
     }
     all
+}
+
+/// The name of a body's schema: its component, or its type.
+fn schema_name(media: &Value) -> Option<String> {
+    let schema = media.as_object()?.values().next()?.get("schema")?;
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => reference.rsplit('/').next().map(str::to_owned),
+        None => schema
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    }
+}
+
+fn takes(operation: &Value) -> Vec<String> {
+    let parameters = operation["parameters"].as_array().into_iter().flatten();
+    let mut takes: Vec<String> = parameters
+        .map(|p| {
+            format!(
+                "{} ({})",
+                p["name"].as_str().unwrap_or(""),
+                p["in"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if let Some(body) = schema_name(&operation["requestBody"]["content"]) {
+        takes.push(format!("body: {body}"));
+    }
+    takes
+}
+
+fn answers(operation: &Value) -> Vec<String> {
+    let responses = operation["responses"].as_object().into_iter().flatten();
+    responses
+        .map(
+            |(status, response)| match schema_name(&response["content"]) {
+                Some(body) if !status.starts_with(['4', '5']) => format!("{status} {body}"),
+                _ => status.clone(),
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]
