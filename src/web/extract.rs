@@ -153,21 +153,27 @@ macro_rules! path_id {
             fn into_params(
                 _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
             ) -> Vec<utoipa::openapi::path::Parameter> {
-                vec![id_parameter("id", concat!("The id of the ", $what, ", as the API gave it."))]
+                let id = concat!("The id of the ", $what, ", as the API gave it.");
+                // Text, as the API hands ids out.
+                vec![path_parameter("id", id, <String as utoipa::PartialSchema>::schema())]
             }
         }
     };
 }
 
-/// A path parameter that is an id: text, as the API hands ids out.
-fn id_parameter(name: &str, description: &str) -> utoipa::openapi::path::Parameter {
+/// A path parameter, described for `/api/openapi.json`.
+fn path_parameter(
+    name: &str,
+    description: &str,
+    schema: utoipa::openapi::RefOr<utoipa::openapi::Schema>,
+) -> utoipa::openapi::path::Parameter {
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     ParameterBuilder::new()
         .name(name)
         .parameter_in(ParameterIn::Path)
         .required(utoipa::openapi::Required::True)
         .description(Some(description))
-        .schema(Some(<String as utoipa::PartialSchema>::schema()))
+        .schema(Some(schema))
         .build()
 }
 
@@ -198,24 +204,15 @@ impl utoipa::IntoParams for JobActionPath {
     fn into_params(
         provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
     ) -> Vec<utoipa::openapi::path::Parameter> {
-        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
         let mut params = JobId::into_params(provider);
         let actions =
             serde_json::json!({ "type": "string", "enum": JobAction::ALL.map(JobAction::as_str) });
-        params.push(
-            ParameterBuilder::new()
-                .name("action")
-                .parameter_in(ParameterIn::Path)
-                .required(utoipa::openapi::Required::True)
-                .description(Some("What to do with the job."))
-                .schema(Some(
-                    serde_json::from_value::<utoipa::openapi::RefOr<utoipa::openapi::Schema>>(
-                        actions,
-                    )
-                    .expect("a valid schema"),
-                ))
-                .build(),
-        );
+        let actions = serde_json::from_value(actions).expect("a valid schema");
+        params.push(path_parameter(
+            "action",
+            "What to do with the job.",
+            actions,
+        ));
         params
     }
 }

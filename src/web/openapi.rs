@@ -406,6 +406,12 @@ mod tests {
                 "{request}"
             );
         }
+        let control = &doc["paths"]["/api/replays/{id}/{action}"]["post"]["parameters"];
+        assert_eq!(control[1]["name"], "action");
+        assert_eq!(
+            control[1]["schema"]["enum"],
+            json!(["start", "pause", "resume", "cancel"])
+        );
         let healthz = &doc["paths"]["/healthz"]["get"];
         assert!(healthz["security"].is_null(), "probes need nobody");
         assert!(healthz["responses"]["401"].is_null());
