@@ -246,8 +246,8 @@ pub struct Endpoint {
     pub path: String,
     /// Who may call it.
     pub role: &'static str,
-    pub summary: String,
-    pub description: String,
+    pub summary: Vec<Span>,
+    pub description: Vec<Span>,
     /// Its parameters (`name (where)`) and request body (the schema's name).
     pub takes: Vec<String>,
     /// Each status it may answer, with the schema of the body where there is one.
@@ -273,14 +273,32 @@ pub fn endpoints(table: &AccessTable) -> Vec<Endpoint> {
                 method: if method == Method::GET { "GET" } else { "POST" },
                 path: path.clone(),
                 role,
-                summary: operation.summary.clone().unwrap_or_default(),
-                description: operation.description.clone().unwrap_or_default(),
+                summary: spans(operation.summary.as_deref().unwrap_or_default()),
+                description: spans(operation.description.as_deref().unwrap_or_default()),
                 takes: takes(described),
                 answers: answers(described),
             });
         }
     }
     all
+}
+
+/// A piece of a doc comment: text, or code (what the comment has between backticks).
+pub struct Span {
+    pub code: bool,
+    pub text: String,
+}
+
+/// A doc comment's text in spans, for the page to show `code` as code.
+fn spans(text: &str) -> Vec<Span> {
+    text.split('`')
+        .enumerate()
+        .filter(|(_, text)| !text.is_empty())
+        .map(|(i, text)| Span {
+            code: i % 2 == 1,
+            text: text.to_owned(),
+        })
+        .collect()
 }
 
 /// The name of a body's schema: its component, or its type.
@@ -359,7 +377,25 @@ mod tests {
                 e.method,
                 e.path
             );
+            let said: String = e.description.iter().map(|s| s.text.as_str()).collect();
+            assert!(!said.contains('`'), "{said}");
         }
+    }
+
+    #[test]
+    fn backticks_mark_code() {
+        let shown: Vec<(bool, String)> = spans("Send `all`: `true` to")
+            .into_iter()
+            .map(|s| (s.code, s.text))
+            .collect();
+        let expected = [
+            (false, "Send "),
+            (true, "all"),
+            (false, ": "),
+            (true, "true"),
+            (false, " to"),
+        ];
+        assert_eq!(shown, expected.map(|(c, t)| (c, t.to_owned())));
     }
 
     #[test]
