@@ -1,7 +1,7 @@
 //! `/api`: the JSON API described for people — every operation of `/api/openapi.json`, with
 //! the role it needs (from the access table) and what it does (from its handler's doc).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use askama::Template;
 use axum::response::Response;
@@ -16,12 +16,14 @@ use super::openapi::{endpoints, Endpoint};
 #[template(path = "api.html")]
 pub struct ApiPage {
     pub nav: Nav,
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: &'static [Endpoint],
 }
 
 pub async fn api_page(Extension(table): Extension<Arc<AccessTable>>, nav: Nav) -> Response {
+    // The routes never change while the process runs: described once.
+    static ENDPOINTS: OnceLock<Vec<Endpoint>> = OnceLock::new();
     render(&ApiPage {
         nav,
-        endpoints: endpoints(&table),
+        endpoints: ENDPOINTS.get_or_init(|| endpoints(&table)),
     })
 }

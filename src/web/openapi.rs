@@ -71,6 +71,7 @@ struct ApiDoc;
 pub(super) async fn openapi_json(
     Extension(table): Extension<Arc<AccessTable>>,
 ) -> impl IntoResponse {
+    // The routes never change while the process runs: described once.
     static JSON: OnceLock<String> = OnceLock::new();
     let json = JSON.get_or_init(|| {
         describe(&table)
