@@ -76,6 +76,7 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
         ),
     ]);
     IncomingMessage {
+        vhost: String::new(),
         queue: format!("{base}.dlq"),
         exchange: format!("{base}.dlx"),
         routing_key: KEY.into(),

@@ -163,8 +163,9 @@ pub struct RetentionConfig {
 /// `--discover`: archiving the DLQs the management API shows.
 #[derive(Debug, Clone, Args)]
 pub struct DiscoverArgs {
-    /// Archive every dead-letter queue of the AMQP URL's vhost that the management API shows
-    /// (needs --management-url), besides those --queue names, and look for new ones every
+    /// Archive every dead-letter queue of the AMQP URL's vhost (of others too, with a
+    /// --discover-include vhost/pattern) that the management API shows (needs
+    /// --management-url), besides those --queue names, and look for new ones every
     /// --discover-interval-secs. Retry and delay queues (a DLQ with a dead-letter exchange of
     /// its own) are left alone. Lazarus declares no queue.
     #[arg(long, env = "LAZARUS_DISCOVER")]
@@ -180,7 +181,8 @@ pub struct DiscoverArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct DiscoverPatterns {
     /// With --discover, archive only DLQs whose name matches one of these (`*`: any run of
-    /// characters). Repeatable; in the variable separated by ','.
+    /// characters); a pattern with `/` matches vhost/name in any vhost (`*/*`: every DLQ of
+    /// every vhost). Repeatable; in the variable separated by ','.
     #[arg(
         long = "discover-include",
         env = "LAZARUS_DISCOVER_INCLUDE",
@@ -443,7 +445,8 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// A dead-letter queue to archive (repeat for several; comma-separated in the env var).
+    /// A dead-letter queue to archive (repeat for several; comma-separated in the env var):
+    /// `name` in the AMQP URL's vhost, `vhost/name` in another (`%2F` for a `/` in the vhost).
     /// Lazarus never creates, changes or deletes it.
     #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
     pub queues: Vec<String>,

@@ -54,7 +54,10 @@ pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
         (false, false) => anyhow::bail!("give either --id or filters, not both"),
         (true, _) => {
             let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
-            let (filter, _) = filter.parse(&fields).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+            let (filter, _) = filter
+                .parse(&fields, &home_vhost)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             Selection::Filter(Box::new(filter))
         }
     };

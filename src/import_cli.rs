@@ -192,6 +192,7 @@ fn has_state(m: &ExportedMessage) -> bool {
 /// for copies itself; the flag is restored afterwards).
 fn incoming(m: &ExportedMessage) -> IncomingMessage {
     IncomingMessage {
+        vhost: m.vhost.clone(),
         queue: m.queue.clone(),
         exchange: m.exchange.clone(),
         routing_key: m.routing_key.clone(),

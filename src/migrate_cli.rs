@@ -23,7 +23,7 @@ use crate::web::messages::thousands;
 /// Every message.
 fn everything() -> Selection {
     let (filter, _) = ListParams::default()
-        .parse(&[])
+        .parse(&[], "")
         .expect("no filter is a valid filter");
     Selection::Filter(Box::new(filter))
 }

@@ -38,6 +38,10 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub queue: Option<String>,
+    /// Only messages of DLQs in this vhost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub vhost: Option<String>,
     /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
@@ -98,6 +102,7 @@ impl ListParams {
         ListParams {
             q: keep(&self.q),
             queue: keep(&self.queue),
+            vhost: keep(&self.vhost),
             reason: keep(&self.reason),
             first_death_queue: keep(&self.first_death_queue),
             error: keep(&self.error),
@@ -126,6 +131,7 @@ impl ListParams {
         let named = [
             ("q", &self.q),
             ("queue", &self.queue),
+            ("vhost", &self.vhost),
             ("reason", &self.reason),
             ("first_death_queue", &self.first_death_queue),
             ("error", &self.error),
@@ -149,14 +155,26 @@ impl ListParams {
         }
     }
 
-    /// Validates the filters; `business_fields` are the `--field` names `q` may use.
+    /// Validates the filters; `business_fields` are the `--field` names `q` may use, and
+    /// `home_vhost` is the AMQP URL's vhost (which the archive stores as empty).
     pub fn parse(
         &self,
         business_fields: &[String],
+        home_vhost: &str,
     ) -> Result<(MessageFilter, PageRequest), InvalidSelection> {
         self.refuse_nul()?;
-        let search = search::parse(given(&self.q).unwrap_or(""), business_fields)
+        let mut search = search::parse(given(&self.q).unwrap_or(""), business_fields)
             .map_err(|e| InvalidSelection(e.to_string()))?;
+        let stored_vhost = |v: &str| {
+            if v == home_vhost {
+                String::new()
+            } else {
+                v.to_owned()
+            }
+        };
+        for term in search.fields.iter_mut().filter(|t| t.field == "vhost") {
+            term.value = stored_vhost(&term.value);
+        }
 
         let time = |name: &str,
                     v: &Option<String>|
@@ -207,6 +225,7 @@ impl ListParams {
         let text = |v: &Option<String>| given(v).map(str::to_owned);
         let filter = MessageFilter {
             queue: text(&self.queue),
+            vhost: given(&self.vhost).map(stored_vhost),
             reason: text(&self.reason),
             first_death_queue: text(&self.first_death_queue),
             error: text(&self.error),
@@ -243,7 +262,7 @@ mod tests {
 
     #[test]
     fn empty_query_is_newest_default_page() {
-        let (filter, page) = params(&[]).parse(&[]).unwrap();
+        let (filter, page) = params(&[]).parse(&[], "/").unwrap();
         assert_eq!(filter, MessageFilter::default());
         assert_eq!(
             page,
@@ -252,6 +271,16 @@ mod tests {
                 before: None
             }
         );
+    }
+
+    #[test]
+    fn the_home_vhost_is_the_one_stored_as_empty() {
+        let (home, _) = params(&[("vhost", "shop")]).parse(&[], "shop").unwrap();
+        assert_eq!(home.vhost.as_deref(), Some(""));
+        let (other, _) = params(&[("vhost", "tenant-a")]).parse(&[], "shop").unwrap();
+        assert_eq!(other.vhost.as_deref(), Some("tenant-a"));
+        let (searched, _) = params(&[("q", "vhost:shop")]).parse(&[], "shop").unwrap();
+        assert_eq!(searched.conditions(), [("vhost", "")]);
     }
 
     #[test]
@@ -264,16 +293,16 @@ mod tests {
             ("limit", "10"),
             ("cursor", "1234"),
         ])
-        .parse(&[])
+        .parse(&[], "/")
         .unwrap();
         assert_eq!(filter.queue.as_deref(), Some("invoices.dlq"));
         assert_eq!(
             filter.status,
             Some(StatusFilter::One(MessageStatus::Archived))
         );
-        let (open, _) = params(&[("status", "open")]).parse(&[]).unwrap();
+        let (open, _) = params(&[("status", "open")]).parse(&[], "/").unwrap();
         assert_eq!(open.status, Some(StatusFilter::Open));
-        assert!(params(&[("status", "fixed")]).parse(&[]).is_err());
+        assert!(params(&[("status", "fixed")]).parse(&[], "/").is_err());
         assert_eq!(filter.since.unwrap().hour(), 9);
         assert_eq!(
             page,
@@ -300,7 +329,7 @@ mod tests {
             ),
             (vec![("q", "%22open")], "never closed"),
         ] {
-            let err = params(&pairs).parse(&[]).unwrap_err();
+            let err = params(&pairs).parse(&[], "/").unwrap_err();
             assert!(err.to_string().contains(expected), "{err} lacks {expected}");
         }
     }
@@ -308,7 +337,7 @@ mod tests {
     #[test]
     fn empty_fields_are_no_filter() {
         let (filter, _) = params(&[("exchange", ""), ("queue", ""), ("error", "")])
-            .parse(&[])
+            .parse(&[], "/")
             .unwrap();
         assert_eq!(filter, MessageFilter::default());
     }
@@ -316,18 +345,20 @@ mod tests {
     #[test]
     fn q_becomes_text_and_terms() {
         let (filter, _) = params(&[("q", "timeout%20invoice:INV-1")])
-            .parse(&["invoice".into()])
+            .parse(&["invoice".into()], "/")
             .unwrap();
         assert_eq!(filter.text.unwrap().words, ["timeout"]);
         assert_eq!(filter.terms[0].value, "INV-1");
         // Without the business field, `invoice:` is text.
-        let (filter, _) = params(&[("q", "invoice:INV-1")]).parse(&[]).unwrap();
+        let (filter, _) = params(&[("q", "invoice:INV-1")]).parse(&[], "/").unwrap();
         assert_eq!(filter.text.unwrap().words, ["invoice:INV-1"]);
     }
 
     #[test]
     fn nul_in_any_filter_is_refused_by_name() {
-        let err = params(&[("routing_key", "a%00b")]).parse(&[]).unwrap_err();
+        let err = params(&[("routing_key", "a%00b")])
+            .parse(&[], "/")
+            .unwrap_err();
         assert!(
             err.to_string().starts_with("routing_key contains a NUL"),
             "{err}"
@@ -336,7 +367,9 @@ mod tests {
 
     #[test]
     fn datetime_local_values_are_utc() {
-        let (filter, _) = params(&[("since", "2026-12-02T09:30")]).parse(&[]).unwrap();
+        let (filter, _) = params(&[("since", "2026-12-02T09:30")])
+            .parse(&[], "/")
+            .unwrap();
         assert_eq!(filter.since.unwrap().unix_timestamp(), 1_796_203_800);
     }
 }

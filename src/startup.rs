@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::amqp::adopt;
 use crate::amqp::consumer::{self, ConsumerContext};
+use crate::amqp::dlq::Dlq;
 use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
@@ -36,6 +37,8 @@ pub struct Application {
     requests: Arc<dyn Archive>,
     /// RabbitMQ's management API, when `--management-url` names it.
     management: Option<Arc<Management>>,
+    /// The DLQs `--queue` names.
+    dlqs: Vec<Dlq>,
 }
 
 impl Application {
@@ -70,6 +73,16 @@ impl Application {
             "--discover finds DLQs through RabbitMQ's management API: give --management-url"
         );
         let schemas = config.schemas().map_err(anyhow::Error::msg)?;
+        let home = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+        let mut dlqs: Vec<Dlq> = Vec::new();
+        for spec in &config.queues {
+            let dlq = Dlq::parse(spec, &home).map_err(|e| anyhow::anyhow!("--queue {e}"))?;
+            anyhow::ensure!(
+                !dlqs.contains(&dlq),
+                "--queue {spec:?} names the DLQ {dlq} twice"
+            );
+            dlqs.push(dlq);
+        }
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -117,6 +130,7 @@ impl Application {
             background: archive.background,
             requests: archive.requests,
             management,
+            dlqs,
         })
     }
 
@@ -152,8 +166,8 @@ impl Application {
             management: self.management.clone(),
             shutdown: token.clone(),
         };
-        for queue in &self.config.queues {
-            tracker.spawn(consumer::supervise(queue.clone(), ctx.clone()));
+        for dlq in &self.dlqs {
+            tracker.spawn(consumer::supervise(dlq.clone(), ctx.clone()));
         }
         match &self.management {
             Some(management) if self.config.discover.discover => {
@@ -164,7 +178,7 @@ impl Application {
                     adopt::Settings {
                         patterns: adopt::Patterns::from(&args.patterns),
                         every: Duration::from_secs(args.discover_interval_secs),
-                        configured: self.config.queues.clone(),
+                        configured: self.dlqs.clone(),
                     },
                     tracker.clone(),
                 ));

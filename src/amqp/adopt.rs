@@ -1,8 +1,9 @@
-//! `--discover`: the DLQs discovery finds in the AMQP URL's vhost are archived as if named with
-//! `--queue`, looked for again every `--discover-interval-secs`, so a DLQ made after Lazarus
-//! started is archived too. Which (pure, [`choose`]): those `--discover-include` names (all,
-//! without it) and `--discover-exclude` does not, and not a retry or delay queue (one with a
-//! dead-letter exchange of its own: its messages move on). Lazarus still declares nothing.
+//! `--discover`: the DLQs discovery finds are archived as if named with `--queue`, looked for
+//! again every `--discover-interval-secs`, so a DLQ made after Lazarus started is archived
+//! too. Which (pure, [`choose`]): those `--discover-include` admits (without it, every DLQ of
+//! the AMQP URL's vhost; a pattern with `/` reaches other vhosts, as `vhost/name`) and
+//! `--discover-exclude` does not, and not a retry or delay queue (one with a dead-letter
+//! exchange of its own: its messages move on). Lazarus still declares nothing.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -12,11 +13,14 @@ use tokio_util::task::TaskTracker;
 
 use super::consumer::{self, ConsumerContext};
 use super::discovery::DiscoveredDlq;
+use super::dlq::Dlq;
 use super::management::Management;
 use crate::archive::Actor;
 use crate::replay::policy::glob;
 
-/// Which discovered DLQs to archive, by name (`*` matches any run of characters).
+/// Which discovered DLQs to archive (`*` matches any run of characters): a pattern without
+/// `/` matches names in the AMQP URL's vhost, one with `/` matches `vhost/name` in any vhost
+/// (the vhost written as `--queue` takes it: `%2F` for `/`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Patterns {
     pub include: Vec<String>,
@@ -33,9 +37,28 @@ impl From<&crate::config::DiscoverPatterns> for Patterns {
 }
 
 impl Patterns {
-    fn admits(&self, name: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|p| glob(p, name)))
-            && !self.exclude.iter().any(|p| glob(p, name))
+    /// Whether `dlq` is to be archived; `home` is the AMQP URL's vhost.
+    fn admits(&self, dlq: &Dlq, home: &str) -> bool {
+        let anywhere = qualify_always(dlq.vhost_name(home), &dlq.name);
+        let at_home = dlq.vhost.is_empty();
+        let matches = |p: &String| match p.contains('/') {
+            true => glob(p, &anywhere),
+            false => at_home && glob(p, &dlq.name),
+        };
+        let included = match self.include.is_empty() {
+            true => at_home,
+            false => self.include.iter().any(matches),
+        };
+        included && !self.exclude.iter().any(matches)
+    }
+}
+
+/// `vhost/name`, the vhost escaped as in a `--queue`, whichever vhost it is.
+fn qualify_always(vhost: &str, name: &str) -> String {
+    let key = crate::amqp::dlq::qualify(vhost, name);
+    match vhost.is_empty() {
+        true => format!("/{key}"),
+        false => key,
     }
 }
 
@@ -48,28 +71,33 @@ pub struct Choice {
     pub left: BTreeMap<String, String>,
 }
 
-/// Of the DLQs found, those to start archiving (`vhost`: the AMQP URL's; `archived`: the
-/// queues this instance consumes already).
+/// Of the DLQs found, those to start archiving (`home`: the AMQP URL's vhost; `archived`:
+/// the queues this instance consumes already).
 pub fn choose(
     found: Vec<DiscoveredDlq>,
-    vhost: &str,
-    archived: &HashSet<String>,
+    home: &str,
+    archived: &HashSet<Dlq>,
     patterns: &Patterns,
 ) -> Choice {
     let mut choice = Choice::default();
     for dlq in found {
-        let why = if archived.contains(&dlq.name) && dlq.vhost == vhost {
+        let id = dlq.identity(home);
+        let why = if archived.contains(&id) {
             continue;
-        } else if dlq.vhost != vhost {
-            format!(
-                "in vhost {:?}: this instance archives its AMQP URL's vhost {vhost:?} only",
-                dlq.vhost
-            )
         } else if dlq.dead_letters_again {
             "it dead-letters again (a retry or delay queue): name it with --queue to archive it"
                 .to_owned()
-        } else if !patterns.admits(&dlq.name) {
-            "--discover-include/--discover-exclude leave it out".to_owned()
+        } else if !patterns.admits(&id, home) {
+            let reaches_vhosts = patterns.include.iter().any(|p| p.contains('/'));
+            match id.vhost.is_empty() || reaches_vhosts {
+                false => format!(
+                    "in vhost {:?}: --discover archives the AMQP URL's vhost {home:?} only, \
+                     unless a --discover-include with / names it (such as {}/*)",
+                    dlq.vhost,
+                    crate::amqp::dlq::qualify(&dlq.vhost, "").trim_end_matches('/')
+                ),
+                true => "--discover-include/--discover-exclude leave it out".to_owned(),
+            }
         } else {
             choice.adopt.push(dlq);
             continue;
@@ -86,7 +114,7 @@ pub struct Settings {
     pub patterns: Patterns,
     pub every: Duration,
     /// The queues `--queue` names: consumed already.
-    pub configured: Vec<String>,
+    pub configured: Vec<Dlq>,
 }
 
 /// Looks for DLQs every `settings.every` and starts a consumer (on `tracker`) for each new
@@ -98,11 +126,11 @@ pub async fn discover(
     settings: Settings,
     tracker: TaskTracker,
 ) {
-    let mut archived: HashSet<String> = settings.configured.iter().cloned().collect();
+    let mut archived: HashSet<Dlq> = settings.configured.iter().cloned().collect();
     let mut told: HashSet<String> = HashSet::new();
     let shutdown = ctx.shutdown.clone();
     loop {
-        let consumed: Vec<String> = archived.iter().cloned().collect();
+        let consumed: Vec<Dlq> = archived.iter().cloned().collect();
         match management.discover(&consumed).await {
             Ok(found) => {
                 let choice = choose(
@@ -117,12 +145,12 @@ pub async fn discover(
                     }
                 }
                 for dlq in choice.adopt {
+                    let id = dlq.identity(management.vhost());
                     let summary = format!(
-                        "archiving {}, found as the dead-letter queue of {}",
-                        dlq.name,
+                        "archiving {id}, found as the dead-letter queue of {}",
                         dlq.sources.join(", ")
                     );
-                    tracing::info!(queue = dlq.name, "--discover: {summary}");
+                    tracing::info!(queue = %id, "--discover: {summary}");
                     if let Err(e) = ctx
                         .archive
                         .record(&Actor::system("discovery"), "discover", &summary)
@@ -130,8 +158,8 @@ pub async fn discover(
                     {
                         tracing::warn!(error = %e, "auditing a discovered DLQ failed");
                     }
-                    archived.insert(dlq.name.clone());
-                    tracker.spawn(consumer::supervise(dlq.name, ctx.clone()));
+                    archived.insert(id.clone());
+                    tracker.spawn(consumer::supervise(id, ctx.clone()));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "--discover: the management API did not answer"),
@@ -147,8 +175,15 @@ pub async fn discover(
 /// each (its risks beneath); nothing is consumed.
 pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()> {
     let management = Management::new(&config.management_url, &config.connection.amqp_url)?;
-    let found = management.discover(&config.queues).await?;
-    let configured: HashSet<String> = config.queues.iter().cloned().collect();
+    let home = management.vhost().to_owned();
+    let queues = config
+        .queues
+        .iter()
+        .map(|q| Dlq::parse(q, &home))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
+    let found = management.discover(&queues).await?;
+    let configured: HashSet<Dlq> = queues.into_iter().collect();
     let mut dlqs = found.dlqs.clone();
     dlqs.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     let choice = choose(
@@ -157,7 +192,7 @@ pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()
         &configured,
         &Patterns::from(&config.patterns),
     );
-    let adopted: HashSet<&str> = choice.adopt.iter().map(|d| d.name.as_str()).collect();
+    let adopted: HashSet<Dlq> = choice.adopt.iter().map(|d| d.identity(&home)).collect();
     if dlqs.is_empty() {
         println!("no dead-letter queues found");
     }
@@ -165,9 +200,7 @@ pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()
         let key = format!("{}/{}", dlq.vhost, dlq.name);
         let decision = match choice.left.get(&key) {
             Some(why) => format!("leave: {why}"),
-            None if dlq.vhost == management.vhost() && adopted.contains(dlq.name.as_str()) => {
-                "archive".to_owned()
-            }
+            None if adopted.contains(&dlq.identity(&home)) => "archive".to_owned(),
             None => "archived already (--queue)".to_owned(),
         };
         println!("{key}\t{decision}\tfed by {}", dlq.sources.join(", "));
@@ -204,7 +237,7 @@ mod tests {
             dlq("billing", "invoices.dlq", false),
             dlq("/", "already.dlq", false),
         ];
-        let archived = HashSet::from(["already.dlq".to_owned()]);
+        let archived = HashSet::from([Dlq::home("already.dlq")]);
         let patterns = Patterns {
             include: vec!["*.dlq".into()],
             exclude: vec!["audit.*".into()],
@@ -223,13 +256,43 @@ mod tests {
     }
 
     #[test]
-    fn without_include_every_name_is_admitted() {
+    fn without_include_every_name_of_the_home_vhost_is_admitted() {
+        let admits = |p: &Patterns, spec: &str| p.admits(&Dlq::parse(spec, "/").unwrap(), "/");
         let patterns = Patterns::default();
-        assert!(patterns.admits("anything"));
+        assert!(admits(&patterns, "anything"));
+        assert!(!admits(&patterns, "billing/anything"));
         let patterns = Patterns {
             include: Vec::new(),
             exclude: vec!["tmp.*".into()],
         };
-        assert!(patterns.admits("orders.dlq") && !patterns.admits("tmp.dlq"));
+        assert!(admits(&patterns, "orders.dlq") && !admits(&patterns, "tmp.dlq"));
+    }
+
+    #[test]
+    fn patterns_with_a_slash_reach_other_vhosts() {
+        let admits = |p: &Patterns, spec: &str| p.admits(&Dlq::parse(spec, "/").unwrap(), "/");
+        let every_vhost = Patterns {
+            include: vec!["*/*.dlq".into()],
+            exclude: vec!["billing/audit.*".into()],
+        };
+        assert!(admits(&every_vhost, "billing/invoices.dlq"));
+        assert!(
+            admits(&every_vhost, "orders.dlq"),
+            "the home vhost is one of them"
+        );
+        assert!(!admits(&every_vhost, "billing/audit.dlq"));
+        assert!(!admits(&every_vhost, "billing/invoices.retry"));
+        let one_vhost = Patterns {
+            include: vec!["shop/*".into(), "*.dlq".into()],
+            exclude: Vec::new(),
+        };
+        assert!(admits(&one_vhost, "shop/anything") && admits(&one_vhost, "orders.dlq"));
+        assert!(!admits(&one_vhost, "billing/invoices.dlq"));
+        let default_vhost = Patterns {
+            include: vec!["%2F/*".into()],
+            exclude: Vec::new(),
+        };
+        assert!(admits(&default_vhost, "orders.dlq"));
+        assert!(!admits(&default_vhost, "shop/orders.dlq"));
     }
 }

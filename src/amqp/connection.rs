@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use super::wire::{Connection, WireError};
 
-/// Opens a connection that shows up in the management UI under `name`.
-pub async fn connect(amqp_url: &str, name: &str) -> Result<Connection, WireError> {
-    Connection::open(amqp_url, name).await
+/// Opens a connection to `vhost` (empty: the URL's own) that shows up in the management UI
+/// under `name`.
+pub async fn connect(amqp_url: &str, vhost: &str, name: &str) -> Result<Connection, WireError> {
+    Connection::open_in(amqp_url, vhost, name).await
 }
 
 /// Whether the broker answered NOT_FOUND (a passive declare of a queue or exchange that

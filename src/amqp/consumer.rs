@@ -16,6 +16,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{connect, is_not_found, Backoff};
+use super::dlq::Dlq;
 use super::headers::{AmqpValue, Table};
 use super::management::{DeliveryLimit, Management};
 use super::wire::{Channel, Connection, Delivery, Event, WireError};
@@ -66,11 +67,12 @@ enum ConsumeError {
     Database(#[from] crate::archive::ArchiveError),
 }
 
-/// Runs the consumer of `queue` until shutdown, restarting it should it ever panic (the
+/// Runs the consumer of `dlq` until shutdown, restarting it should it ever panic (the
 /// deliveries it held are unacked, so the broker keeps them).
-pub async fn supervise(queue: String, ctx: ConsumerContext) {
+pub async fn supervise(dlq: Dlq, ctx: ConsumerContext) {
+    let queue = dlq.key();
     loop {
-        match tokio::spawn(run(queue.clone(), ctx.clone())).await {
+        match tokio::spawn(run(dlq.clone(), ctx.clone())).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::error!(queue, error = %e, "consumer crashed; restarting it");
@@ -89,13 +91,15 @@ pub async fn supervise(queue: String, ctx: ConsumerContext) {
     }
 }
 
-/// Consumes `queue` until shutdown, reconnecting with backoff after every failure.
-pub async fn run(queue: String, ctx: ConsumerContext) {
+/// Consumes `dlq` until shutdown, reconnecting with backoff after every failure. Its status,
+/// metrics and archived messages go by [`Dlq::key`].
+pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
+    let queue = dlq.key();
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut kind = None;
     loop {
         ctx.status.set(&queue, ConsumerState::Connecting);
-        let result = consume(&queue, &ctx, &mut backoff, &mut kind).await;
+        let result = consume(&dlq, &ctx, &mut backoff, &mut kind).await;
         ctx.metrics.set_connected(&queue, false);
         match result {
             Ok(()) => break,
@@ -138,16 +142,18 @@ pub async fn run(queue: String, ctx: ConsumerContext) {
 }
 
 async fn consume(
-    queue: &str,
+    dlq: &Dlq,
     ctx: &ConsumerContext,
     backoff: &mut Backoff,
     kind: &mut Option<QueueKind>,
 ) -> Result<(), ConsumeError> {
+    let queue = &dlq.key();
     // Deliveries the database cannot take would only go back to the queue, and on a quorum
     // queue every return counts toward its delivery limit: take none until it answers.
     wait_for_database(queue, ctx).await?;
-    let connection = connect(&ctx.amqp_url, &format!("lazarus consumer {queue}")).await?;
-    let result = consume_on(&connection, queue, ctx, backoff, kind).await;
+    let name = format!("lazarus consumer {queue}");
+    let connection = connect(&ctx.amqp_url, &dlq.vhost, &name).await?;
+    let result = consume_on(&connection, dlq, ctx, backoff, kind).await;
     // Closing returns every unacked delivery to the queue at once.
     connection.close().await;
     result
@@ -184,18 +190,19 @@ enum QueueKind {
 /// argument (406, naming their type) and are consumed as they are; the kind is remembered.
 async fn start_consuming(
     connection: &Connection,
-    queue: &str,
+    dlq: &Dlq,
     ctx: &ConsumerContext,
     kind: &mut Option<QueueKind>,
 ) -> Result<(Channel, Option<StreamPosition>), ConsumeError> {
+    let queue = dlq.name.as_str();
     let mut channel = connection.channel().await?;
     match channel.queue_exists(queue).await {
-        Err(e) if is_not_found(&e) => return Err(ConsumeError::QueueMissing(queue.to_owned())),
+        Err(e) if is_not_found(&e) => return Err(ConsumeError::QueueMissing(dlq.key())),
         other => other?,
     };
     channel.qos(ctx.settings.prefetch).await?;
     if matches!(kind, None | Some(QueueKind::Stream)) {
-        let next = ctx.archive.stream_offset(queue).await?;
+        let next = ctx.archive.stream_offset(&dlq.key()).await?;
         let offset = match next {
             Some(n) => AmqpValue::LongLongInt(n as i64),
             None => AmqpValue::text("first"),
@@ -256,12 +263,13 @@ impl StreamPosition {
 
 async fn consume_on(
     connection: &Connection,
-    queue: &str,
+    dlq: &Dlq,
     ctx: &ConsumerContext,
     backoff: &mut Backoff,
     kind: &mut Option<QueueKind>,
 ) -> Result<(), ConsumeError> {
-    let (mut channel, mut stream) = start_consuming(connection, queue, ctx, kind).await?;
+    let (mut channel, mut stream) = start_consuming(connection, dlq, ctx, kind).await?;
+    let queue = &dlq.key();
     tracing::info!(queue, broker = %connection.server().version, kind = ?kind, "consuming");
     ctx.status.set(queue, ConsumerState::Consuming);
     ctx.metrics.set_connected(queue, true);
@@ -271,7 +279,7 @@ async fn consume_on(
     if let Some(management) = &ctx.management {
         tokio::spawn(check_delivery_limit(
             management.clone(),
-            queue.to_owned(),
+            dlq.clone(),
             connection.server().major_version(),
             ctx.status.clone(),
             ctx.shutdown.clone(),
@@ -279,7 +287,7 @@ async fn consume_on(
     }
     let mut storing = None;
     let result =
-        consume_deliveries(&mut channel, queue, ctx, &watch, &mut stream, &mut storing).await;
+        consume_deliveries(&mut channel, dlq, ctx, &watch, &mut stream, &mut storing).await;
     // Whatever ended it, the batch being stored is written (or given up) before the consumer
     // reconnects: its redelivered copies must find it archived, not race it.
     if let Some(mut store) = storing.take() {
@@ -292,12 +300,13 @@ async fn consume_on(
 /// (see [`Storing`]).
 async fn consume_deliveries(
     channel: &mut Channel,
-    queue: &str,
+    dlq: &Dlq,
     ctx: &ConsumerContext,
     watch: &DeliveryLimitWatch,
     stream: &mut Option<StreamPosition>,
     storing: &mut Option<Storing>,
 ) -> Result<(), ConsumeError> {
+    let queue = &dlq.key();
     let mut batch = Batch::default();
     loop {
         let deadline = batch.deadline(ctx.settings.max_delay);
@@ -318,7 +327,7 @@ async fn consume_deliveries(
                 Event::Delivery(delivery) => {
                     watch.check(&delivery, ctx);
                     let offset = stream.as_mut().and_then(|s| s.read(queue, &delivery, ctx));
-                    batch.push(queue, delivery, offset, &ctx.rules);
+                    batch.push(queue, &dlq.vhost, delivery, offset, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
                         hand_over(channel, queue, &mut batch, ctx, storing).await?;
                     }
@@ -399,19 +408,23 @@ fn delivery_limit_warning(what: &str) -> String {
 /// the overview and the log. Ingest never waits for it.
 async fn check_delivery_limit(
     management: Arc<Management>,
-    queue: String,
+    dlq: Dlq,
     broker_major: u32,
     status: IngestStatus,
     shutdown: CancellationToken,
 ) {
     /// Five minutes of asking, then the delivery counts are the only warning.
     const ATTEMPTS: u32 = 60;
+    let queue = dlq.key();
     let mut failed_before = false;
     for _ in 0..ATTEMPTS {
         if status.warnings().contains_key(&queue) {
             return; // Said already (on an earlier connection, or by its delivery counts).
         }
-        match management.queue(&queue).await {
+        match management
+            .queue(dlq.vhost_name(management.vhost()), &dlq.name)
+            .await
+        {
             Ok(info) => match info.delivery_limit(broker_major) {
                 DeliveryLimit::Unlimited => return,
                 DeliveryLimit::Finite(limit) => {
@@ -451,6 +464,7 @@ impl Batch {
     fn push(
         &mut self,
         queue: &str,
+        vhost: &str,
         delivery: Box<Delivery>,
         stream_offset: Option<u64>,
         rules: &IngestRules,
@@ -469,6 +483,7 @@ impl Batch {
         } = *delivery;
         self.messages.push(PreparedMessage::with_rules(
             IncomingMessage {
+                vhost: vhost.to_owned(),
                 queue: queue.to_owned(),
                 exchange: exchange.to_text().into_owned(),
                 routing_key: routing_key.to_text().into_owned(),

@@ -34,6 +34,19 @@ pub struct DiscoveredDlq {
     pub dead_letters_again: bool,
 }
 
+impl DiscoveredDlq {
+    /// The DLQ as `--queue` and the archive know it (`home`: the AMQP URL's vhost).
+    pub fn identity(&self, home: &str) -> super::dlq::Dlq {
+        super::dlq::Dlq {
+            vhost: match self.vhost == home {
+                true => String::new(),
+                false => self.vhost.clone(),
+            },
+            name: self.name.clone(),
+        }
+    }
+}
+
 fn as_words<S: serde::Serializer>(risks: &[Risk], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(risks.iter().map(ToString::to_string))
 }

@@ -74,21 +74,18 @@ impl Management {
         &self.vhost
     }
 
-    /// What the broker says of a queue of the AMQP URL's vhost.
-    pub async fn queue(&self, name: &str) -> Result<QueueInfo, ManagementError> {
-        let path = format!(
-            "/api/queues/{}/{}",
-            path_segment(&self.vhost),
-            path_segment(name)
-        );
+    /// What the broker says of a queue of `vhost`.
+    pub async fn queue(&self, vhost: &str, name: &str) -> Result<QueueInfo, ManagementError> {
+        let path = format!("/api/queues/{}/{}", path_segment(vhost), path_segment(name));
         let details = self.get(&path).await?;
         Ok(QueueInfo { details })
     }
 
-    /// Where a publish to `exchange` with `key` goes in the AMQP URL's vhost: the default
-    /// exchange to the queue named `key`, any other as its type and bindings route it.
+    /// Where a publish to `exchange` with `key` goes in `vhost`: the default exchange to the
+    /// queue named `key`, any other as its type and bindings route it.
     pub async fn reach(
         &self,
+        vhost: &str,
         exchange: &str,
         key: &str,
     ) -> Result<Vec<crate::amqp::routing::Destination>, ManagementError> {
@@ -98,7 +95,7 @@ impl Management {
         }
         let base = format!(
             "/api/exchanges/{}/{}",
-            path_segment(&self.vhost),
+            path_segment(vhost),
             path_segment(exchange)
         );
         let kind = self.get(&base).await?["type"]
@@ -114,10 +111,10 @@ impl Management {
     }
 
     /// The dead-letter queues in every vhost this user may see (`archived`: the queues this
-    /// instance archives, in the AMQP URL's vhost).
+    /// instance archives).
     pub async fn discover(
         &self,
-        archived: &[String],
+        archived: &[super::dlq::Dlq],
     ) -> Result<crate::amqp::discovery::Discovered, ManagementError> {
         use crate::amqp::discovery::{dead_ends, dead_letter_target, find_dlqs, Discovered};
         use crate::amqp::discovery::{Bindings, DlxBindings};
@@ -180,7 +177,7 @@ impl Management {
         }
         let archived: Vec<(String, String)> = archived
             .iter()
-            .map(|q| (self.vhost.clone(), q.clone()))
+            .map(|q| (q.vhost_name(&self.vhost).to_owned(), q.name.clone()))
             .collect();
         Ok(Discovered {
             dlqs: find_dlqs(queues, &bindings, &archived, major),

@@ -6,6 +6,7 @@ pub mod adopt;
 pub mod connection;
 pub mod consumer;
 pub mod discovery;
+pub mod dlq;
 pub mod headers;
 pub mod lapin_types;
 pub mod management;

@@ -46,6 +46,7 @@ mod tests {
 
     fn delivery(body: &[u8], redelivered: bool) -> PreparedMessage {
         PreparedMessage::new(IncomingMessage {
+            vhost: String::new(),
             queue: "dlq".into(),
             exchange: String::new(),
             routing_key: "dlq".into(),

@@ -78,6 +78,9 @@ pub struct Plan {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TargetCount {
+    /// The vhost the messages go back into, their own; absent: the AMQP URL's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vhost: String,
     pub exchange: String,
     pub routing_key: String,
     pub messages: i64,
@@ -240,6 +243,8 @@ pub struct ItemOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutgoingMessage {
     pub message_id: i64,
+    /// The vhost it was archived from, and is published back into (empty: the AMQP URL's).
+    pub vhost: String,
     pub target: ReplayTarget,
     pub properties: MessageProperties,
     pub headers: Option<Table>,

@@ -159,7 +159,11 @@ pub struct MessageSummary {
     #[serde(serialize_with = "id_as_string")]
     #[schema(value_type = String)]
     pub id: i64,
+    /// The DLQ it was archived from: its name, or `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
+    /// The vhost of that DLQ (the archive keeps the AMQP URL's own as empty; the API and
+    /// pages name it).
+    pub vhost: String,
     #[serde(with = "time::serde::rfc3339")]
     pub archived_at: OffsetDateTime,
     pub message_id: Option<String>,
@@ -266,6 +270,8 @@ impl ArchivedMessage {
 pub struct MessageFilter {
     /// The DLQ it was archived from.
     pub queue: Option<String>,
+    /// The vhost of that DLQ, as stored (empty: the AMQP URL's own).
+    pub vhost: Option<String>,
     /// The reason of its first death ([`NO_REASON`] for messages without history).
     pub reason: Option<String>,
     /// The queue of its first death (the DLQ for messages without history).
@@ -293,6 +299,7 @@ impl MessageFilter {
     /// asks for, when it asks for nothing else: the overview's group link.
     pub fn open_group(&self) -> Option<(&str, &str, &str)> {
         let only_group = self.queue.is_none()
+            && self.vhost.is_none()
             && self.exchange.is_none()
             && self.routing_key.is_none()
             && self.content_type.is_none()
@@ -314,6 +321,7 @@ impl MessageFilter {
     pub fn conditions(&self) -> Vec<(&str, &str)> {
         let named = [
             ("queue", &self.queue),
+            ("vhost", &self.vhost),
             ("reason", &self.reason),
             ("first_death_queue", &self.first_death_queue),
             ("error", &self.error),
@@ -515,7 +523,11 @@ pub struct ExportedMessage {
     #[serde(serialize_with = "id_as_string", deserialize_with = "id_from_string")]
     #[schema(value_type = String)]
     pub id: i64,
+    /// The DLQ as the archive keys it: its name, or `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
+    /// That DLQ's vhost; absent: the AMQP URL's own (of the instance that archived it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vhost: String,
     #[serde(with = "time::serde::rfc3339")]
     pub archived_at: OffsetDateTime,
     /// The exchange and routing key it was delivered into the DLQ with.

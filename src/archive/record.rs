@@ -10,7 +10,11 @@ use crate::death::{self, DeathHistory, DELIVERY_COUNTERS};
 /// A message exactly as the broker delivered it from a DLQ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncomingMessage {
+    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)): its name, or
+    /// `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
+    /// The DLQ's vhost; empty: the AMQP URL's own.
+    pub vhost: String,
     pub exchange: String,
     pub routing_key: String,
     /// The broker's redelivered flag: `false` proves no consumer (so no archive) saw it before.
@@ -403,6 +407,10 @@ impl PreparedMessage {
             .problems
             .extend(message.decode_problems.iter().cloned());
         history.sanitize(column_text);
+        if let Some(first) = history.first_death.as_mut() {
+            // Two vhosts' same-named queues are different failure groups.
+            first.queue = crate::amqp::dlq::qualify(&message.vhost, &first.queue);
+        }
         let columns = MessageColumns {
             exchange: column_text(&message.exchange).into_owned(),
             routing_key: column_text(&message.routing_key).into_owned(),
@@ -513,6 +521,7 @@ mod tests {
 
     fn message() -> IncomingMessage {
         IncomingMessage {
+            vhost: String::new(),
             queue: "dlq".into(),
             exchange: "dlx".into(),
             routing_key: "dead".into(),

@@ -155,13 +155,22 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
     let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
     // Mistakes are told before the archive is even opened.
     request.check()?;
-    request.selection.resolve(&fields)?;
+    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+    request.selection.resolve(&fields, &home_vhost)?;
     let url = &config.connection.database_url;
     let archive: Arc<dyn Archive> = archive::open(url)
         .await
         .with_context(|| format!("opening the archive {}", redact_url(url)))?;
     let policy = ExchangePolicy::new(&config.replay_exchanges);
-    let job = plan::create_job(&*archive, &request, &cli_actor(), &fields, &policy).await?;
+    let job = plan::create_job(
+        &*archive,
+        &request,
+        &cli_actor(),
+        &fields,
+        &home_vhost,
+        &policy,
+    )
+    .await?;
     print!("{}", plan_text(&job));
     if request.dry_run {
         println!("Dry run: nothing was published. The plan is on the Replays page.");

@@ -60,7 +60,11 @@ pub struct SelectionRequest {
 
 impl SelectionRequest {
     /// The selection, and what it was as JSON (for the job page and the audit log).
-    pub fn resolve(&self, business_fields: &[String]) -> Result<(Selection, String), PlanError> {
+    pub fn resolve(
+        &self,
+        business_fields: &[String],
+        home_vhost: &str,
+    ) -> Result<(Selection, String), PlanError> {
         match (&self.ids, &self.filter) {
             (Some(ids), None) => {
                 if ids.is_empty() {
@@ -94,7 +98,7 @@ impl SelectionRequest {
                         "an empty filter selects the whole archive: narrow it, or send \"all\": true".into(),
                     ));
                 }
-                let (parsed, _) = filter.parse(business_fields)?;
+                let (parsed, _) = filter.parse(business_fields, home_vhost)?;
                 let text = json!({ "filter": filter }).to_string();
                 Ok((Selection::Filter(Box::new(parsed)), text))
             }
@@ -221,10 +225,11 @@ pub async fn create_job<A: JobStore + ?Sized>(
     request: &JobRequest,
     actor: &Actor,
     business_fields: &[String],
+    home_vhost: &str,
     policy: &ExchangePolicy,
 ) -> Result<ReplayJob, PlanError> {
     request.check()?;
-    let (selection, selection_text) = request.selection.resolve(business_fields)?;
+    let (selection, selection_text) = request.selection.resolve(business_fields, home_vhost)?;
     let key = request.request_key.clone().unwrap_or_else(new_request_key);
     check_request_key(&key)?;
     if let Some(target) = &request.target {
@@ -286,6 +291,7 @@ pub async fn dismiss<A: Actions + ?Sized>(
     note: &str,
     actor: &Actor,
     business_fields: &[String],
+    home_vhost: &str,
 ) -> Result<u64, PlanError> {
     let note = note.trim();
     if note.is_empty() {
@@ -298,7 +304,7 @@ pub async fn dismiss<A: Actions + ?Sized>(
             "a note has at most {MAX_NOTE_CHARS} characters"
         )));
     }
-    let (selection, text) = selection.resolve(business_fields)?;
+    let (selection, text) = selection.resolve(business_fields, home_vhost)?;
     Ok(archive.dismiss(&selection, &text, note, actor).await?)
 }
 

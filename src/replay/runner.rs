@@ -3,6 +3,7 @@
 //! the rate kept, the canary judged, and the job let go when it is paused, cancelled, taken
 //! over or the process shuts down. (Its crash safety is described in `job`.)
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -29,7 +30,8 @@ pub(super) struct Runner<'a> {
     archive: &'a dyn Archive,
     settings: &'a RunnerSettings,
     shutdown: &'a CancellationToken,
-    publisher: Option<Publisher>,
+    /// A publisher per vhost the job's messages came from (empty key: the AMQP URL's vhost).
+    publishers: BTreeMap<String, Publisher>,
     /// Whether the job's `detail` says it waits for something (as this runner last noted).
     detail_shown: AtomicBool,
 }
@@ -44,7 +46,7 @@ impl<'a> Runner<'a> {
             archive,
             settings,
             shutdown,
-            publisher: None,
+            publishers: BTreeMap::new(),
             detail_shown: AtomicBool::new(false),
         }
     }
@@ -53,9 +55,7 @@ impl<'a> Runner<'a> {
         let id = job.id;
         tracing::info!(job = id, owner = %self.settings.owner, "running replay job");
         let stop = self.publish(&job).await;
-        if let Some(publisher) = self.publisher.take() {
-            publisher.close().await;
-        }
+        self.close_publishers().await;
         if let Stop::Shutdown = stop {
             let detail = (self.settings.on_shutdown == JobState::Paused)
                 .then_some("interrupted: resume it to go on");
@@ -117,40 +117,49 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// A publisher on a live connection, reconnecting with backoff while the broker is away.
-    async fn publisher(&mut self, id: i64) -> Result<&Publisher, Stop> {
+    /// A publisher into `vhost` on a live connection, reconnecting with backoff while the
+    /// broker is away.
+    async fn publisher(&mut self, id: i64, vhost: &str) -> Result<&mut Publisher, Stop> {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-        while self.publisher.is_none() {
-            let opened = match connect(&self.settings.amqp_url, "lazarus replay job").await {
+        while !self.publishers.contains_key(vhost) {
+            let opened = match connect(&self.settings.amqp_url, vhost, "lazarus replay job").await {
                 Ok(connection) => Publisher::open(connection).await,
                 Err(e) => Err(e),
             };
             match opened {
-                Ok(publisher) => self.publisher = Some(publisher),
+                Ok(publisher) => {
+                    self.publishers.insert(vhost.to_owned(), publisher);
+                }
                 Err(e) => {
-                    tracing::warn!(job = id, error = %e, "replay job waits for RabbitMQ");
+                    tracing::warn!(job = id, vhost, error = %e, "replay job waits for RabbitMQ");
                     let detail = format!("waiting for RabbitMQ: {e}");
                     self.wait(id, backoff.next_delay(), Some(&detail)).await?;
                 }
             }
         }
-        Ok(self.publisher.as_ref().expect("just opened"))
+        Ok(self.publishers.get_mut(vhost).expect("just opened"))
+    }
+
+    async fn close_publishers(&mut self) {
+        for (_, publisher) in std::mem::take(&mut self.publishers) {
+            publisher.close().await;
+        }
     }
 
     /// Checks every target exchange of the job exists; pauses the job when one does not.
     async fn check_exchanges(&mut self, job: &ReplayJob) -> Result<(), Stop> {
-        let exchanges: std::collections::BTreeSet<&str> = job
+        let exchanges: BTreeSet<(&str, &str)> = job
             .plan
             .targets
             .iter()
-            .map(|t| t.exchange.as_str())
-            .filter(|e| self.settings.policy.allows(e))
+            .map(|t| (t.vhost.as_str(), t.exchange.as_str()))
+            .filter(|(_, e)| self.settings.policy.allows(e))
             .collect();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-        let mut pending: Vec<&str> = exchanges.into_iter().collect();
-        while let Some(&exchange) = pending.first() {
+        let mut pending: Vec<(&str, &str)> = exchanges.into_iter().collect();
+        while let Some(&(vhost, exchange)) = pending.first() {
             let exists = self
-                .publisher(job.id)
+                .publisher(job.id, vhost)
                 .await?
                 .exchange_exists(exchange)
                 .await;
@@ -159,9 +168,11 @@ impl<'a> Runner<'a> {
                     pending.remove(0);
                 }
                 Ok(false) => {
+                    let place = crate::amqp::dlq::in_vhost(vhost);
                     let reason = format!(
-                        "exchange {exchange:?} does not exist, so nothing more was published. \
-                         Create it (or replay to another target), then resume, or cancel the job."
+                        "exchange {exchange:?}{place} does not exist, so nothing more was \
+                         published. Create it (or replay to another target), then resume, or \
+                         cancel the job."
                     );
                     let _ = self
                         .archive
@@ -177,7 +188,7 @@ impl<'a> Runner<'a> {
                 }
                 Err(e) => {
                     // The broker went away mid-check: check the same exchange again.
-                    self.publisher = None;
+                    self.publishers.remove(vhost);
                     let detail = format!("waiting for RabbitMQ: {e}");
                     self.wait(job.id, backoff.next_delay(), Some(&detail))
                         .await?;
@@ -286,22 +297,40 @@ impl<'a> Runner<'a> {
             };
             let window = self.settings.window;
             let job_tag = id.to_string();
-            let batch: Vec<ReplayMessage<'_>> = current
-                .iter()
-                .filter(|m| m.unreadable.is_none())
-                .map(|m| to_replay(m, &job_tag))
-                .collect();
-            self.publisher(id).await?;
+            // Each message goes back into the vhost it came from, on that vhost's connection.
+            let mut batches: BTreeMap<&str, Vec<ReplayMessage<'_>>> = BTreeMap::new();
+            for m in current.iter().filter(|m| m.unreadable.is_none()) {
+                batches
+                    .entry(m.vhost.as_str())
+                    .or_default()
+                    .push(to_replay(m, &job_tag));
+            }
+            if batches.is_empty() {
+                // Only unreadable records: the step still goes through the broker's check.
+                batches.insert("", Vec::new());
+            }
+            for vhost in batches.keys() {
+                self.publisher(id, vhost).await?;
+            }
             let settings = self.settings;
-            let mut publisher = self.publisher.take().expect("connected above");
-            let mut blocked = publisher.blocked();
+            let mut publishers = std::mem::take(&mut self.publishers);
+            // A resource alarm blocks every connection to the node alike: one tells.
+            let first = batches.keys().next().expect("one batch at least");
+            let mut blocked = publishers[*first].blocked();
             let mut published: Vec<ItemOutcome> = current
                 .iter()
                 .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
                 .collect();
-            let publish = publisher.publish_all(batch, window, |message_id, o| {
-                published.push(item_outcome(message_id, o))
-            });
+            let publish = async {
+                for (vhost, batch) in batches {
+                    let publisher = publishers.get_mut(vhost).expect("opened above");
+                    publisher
+                        .publish_all(batch, window, |message_id, o| {
+                            published.push(item_outcome(message_id, o))
+                        })
+                        .await;
+                }
+            };
             let hand_out = async {
                 let needed = next_limit > 0 || !outcomes.is_empty();
                 match needed {
@@ -338,7 +367,7 @@ impl<'a> Runner<'a> {
                 (_, next) = async { tokio::join!(publish, hand_out) } => next,
                 _ = renew => unreachable!("renewing never ends"),
             };
-            self.publisher = Some(publisher);
+            self.publishers = publishers;
             outcomes = published;
             for o in outcomes.iter().filter(|o| !o.retry) {
                 self.settings.metrics.replayed(o.outcome.as_str(), 1);
@@ -362,9 +391,7 @@ impl<'a> Runner<'a> {
             if outcomes.iter().any(|o| o.retry) {
                 // The channel or connection broke: those go out again on a new one.
                 tracing::warn!(job = id, "replay publisher lost its channel; reconnecting");
-                if let Some(publisher) = self.publisher.take() {
-                    publisher.close().await;
-                }
+                self.close_publishers().await;
             }
         }
     }

@@ -24,8 +24,9 @@ pub enum ReplayError {
     UnknownMessage(i64),
     #[error("this message has no death history, so its original target is unknown: choose an exchange and routing key")]
     NoTarget,
-    #[error("exchange {0:?} does not exist: nothing was published")]
-    MissingExchange(String),
+    /// The exchange, and where it was looked for (empty, or ` in vhost "v"`).
+    #[error("exchange {0:?}{1} does not exist: nothing was published")]
+    MissingExchange(String, String),
     #[error("RabbitMQ is unreachable: {0}")]
     Broker(String),
     #[error("a replay of this message (requested {0}) is still waiting for the broker's confirm; it settles by itself")]
@@ -165,7 +166,8 @@ pub async fn replay_one(
             .unwrap_or_default();
         return Err(ReplayError::InProgress(at));
     }
-    let connection = connect(amqp_url, "lazarus replay")
+    // Back into the vhost it came from.
+    let connection = connect(amqp_url, &message.summary.vhost, "lazarus replay")
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;
     let mut publisher = Publisher::open(connection)
@@ -175,7 +177,10 @@ pub async fn replay_one(
     let exists = publisher.exchange_exists(&target.exchange).await;
     let replay_id = match exists {
         Err(e) => Err(ReplayError::Broker(e.to_string())),
-        Ok(false) => Err(ReplayError::MissingExchange(target.exchange.clone())),
+        Ok(false) => Err(ReplayError::MissingExchange(
+            target.exchange.clone(),
+            crate::amqp::dlq::in_vhost(&message.summary.vhost),
+        )),
         Ok(true) => match archive
             .begin_replay(id, request.request_key, request.actor, &target, edit)
             .await?

@@ -212,7 +212,9 @@ pub(super) async fn purge(
             "say why in a note (1 to {MAX_NOTE_CHARS} characters): a purge cannot be undone"
         )));
     }
-    let (selection, text) = request.selection.resolve(&state.business_fields)?;
+    let (selection, text) = request
+        .selection
+        .resolve(&state.business_fields, &state.home_vhost)?;
     let purged = state
         .archive
         .purge(&selection, &text, note, &caller.actor())

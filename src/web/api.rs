@@ -28,11 +28,12 @@ pub(super) async fn list_messages(
     caller: Caller,
     AppQuery(params): AppQuery<ListParams>,
 ) -> Result<Json<MessagePage>, AppError> {
-    let (filter, page) = params.parse(&state.business_fields)?;
+    let (filter, page) = params.parse(&state.business_fields, &state.home_vhost)?;
     state.masking.check_search(caller.role, &filter)?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
         state.masking.summary(caller.role, m);
+        m.vhost = state.vhost_name(&m.vhost).to_owned();
     }
     Ok(Json(page))
 }
@@ -111,6 +112,7 @@ pub(super) async fn get_message(
         })
         .await?;
     state.masking.summary(caller.role, &mut message.summary);
+    message.summary.vhost = state.vhost_name(&message.summary.vhost).to_owned();
     let replays = state.archive.replays_of(numeric).await?;
     let died_again_as = state
         .archive

@@ -24,6 +24,7 @@ pub async fn create(
         &request,
         actor,
         &state.business_fields,
+        &state.home_vhost,
         &state.replay_policy,
     )
     .await?;
@@ -56,6 +57,7 @@ pub async fn dismiss_selection(
         note,
         actor,
         &state.business_fields,
+        &state.home_vhost,
     )
     .await?)
 }

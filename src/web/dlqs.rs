@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::error::AppError;
 use super::AppState;
 use crate::amqp::discovery::{DeadEnd, Discovered, DiscoveredDlq};
+use crate::amqp::dlq::Dlq;
 use crate::amqp::management::Management;
 
 /// How old an answer may be before the overview asks again.
@@ -45,7 +46,7 @@ impl Discovery {
     /// Asks the broker now (one question at a time) and keeps the answer for the pages. An
     /// answer younger than a few seconds is taken as it is: callers at once (or a script in a
     /// loop) share one question instead of each putting it to the management API.
-    pub async fn ask(&self, management: &Management, archived: &[String]) -> Found {
+    pub async fn ask(&self, management: &Management, archived: &[Dlq]) -> Found {
         let _asking = self.asking.lock().await;
         if let Some(found) = self.cached().filter(|f| f.at.elapsed() < SHARED_FOR) {
             return found;
@@ -66,7 +67,7 @@ impl Discovery {
     pub fn latest(
         self: &Arc<Self>,
         management: &Arc<Management>,
-        archived: Vec<String>,
+        archived: Vec<Dlq>,
     ) -> Option<Found> {
         let cached = self.cached();
         // Unless a question is under way already: its answer comes soon.
@@ -79,8 +80,13 @@ impl Discovery {
 }
 
 /// The queues this instance archives.
-pub fn archived_queues(state: &AppState) -> Vec<String> {
-    state.status.snapshot().into_keys().collect()
+pub fn archived_queues(state: &AppState) -> Vec<Dlq> {
+    state
+        .status
+        .snapshot()
+        .into_keys()
+        .filter_map(|key| Dlq::parse(&key, &state.home_vhost).ok())
+        .collect()
 }
 
 /// What `GET /api/dlqs` answers.

@@ -60,7 +60,7 @@ impl From<ReplayError> for AppError {
         match e {
             ReplayError::UnknownMessage(_) => AppError::NotFound(e.to_string()),
             ReplayError::NoTarget
-            | ReplayError::MissingExchange(_)
+            | ReplayError::MissingExchange(..)
             | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
             ReplayError::NotAllowed(_) => AppError::Forbidden(e.to_string()),

@@ -24,7 +24,7 @@ pub(super) async fn export_messages(
     caller: Caller,
     AppQuery(params): AppQuery<ListParams>,
 ) -> Result<Response, AppError> {
-    let (filter, _) = params.parse(&state.business_fields)?;
+    let (filter, _) = params.parse(&state.business_fields, &state.home_vhost)?;
     let text = params.filters_only().to_query(None);
     let selection = Arc::new(Selection::Filter(Box::new(filter)));
     let first = state

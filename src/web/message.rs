@@ -118,6 +118,11 @@ pub struct MessagePage {
     pub nav: Nav,
     pub id: String,
     pub summary: MessageSummary,
+    /// The vhost it was archived from, named.
+    pub vhost: String,
+    /// The name of the queue it first died in, within that vhost (the archive's first-death
+    /// queue reads vhost/name outside the AMQP URL's vhost).
+    pub died_in: Option<String>,
     pub archived_at: String,
     pub delivered: String,
     pub properties: Vec<(&'static str, String)>,
@@ -412,6 +417,11 @@ pub async fn detail_page(
     let page = MessagePage {
         nav: Nav::new(Some(&caller), state.auth.mode),
         id: id.clone(),
+        vhost: state.vhost_name(&s.vhost).to_owned(),
+        died_in: s
+            .first_death
+            .as_ref()
+            .map(|f| crate::amqp::dlq::Dlq::from_key(&f.queue, &s.vhost).name),
         archived_at: utc(s.archived_at),
         delivered: format!(
             "{} → {}{}",

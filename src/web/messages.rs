@@ -197,7 +197,7 @@ pub async fn count_fragment(
     AppQuery(form): AppQuery<ListParams>,
 ) -> Result<Response, PageError> {
     let (filter, _) = form
-        .parse(&state.business_fields)
+        .parse(&state.business_fields, &state.home_vhost)
         .map_err(|e| PageError::new(AppError::from(e), &headers))?;
     state
         .masking
@@ -248,7 +248,7 @@ pub async fn list_page(
         return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response());
     }
     let parsed = form
-        .parse(&state.business_fields)
+        .parse(&state.business_fields, &state.home_vhost)
         .map_err(AppError::from)
         .and_then(|(filter, page)| {
             state.masking.check_search(caller.role, &filter)?;

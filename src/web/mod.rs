@@ -68,6 +68,8 @@ pub struct AppState {
     pub business_fields: Arc<[String]>,
     /// Where replays publish (the broker Lazarus consumes from).
     pub amqp_url: Arc<str>,
+    /// The AMQP URL's vhost: the one archived messages with an empty vhost are in.
+    pub home_vhost: Arc<str>,
     /// Wakes this process's replay job runner when a job is queued or resumed.
     pub jobs_wake: Arc<Notify>,
     pub auth: Arc<AuthSettings>,
@@ -97,6 +99,14 @@ pub struct AppState {
 
 impl AppState {
     /// Fresh metrics, status and runner wake-up around an archive; no authentication.
+    /// A stored vhost named: the empty one is the AMQP URL's.
+    pub fn vhost_name<'a>(&'a self, stored: &'a str) -> &'a str {
+        match stored {
+            "" => &self.home_vhost,
+            vhost => vhost,
+        }
+    }
+
     pub fn new(archive: Arc<dyn Console>, business_fields: Vec<String>, amqp_url: &str) -> Self {
         AppState {
             archive,
@@ -104,6 +114,7 @@ impl AppState {
             status: IngestStatus::default(),
             business_fields: business_fields.into(),
             amqp_url: Arc::from(amqp_url),
+            home_vhost: Arc::from(crate::amqp::dlq::home_vhost(amqp_url)),
             jobs_wake: Arc::new(Notify::new()),
             auth: Arc::new(AuthSettings::none()),
             throttle: Arc::new(Throttle::default()),

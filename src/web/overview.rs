@@ -160,7 +160,7 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
     let dlqs = state.management.as_ref().map(|management| {
         let found = state
             .discovery
-            .latest(management, consumers.keys().cloned().collect());
+            .latest(management, super::dlqs::archived_queues(&state));
         dlqs_card(found, &mut warnings)
     });
     let retention = state.retention.as_ref().map(|policy| RetentionLine {

@@ -378,15 +378,21 @@ async fn reaches(state: &AppState, job: &ReplayJob) -> Vec<String> {
     }
     let mut out = Vec::new();
     for t in job.plan.targets.iter().take(REACH_LOOKUPS) {
-        out.push(match management.reach(&t.exchange, &t.routing_key).await {
-            Ok(found) if found.is_empty() => "no queue: it would be unroutable".to_owned(),
-            Ok(found) => found
-                .iter()
-                .map(crate::amqp::routing::Destination::label)
-                .collect::<Vec<_>>()
-                .join(", "),
-            Err(e) => format!("not known ({e})"),
-        });
+        let vhost = match t.vhost.as_str() {
+            "" => management.vhost(),
+            vhost => vhost,
+        };
+        out.push(
+            match management.reach(vhost, &t.exchange, &t.routing_key).await {
+                Ok(found) if found.is_empty() => "no queue: it would be unroutable".to_owned(),
+                Ok(found) => found
+                    .iter()
+                    .map(crate::amqp::routing::Destination::label)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                Err(e) => format!("not known ({e})"),
+            },
+        );
     }
     out
 }

@@ -410,6 +410,104 @@ async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
         .await
 }
 
+/// `--discover-include vhost/pattern` reaches DLQs of other vhosts: archived under
+/// `vhost/name`, shown as archived, previewed by `lazarus discover`; a vhost no pattern names
+/// is left alone.
+#[tokio::test]
+async fn discover_archives_other_vhosts_a_pattern_names_rabbitmq4() {
+    let broker = Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let home = Vhost::create("vh-home");
+            let named = Vhost::create("vh-named");
+            let unnamed = Vhost::create("vh-unnamed");
+            let mut topologies = Vec::new();
+            for v in [&home, &named, &unnamed] {
+                let mut t = Topology::on(&v.url()).await;
+                dying_queue(&mut t, "orders", "orders.dlq").await;
+                t.queue("orders.dlq", Default::default()).await;
+                topologies.push(t);
+            }
+            let management = broker.management_url().unwrap();
+            let include = vec!["*.dlq".to_owned(), format!("{}/*", named.name)];
+            let app = TestApp::spawn_with(&[], |c| {
+                c.connection.amqp_url = home.url();
+                c.management_url = Some(management.clone());
+                c.discover.discover = true;
+                c.discover.patterns.include = include.clone();
+                c.discover.discover_interval_secs = 1;
+            })
+            .await;
+            for t in &topologies {
+                publish_many(&t.channel, "", "orders", "o", 2).await;
+            }
+            app.wait_for_archived(4, Duration::from_secs(30)).await;
+            let named_dlq = format!("{}/orders.dlq", named.name);
+            assert_eq!(app.ids("orders.dlq").await.len(), 2);
+            assert_eq!(app.ids(&named_dlq).await.len(), 2);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(app.archived().await, 4, "the unnamed vhost is left alone");
+            assert_eq!(topologies[2].depth("orders.dlq").await, 2);
+
+            let answer = wait_for_dlqs(&app, |a| {
+                dlq(a, &named.name, "orders.dlq").is_some_and(|d| d["archived"] == true)
+            })
+            .await;
+            assert_eq!(
+                dlq(&answer, &home.name, "orders.dlq").unwrap()["archived"],
+                true
+            );
+            assert_eq!(
+                dlq(&answer, &unnamed.name, "orders.dlq").unwrap()["archived"],
+                false
+            );
+            let audit = app.json("/api/audit", 200).await;
+            assert!(
+                audit.to_string().contains(&format!(
+                    "archiving {named_dlq}, found as the dead-letter queue of orders"
+                )),
+                "{audit}"
+            );
+
+            let preview = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+                .args(["discover", "--discover-include", &include.join(",")])
+                .env("LAZARUS_AMQP_URL", home.url())
+                .env("LAZARUS_MANAGEMENT_URL", &management)
+                .output()
+                .unwrap();
+            let shown = String::from_utf8_lossy(&preview.stdout);
+            assert!(preview.status.success(), "{shown} {preview:?}");
+            for (v, decision) in [
+                (&home, "\tarchive\t"),
+                (&named, "\tarchive\t"),
+                (&unnamed, "\tleave: --discover-include/--discover-exclude"),
+            ] {
+                let line = format!("{}/orders.dlq{decision}", v.name);
+                assert!(shown.contains(&line), "{line} in {shown}");
+            }
+
+            let mut app = app;
+            app.stop().await;
+            for t in topologies {
+                t.cleanup().await;
+            }
+        })
+        .await
+}
+
+/// `/api/dlqs` until `ready` holds for it (the broker gathers policies and statistics late).
+async fn wait_for_dlqs(app: &TestApp, ready: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let answer = app.json("/api/dlqs", 200).await;
+        if ready(&answer) {
+            return answer;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// `--discover` without `--management-url` stops at start with what to give.
 #[tokio::test]
 async fn discover_needs_a_management_url() {

@@ -34,4 +34,5 @@ mod seeds;
 mod served;
 mod signin;
 mod streams;
+mod vhosts;
 mod webhooks;

@@ -78,7 +78,7 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
     );
     assert!(archived.headers.as_ref().unwrap().get("x-death").is_some());
 
-    let mut publisher = Publisher::open(connect(&amqp_url(), "replay test").await.unwrap())
+    let mut publisher = Publisher::open(connect(&amqp_url(), "", "replay test").await.unwrap())
         .await
         .unwrap();
     let mut outcomes = Vec::new();
@@ -133,7 +133,7 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
     t.exchange(&fanout, ExchangeKind::Fanout).await;
     t.queue(&queue, Default::default()).await;
     t.bind(&queue, &fanout, "").await;
-    let mut publisher = Publisher::open(connect(&amqp_url(), "replay test").await.unwrap())
+    let mut publisher = Publisher::open(connect(&amqp_url(), "", "replay test").await.unwrap())
         .await
         .unwrap();
     assert!(publisher.exchange_exists(&fanout).await.unwrap());

@@ -194,9 +194,17 @@ pub struct Connection {
 impl Connection {
     /// Connects to `amqp_url` (`amqp://` or `amqps://`), shown as `name` in the management UI.
     pub async fn open(amqp_url: &str, name: &str) -> Result<Self, WireError> {
-        let uri: AMQPUri = amqp_url
+        Self::open_in(amqp_url, "", name).await
+    }
+
+    /// Opens a connection to `vhost` of the URL's broker (empty: the URL's own vhost).
+    pub async fn open_in(amqp_url: &str, vhost: &str, name: &str) -> Result<Self, WireError> {
+        let mut uri: AMQPUri = amqp_url
             .parse()
             .map_err(|e: String| WireError::Protocol(format!("invalid AMQP URL: {e}")))?;
+        if !vhost.is_empty() {
+            uri.vhost = vhost.to_owned();
+        }
         let runtime = lapin::runtime::default_runtime()
             .map_err(|e| WireError::Protocol(format!("no async runtime: {e}")))?;
         let connect = uri.connect_async(&runtime);

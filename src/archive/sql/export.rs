@@ -133,6 +133,7 @@ impl<T: SqlArchive> Export for T {
                         reason: "its body is missing".into(),
                     })?,
                     queue: m.summary.queue,
+                    vhost: m.summary.vhost,
                     archived_at: m.summary.archived_at,
                     exchange: m.delivered_exchange,
                     routing_key: m.delivered_routing_key,

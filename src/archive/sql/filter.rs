@@ -49,6 +49,12 @@ pub fn push_condition<'a, DB: sqlx::Database>(
 {
     let column = match field {
         "queue" => "queue",
+        // Only other vhosts' messages are indexed (`messages_vhost`): said so, the index serves.
+        "vhost" if !value.is_empty() => {
+            q.push(" AND vhost <> '' AND vhost = ").push_bind(value);
+            return;
+        }
+        "vhost" => "vhost",
         "reason" if value == NO_REASON => {
             q.push(" AND first_death_reason IS NULL");
             return;
@@ -130,9 +136,12 @@ pub fn push_freeze<'a, DB: sqlx::Database>(
     if spec.to_first_death_queue {
         // The default exchange routes a queue's name to that queue alone. A message without
         // death history has no such queue: no target.
+        // Outside the home vhost the column holds vhost/name, the vhost escaped (no `/`).
         q.push(
             ", messages.id, CASE WHEN messages.first_death_queue IS NULL THEN NULL ELSE '' END, \
-             messages.first_death_queue",
+             CASE WHEN messages.vhost = '' THEN messages.first_death_queue \
+             ELSE substr(messages.first_death_queue, length(replace(replace(messages.vhost, \
+             '%', '%25'), '/', '%2F')) + 2) END",
         );
         return;
     }

@@ -144,16 +144,18 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     let d = conn.dialect();
     // Ties in byte order, whatever the database's collation.
     let order = format!(
-        "n DESC, {}, {}",
+        "n DESC, {}, {}, {}",
+        d.byte_order("coalesce(m.vhost, '')"),
         d.byte_order("target_exchange"),
         d.byte_order("target_routing_key")
     );
+    // Each target is in the vhost of its messages (a message retention took: the home one).
+    let targets_of = "SELECT coalesce(m.vhost, '') AS vhost, i.target_exchange, \
+                      i.target_routing_key, count(*) AS n FROM replay_job_items i \
+                      LEFT JOIN messages m ON m.id = i.message_id WHERE i.job_id = $1";
     let targets = conn
         .fetch_all(
-            &format!(
-                "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
-                 WHERE job_id = $1 AND outcome IS NULL GROUP BY 1, 2 ORDER BY {order}"
-            ),
+            &format!("{targets_of} AND i.outcome IS NULL GROUP BY 1, 2, 3 ORDER BY {order}"),
             args![id],
         )
         .await?;
@@ -167,8 +169,8 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     let refused = conn
         .fetch_all(
             &format!(
-                "SELECT target_exchange, target_routing_key, count(*) AS n FROM replay_job_items \
-                 WHERE job_id = $1 AND outcome = 'skipped' AND detail = $2 GROUP BY 1, 2 ORDER BY {order}"
+                "{targets_of} AND i.outcome = 'skipped' AND i.detail = $2 GROUP BY 1, 2, 3 \
+                 ORDER BY {order}"
             ),
             args![id, NOT_ALLOWED],
         )

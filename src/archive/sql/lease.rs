@@ -358,7 +358,7 @@ impl<T: SqlArchive> JobLease for T {
         let rows = conn
             .fetch_all(
                 &format!(
-                    "SELECT i.message_id, i.target_exchange, i.target_routing_key, m.properties, \
+                    "SELECT i.message_id, m.vhost, i.target_exchange, i.target_routing_key, m.properties, \
                      m.headers, b.body FROM replay_job_items i JOIN messages m ON m.id = i.message_id \
                      JOIN message_bodies b ON b.message_id = i.message_id \
                      WHERE i.job_id = $1 AND {} ORDER BY i.message_id",

@@ -102,6 +102,7 @@ fn search_text(
         return None;
     }
     let message = IncomingMessage {
+        vhost: stored.summary.vhost.clone(),
         queue: stored.summary.queue,
         exchange: stored.delivered_exchange,
         routing_key: stored.delivered_routing_key,

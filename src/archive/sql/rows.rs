@@ -82,6 +82,7 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
     Ok(MessageSummary {
         id,
         queue: row.column("queue")?,
+        vhost: row.column("vhost")?,
         error: row.column("error")?,
         replay_of: row.column("replay_of")?,
         snippet: row.column("snippet")?,
@@ -290,6 +291,7 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
     };
     Ok(OutgoingMessage {
         message_id,
+        vhost: row.column("vhost")?,
         target: ReplayTarget {
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
@@ -311,6 +313,7 @@ pub fn plan_from_rows<R: ArchiveRow>(
     let mut plan = Plan::default();
     let target = |row: &R| -> Result<TargetCount, sqlx::Error> {
         Ok(TargetCount {
+            vhost: row.column("vhost")?,
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
             messages: row.column("n")?,

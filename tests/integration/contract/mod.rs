@@ -112,6 +112,7 @@ pub(super) fn delivery(queue: &str, name: &str, death: Option<Death<'_>>) -> Inc
         headers
     });
     IncomingMessage {
+        vhost: String::new(),
         queue: queue.into(),
         exchange: "dlx".into(),
         routing_key: "work".into(),

@@ -1,0 +1,185 @@
+//! A dead-letter queue's name across vhosts: `--queue name` is in the AMQP URL's vhost (the
+//! instance's home), `--queue vhost/name` in another. The archive keys a DLQ by [`Dlq::key`],
+//! which is the bare name at home (as before vhosts were known) and `vhost/name` elsewhere.
+
+/// A DLQ, in the home vhost (`vhost` empty) or in a named one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dlq {
+    /// Empty: the AMQP URL's own vhost.
+    pub vhost: String,
+    pub name: String,
+}
+
+impl Dlq {
+    /// A DLQ of the home vhost.
+    pub fn home(name: impl Into<String>) -> Self {
+        Dlq {
+            vhost: String::new(),
+            name: name.into(),
+        }
+    }
+
+    /// Reads `name`, `vhost/name` (the vhost percent-encoded where it holds `/` or `%`:
+    /// `%2F/name` is the vhost `/`) or `/name` (a home queue whose name holds `/`). A vhost
+    /// equal to `home` (the AMQP URL's) is the home vhost.
+    pub fn parse(spec: &str, home: &str) -> Result<Self, String> {
+        let (vhost, name) = match spec.split_once('/') {
+            None => (String::new(), spec),
+            Some((vhost, name)) => (unescape(vhost)?, name),
+        };
+        if name.is_empty() {
+            return Err(format!("{spec:?} names no queue: give name or vhost/name"));
+        }
+        let vhost = if vhost == home { String::new() } else { vhost };
+        Ok(Dlq {
+            vhost,
+            name: name.to_owned(),
+        })
+    }
+
+    /// The DLQ as the archive keys it and every page shows it: the bare name at home,
+    /// `vhost/name` elsewhere (`/` and `%` in the vhost percent-encoded, so the first `/`
+    /// always ends the vhost).
+    pub fn key(&self) -> String {
+        qualify(&self.vhost, &self.name)
+    }
+
+    /// The vhost's name, the home vhost's being `home`.
+    pub fn vhost_name<'a>(&'a self, home: &'a str) -> &'a str {
+        if self.vhost.is_empty() {
+            home
+        } else {
+            &self.vhost
+        }
+    }
+
+    /// Reads back an archive key (`name`, or `vhost/name` with an encoded vhost) given the
+    /// vhost stored beside it: only a message of another vhost has the prefix.
+    pub fn from_key(key: &str, vhost: &str) -> Self {
+        if vhost.is_empty() {
+            return Dlq::home(key);
+        }
+        let name = key.split_once('/').map_or(key, |(_, name)| name);
+        Dlq {
+            vhost: vhost.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Dlq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+/// The vhost `amqp_url` names (`/` when it names none): the instance's home.
+pub fn home_vhost(amqp_url: &str) -> String {
+    amqp_url
+        .parse::<lapin::uri::AMQPUri>()
+        .map_or_else(|_| "/".to_owned(), |uri| uri.vhost)
+}
+
+/// ` in vhost "v"` for a message of another vhost, nothing for the home one: where an
+/// exchange or queue named in a message was looked for.
+pub fn in_vhost(vhost: &str) -> String {
+    match vhost {
+        "" => String::new(),
+        vhost => format!(" in vhost {vhost:?}"),
+    }
+}
+
+/// A queue name of `vhost` (empty: home) as the archive keys it.
+pub fn qualify(vhost: &str, name: &str) -> String {
+    if vhost.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{}/{name}", escape(vhost))
+    }
+}
+
+fn escape(vhost: &str) -> String {
+    vhost.replace('%', "%25").replace('/', "%2F")
+}
+
+fn unescape(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("{text:?}: % must start a hex escape such as %2F"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once unescaped"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_name_is_in_the_home_vhost() {
+        assert_eq!(
+            Dlq::parse("orders.dlq", "/").unwrap(),
+            Dlq::home("orders.dlq")
+        );
+        assert_eq!(Dlq::home("orders.dlq").key(), "orders.dlq");
+    }
+
+    #[test]
+    fn a_vhost_prefix_names_another_vhost() {
+        let dlq = Dlq::parse("tenant-a/orders.dlq", "/").unwrap();
+        assert_eq!(dlq.vhost, "tenant-a");
+        assert_eq!(dlq.name, "orders.dlq");
+        assert_eq!(dlq.key(), "tenant-a/orders.dlq");
+        assert_eq!(dlq.vhost_name("/"), "tenant-a");
+        assert_eq!(Dlq::home("x").vhost_name("/"), "/");
+    }
+
+    #[test]
+    fn the_home_vhost_named_is_home() {
+        assert_eq!(Dlq::parse("%2F/dlq", "/").unwrap(), Dlq::home("dlq"));
+        assert_eq!(Dlq::parse("shop/dlq", "shop").unwrap(), Dlq::home("dlq"));
+        // An empty vhost is home: the way to name a home queue with / in its name.
+        assert_eq!(Dlq::parse("/a/b", "shop").unwrap(), Dlq::home("a/b"));
+    }
+
+    #[test]
+    fn vhosts_with_slashes_round_trip_through_the_key() {
+        let dlq = Dlq::parse("prod%2Feu/x/y", "/").unwrap();
+        assert_eq!(dlq.vhost, "prod/eu");
+        assert_eq!(dlq.name, "x/y");
+        assert_eq!(dlq.key(), "prod%2Feu/x/y");
+        assert_eq!(Dlq::parse(&dlq.key(), "/").unwrap(), dlq);
+        assert_eq!(Dlq::from_key(&dlq.key(), "prod/eu"), dlq);
+        assert_eq!(Dlq::from_key("a/b", ""), Dlq::home("a/b"));
+        let percent = Dlq::parse("50%25/q", "/").unwrap();
+        assert_eq!(percent.vhost, "50%");
+        assert_eq!(percent.key(), "50%25/q");
+    }
+
+    #[test]
+    fn the_home_vhost_is_the_urls() {
+        assert_eq!(home_vhost("amqp://guest:guest@127.0.0.1:5672"), "/");
+        assert_eq!(home_vhost("amqp://127.0.0.1:5672/%2f"), "/");
+        assert_eq!(home_vhost("amqp://127.0.0.1:5672/shop?heartbeat=5"), "shop");
+    }
+
+    #[test]
+    fn bad_specs_say_why() {
+        assert!(Dlq::parse("tenant/", "/")
+            .unwrap_err()
+            .contains("names no queue"));
+        assert!(Dlq::parse("%zz/q", "/").unwrap_err().contains("hex escape"));
+        assert!(Dlq::parse("%ff/q", "/").unwrap_err().contains("UTF-8"));
+    }
+}

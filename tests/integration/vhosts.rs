@@ -1,0 +1,317 @@
+//! One instance archiving DLQs of two vhosts (`--queue vhost/name`): same-named queues stay
+//! apart in the archive, the vhost is a filter and a search field, and every replay — a job
+//! spanning both vhosts, a single one, one to the queue it died in — goes back into the
+//! message's own vhost.
+
+use std::time::Duration;
+
+use lapin::ExchangeKind;
+
+use crate::helpers::*;
+
+/// In the vhost at `url`: exchange `orders` routing `order` to `orders.work` (where every
+/// message dies at once into `orders.dlq`) and to `orders.audit`, which keeps a copy.
+async fn shop(url: &str, prefix: &str, n: usize) -> Topology {
+    let mut t = Topology::on(url).await;
+    t.exchange("orders", ExchangeKind::Direct).await;
+    t.queue("orders.dlq", Default::default()).await;
+    dying_queue(&mut t, "orders.work", "orders.dlq").await;
+    t.queue("orders.audit", Default::default()).await;
+    t.bind("orders.work", "orders", "order").await;
+    t.bind("orders.audit", "orders", "order").await;
+    for i in 0..n {
+        t.publish(
+            "orders",
+            "order",
+            b"{}",
+            json_props(&format!("{prefix}-{i}")),
+        )
+        .await;
+    }
+    t.wait_for_depth("orders.audit", n as u32, Duration::from_secs(5))
+        .await;
+    t
+}
+
+/// The `x-lazarus-replay-of` of every copy in `orders.audit`, consuming them.
+async fn replayed_into(url: &str) -> Vec<String> {
+    let mut links = drain_links(url, "orders.audit").await;
+    links.sort();
+    links
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+on_both_backends!(two_vhosts_are_archived_apart_and_replayed_each_into_its_own);
+async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
+    let home = Vhost::create("home");
+    let other = Vhost::create("other");
+    let home_shop = shop(&home.url(), "home", 3).await;
+    let other_shop = shop(&other.url(), "other", 2).await;
+    let other_dlq = format!("{}/orders.dlq", other.name);
+    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
+        c.connection.amqp_url = home.url();
+    })
+    .await;
+    app.wait_for_archived(5, Duration::from_secs(20)).await;
+    // The audit queues hold the first copies; from here on they catch replays only.
+    for t in [&home_shop, &other_shop] {
+        t.channel
+            .queue_purge("orders.audit".into(), Default::default())
+            .await
+            .unwrap();
+    }
+
+    // Same-named DLQs, counted apart.
+    let counts = app.archive.counts().await.unwrap();
+    let total = |queue: &str| -> i64 {
+        counts
+            .iter()
+            .filter(|c| c.queue == queue)
+            .map(|c| c.messages)
+            .sum()
+    };
+    assert_eq!(
+        (total("orders.dlq"), total(&other_dlq)),
+        (3, 2),
+        "{counts:?}"
+    );
+    let groups = app.archive.failure_groups(100).await.unwrap();
+    let first_died = |queue: &str| groups.iter().any(|g| g.queue == queue);
+    assert!(
+        first_died("orders.work") && first_died(&format!("{}/orders.work", other.name)),
+        "{groups:?}"
+    );
+
+    // The vhost is a filter and a search field, by its name (the home one too).
+    let app = &app;
+    let of = |query: String| async move {
+        let page = app.json(&format!("/api/messages?{query}"), 200).await;
+        page["messages"].as_array().unwrap().clone()
+    };
+    let in_other = of(format!("vhost={}", other.name)).await;
+    assert_eq!(in_other.len(), 2);
+    for m in &in_other {
+        assert_eq!(m["vhost"], other.name.as_str(), "{m}");
+        assert_eq!(m["queue"], other_dlq.as_str(), "{m}");
+        assert_eq!(
+            m["first_death"]["queue"],
+            format!("{}/orders.work", other.name),
+            "{m}"
+        );
+    }
+    let at_home = of(format!("vhost={}", home.name)).await;
+    assert_eq!(at_home.len(), 3);
+    assert!(at_home.iter().all(|m| m["vhost"] == home.name.as_str()));
+    assert_eq!(of(format!("q=vhost:{}", other.name)).await.len(), 2);
+    assert_eq!(of("vhost=nowhere".into()).await.len(), 0);
+    let home_ids = sorted(app.ids("orders.dlq").await);
+    let other_ids = sorted(app.ids(&other_dlq).await);
+
+    // The message page names the vhost, and offers the queue it died in by its own name.
+    let page = app.get(&format!("/messages/{}", other_ids[0])).await.text();
+    assert!(page.contains(&format!(">{}</a>", other.name)), "{page}");
+    assert!(
+        page.contains(r#"<input type="hidden" name="routing_key" value="orders.work">"#),
+        "{page}"
+    );
+
+    // One job over both vhosts: each message back into its own.
+    let job = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"filter": {"status": "open"}, "request_key": "both"}),
+            200,
+        )
+        .await;
+    // Its plan has a target per vhost: the other one named, the AMQP URL's left out.
+    let targets = job["plan"]["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "{job}");
+    let vhosts: Vec<&str> = targets
+        .iter()
+        .map(|t| t["vhost"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        vhosts.contains(&other.name.as_str()) && vhosts.contains(&""),
+        "{job}"
+    );
+    let id = job["id"].as_str().unwrap();
+    let done = app
+        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "completed")
+        .await;
+    assert_eq!(done["counts"]["published"], 5, "{done}");
+    home_shop
+        .wait_for_depth("orders.audit", 3, Duration::from_secs(5))
+        .await;
+    other_shop
+        .wait_for_depth("orders.audit", 2, Duration::from_secs(5))
+        .await;
+    assert_eq!(replayed_into(&home.url()).await, home_ids);
+    assert_eq!(replayed_into(&other.url()).await, other_ids);
+
+    // A single replay, and a job to the queue it first died in: the other vhost again.
+    let single = app
+        .post_json(
+            &format!("/api/messages/{}/replay", other_ids[0]),
+            serde_json::json!({"request_key": "one"}),
+            200,
+        )
+        .await;
+    assert_eq!(single["outcome"], "published", "{single}");
+    let died_in = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"ids": [other_ids[1]], "to_first_death_queue": true,
+                "include_replayed": true, "request_key": "died-in"}),
+            200,
+        )
+        .await;
+    assert_eq!(
+        died_in["plan"]["targets"][0]["routing_key"], "orders.work",
+        "{died_in}"
+    );
+    let id = died_in["id"].as_str().unwrap();
+    let done = app
+        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "completed")
+        .await;
+    assert_eq!(done["counts"]["published"], 1, "{done}");
+    other_shop
+        .wait_for_depth("orders.audit", 1, Duration::from_secs(5))
+        .await;
+    assert_eq!(replayed_into(&other.url()).await, [other_ids[0].clone()]);
+    // Both copies died again, in the other vhost: archived from its DLQ.
+    app.wait_for_archived(5 + 5 + 2, Duration::from_secs(20))
+        .await;
+    assert_eq!(app.ids(&other_dlq).await.len(), 2 + 2 + 2);
+    assert_eq!(home_shop.depth("orders.audit").await, 0);
+
+    home_shop.cleanup().await;
+    other_shop.cleanup().await;
+}
+
+on_both_backends!(a_vhost_that_does_not_exist_is_said_and_the_others_are_archived);
+async fn a_vhost_that_does_not_exist_is_said_and_the_others_are_archived() {
+    let home = Vhost::create("home");
+    let home_shop = shop(&home.url(), "home", 1).await;
+    let app = TestApp::spawn_with(&["orders.dlq", "no-such-vhost/orders.dlq"], |c| {
+        c.connection.amqp_url = home.url();
+    })
+    .await;
+    app.wait_for_archived(1, Duration::from_secs(20)).await;
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert!(
+        ready.text().contains("no-such-vhost/orders.dlq"),
+        "{}",
+        ready.text()
+    );
+    home_shop.cleanup().await;
+}
+
+on_both_backends!(a_target_exchange_missing_in_the_messages_vhost_pauses_the_job_naming_it);
+async fn a_target_exchange_missing_in_the_messages_vhost_pauses_the_job_naming_it() {
+    let home = Vhost::create("home");
+    let other = Vhost::create("other");
+    let mut home_shop = shop(&home.url(), "home", 1).await;
+    let other_shop = shop(&other.url(), "other", 1).await;
+    // `only-home` exists at home and not in the other vhost.
+    home_shop.exchange("only-home", ExchangeKind::Fanout).await;
+    let other_dlq = format!("{}/orders.dlq", other.name);
+    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
+        c.connection.amqp_url = home.url();
+    })
+    .await;
+    app.wait_for_archived(2, Duration::from_secs(20)).await;
+    let job = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"filter": {"status": "open"}, "request_key": "to-only-home",
+                "target": {"exchange": "only-home", "routing_key": "x"}}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let paused = app
+        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "paused")
+        .await;
+    let detail = paused["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("\"only-home\"") && detail.contains(&format!("vhost {:?}", other.name)),
+        "{paused}"
+    );
+    assert_eq!(paused["counts"]["published"], 0, "{paused}");
+    home_shop.cleanup().await;
+    other_shop.cleanup().await;
+}
+
+on_both_backends!(an_export_of_one_vhost_imports_with_its_vhost);
+async fn an_export_of_one_vhost_imports_with_its_vhost() {
+    let home = Vhost::create("home");
+    let other = Vhost::create("other");
+    let home_shop = shop(&home.url(), "home", 2).await;
+    let other_shop = shop(&other.url(), "other", 3).await;
+    let other_dlq = format!("{}/orders.dlq", other.name);
+    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
+        c.connection.amqp_url = home.url();
+    })
+    .await;
+    app.wait_for_archived(5, Duration::from_secs(20)).await;
+    let lazarus = |args: &[&str], database_url: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+            .args(args)
+            .args(["--database-url", database_url])
+            .env("LAZARUS_AMQP_URL", home.url())
+            .output()
+            .unwrap()
+    };
+    // `--vhost` selects the other vhost's messages; each line says its vhost.
+    let out = lazarus(&["export", "--vhost", &other.name], &app.database_url);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = exported
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for line in &lines {
+        assert_eq!(line["vhost"], other.name.as_str(), "{line}");
+        assert_eq!(line["queue"], other_dlq.as_str(), "{line}");
+    }
+    // The AMQP URL's own vhost is named as it is, and its messages carry no vhost.
+    let out = lazarus(&["export", "--vhost", &home.name], &app.database_url);
+    let at_home = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(at_home.lines().count(), 2);
+    assert!(!at_home.contains("\"vhost\""), "{at_home}");
+
+    // Imported elsewhere, they are still the other vhost's: filtered and replayed there.
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let file = dir.path().join("other.ndjson");
+    std::fs::write(&file, &exported).unwrap();
+    let imported = lazarus(&["import", file.to_str().unwrap()], &url);
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let again = lazarus(&["export", "--vhost", &other.name], &url);
+    let mut again: Vec<serde_json::Value> = String::from_utf8(again.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut before = lines.clone();
+    for line in again.iter_mut().chain(before.iter_mut()) {
+        line.as_object_mut().unwrap().remove("id");
+    }
+    assert_eq!(again, before);
+    home_shop.cleanup().await;
+    other_shop.cleanup().await;
+}
