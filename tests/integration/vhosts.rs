@@ -123,7 +123,8 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
     let job = app
         .post_json(
             "/api/replays",
-            serde_json::json!({"filter": {"status": "open"}, "request_key": "both"}),
+            serde_json::json!({"filter": {"status": "open"}, "request_key": "both",
+                "dry_run": true}),
             200,
         )
         .await;
@@ -139,6 +140,14 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
         "{job}"
     );
     let id = job["id"].as_str().unwrap();
+    let page = app.get(&format!("/replays/{id}")).await.text();
+    assert!(page.contains(&format!("in vhost {}", other.name)), "{page}");
+    app.post_json(
+        &format!("/api/replays/{id}/start"),
+        serde_json::json!({}),
+        200,
+    )
+    .await;
     let done = app
         .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "completed")
         .await;
