@@ -1,8 +1,10 @@
 //! The operator's kit in `deploy/` and the image's health check, checked with the real tools:
 //! the alert rules pass `promtool check rules` and their `promtool test rules`, every Lazarus
 //! series the rules and the Grafana dashboard name is one the server's metrics render (they
-//! cannot drift from the code), the dashboard's queries parse, the Dockerfile passes `hadolint`, and
-//! `lazarus health` (the Dockerfile's HEALTHCHECK) tells a live server from a missing one.
+//! cannot drift from the code), the dashboard's queries parse, the compose file passes
+//! `docker-compose config` and the Kubernetes manifest strict schema validation, the
+//! Dockerfile passes `hadolint`, and `lazarus health` (the Dockerfile's HEALTHCHECK) tells a
+//! live server from a missing one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -90,6 +92,65 @@ fn the_alert_rules_pass_promtool_and_their_tests() {
         &dir,
     );
     assert_success("promtool test rules", &test);
+}
+
+/// The compose file as a real Compose reads it: Debian's docker-compose 1.29 (`config`
+/// interpolates variables, merges the anchors and checks the schema; it needs no engine).
+/// It predates the top-level `name`, which is taken out of its copy.
+#[test]
+fn the_compose_file_passes_docker_compose_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy");
+    std::fs::create_dir(&deploy).unwrap();
+    let compose = std::fs::read_to_string(repo("deploy/docker-compose.yml")).unwrap();
+    assert!(
+        compose.contains("\nname: lazarus\n"),
+        "the project is named"
+    );
+    let without_name = compose.replace("\nname: lazarus\n", "\n");
+    std::fs::write(deploy.join("docker-compose.yml"), without_name).unwrap();
+    std::fs::copy(
+        repo("deploy/lazarus.env.example"),
+        deploy.join("lazarus.env"),
+    )
+    .unwrap();
+    let out = run("docker-compose", &["config"], &deploy);
+    assert_success("docker-compose config", &out);
+    let config = String::from_utf8_lossy(&out.stdout);
+    for service in [
+        "rabbitmq:",
+        "postgres:",
+        "lazarus-a:",
+        "lazarus-b:",
+        "oauth2-proxy:",
+    ] {
+        assert!(config.contains(service), "{service} in {config}");
+    }
+    // `$$` is a literal `$` to Compose: the proxy gets the regular expression it needs.
+    assert!(config.contains("^/(healthz|readyz)$"), "{config}");
+}
+
+/// The Kubernetes manifest against the API's own schemas (kubernetes-validate bundles them;
+/// `--strict` refuses fields the API does not know).
+#[test]
+fn the_kubernetes_manifest_passes_strict_schema_validation() {
+    let out = run(
+        "kubernetes-validate",
+        &["--strict", "lazarus.yaml"],
+        &repo("deploy/kubernetes"),
+    );
+    assert_success("kubernetes-validate", &out);
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    for resource in [
+        "service/lazarus",
+        "service/lazarus-pods",
+        "statefulset/lazarus",
+    ] {
+        assert!(
+            said.contains(&format!("passed for resource {resource}")),
+            "{said}"
+        );
+    }
 }
 
 #[test]
