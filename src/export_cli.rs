@@ -13,6 +13,7 @@ use crate::selection::ListParams;
 pub async fn write(
     archive: &dyn Export,
     selection: &Selection,
+    home_vhost: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<(u64, u64)> {
     let (mut after, mut messages, mut bytes) = (0, 0u64, 0u64);
@@ -24,11 +25,11 @@ pub async fn write(
             break;
         };
         after = last.id;
-        for m in &batch {
-            serde_json::to_writer(&mut *out, m)?;
+        for m in batch {
+            bytes += m.body.len() as u64;
+            serde_json::to_writer(&mut *out, &m.portable(home_vhost))?;
             out.write_all(b"\n")?;
             messages += 1;
-            bytes += m.body.len() as u64;
         }
     }
     out.flush()?;
@@ -48,13 +49,13 @@ fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 }
 
 pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
+    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
     let filter = config.filter.filters_only();
     let selection = match (config.ids.is_empty(), filter == ListParams::default()) {
         (false, true) => Selection::Ids(config.ids.clone()),
         (false, false) => anyhow::bail!("give either --id or filters, not both"),
         (true, _) => {
             let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
-            let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
             let (filter, _) = filter
                 .parse(&fields, &home_vhost)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -70,11 +71,11 @@ pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
             let file =
                 create_private(path).with_context(|| format!("creating {}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);
-            write(archive.as_ref(), &selection, &mut out).await?
+            write(archive.as_ref(), &selection, &home_vhost, &mut out).await?
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            write(archive.as_ref(), &selection, &mut out).await?
+            write(archive.as_ref(), &selection, &home_vhost, &mut out).await?
         }
     };
     eprintln!(

@@ -31,6 +31,7 @@ pub struct Imported {
 pub async fn import(
     archive: &dyn Archive,
     input: &mut dyn BufRead,
+    home_vhost: &str,
     rules: &IngestRules,
 ) -> anyhow::Result<Imported> {
     let mut state = Importer::default();
@@ -44,7 +45,7 @@ pub async fn import(
             let m: ExportedMessage = serde_json::from_str(line.trim_end())
                 .with_context(|| format!("line {number} is not an exported message"))?;
             bytes += m.body.len();
-            batch.push(m);
+            batch.push(m.stored(home_vhost));
         }
         if !batch.is_empty() && (read == 0 || batch.len() >= BATCH || bytes >= BATCH_BYTES) {
             state.store(archive, &batch, rules).await?;
@@ -207,6 +208,7 @@ fn incoming(m: &ExportedMessage) -> IncomingMessage {
 }
 
 pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
+    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
     let rules = config.ingest.rules();
     let url = &config.connection.database_url;
     let archive = archive::open(url)
@@ -217,11 +219,11 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
             let file =
                 std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
             let mut input = std::io::BufReader::new(file);
-            import(archive.as_ref(), &mut input, &rules).await?
+            import(archive.as_ref(), &mut input, &home_vhost, &rules).await?
         }
         _ => {
             let mut input = std::io::stdin().lock();
-            import(archive.as_ref(), &mut input, &rules).await?
+            import(archive.as_ref(), &mut input, &home_vhost, &rules).await?
         }
     };
     eprintln!(

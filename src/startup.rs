@@ -74,15 +74,8 @@ impl Application {
         );
         let schemas = config.schemas().map_err(anyhow::Error::msg)?;
         let home = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
-        let mut dlqs: Vec<Dlq> = Vec::new();
-        for spec in &config.queues {
-            let dlq = Dlq::parse(spec, &home).map_err(|e| anyhow::anyhow!("--queue {e}"))?;
-            anyhow::ensure!(
-                !dlqs.contains(&dlq),
-                "--queue {spec:?} names the DLQ {dlq} twice"
-            );
-            dlqs.push(dlq);
-        }
+        let dlqs = crate::amqp::dlq::parse_all(&config.queues, &home)
+            .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;

@@ -24,6 +24,8 @@ pub enum ConsumerState {
 #[derive(Debug, Clone, Default)]
 pub struct IngestStatus {
     queues: Arc<Mutex<BTreeMap<String, ConsumerState>>>,
+    /// The DLQ behind each key (a key reads `vhost/name` outside the AMQP URL's vhost).
+    dlqs: Arc<Mutex<BTreeMap<String, crate::amqp::dlq::Dlq>>>,
     /// What puts a DLQ's messages at risk although it is consumed (a delivery limit).
     warnings: Arc<Mutex<BTreeMap<String, String>>>,
 }
@@ -34,6 +36,20 @@ impl IngestStatus {
             .lock()
             .expect("status lock poisoned")
             .insert(queue.to_owned(), state);
+    }
+
+    /// Notes a DLQ being consumed, under its key.
+    pub fn consumes(&self, dlq: &crate::amqp::dlq::Dlq) {
+        self.dlqs
+            .lock()
+            .expect("status lock poisoned")
+            .insert(dlq.key(), dlq.clone());
+    }
+
+    /// The DLQs consumed, as they were named (not read back from their keys).
+    pub fn dlqs(&self) -> Vec<crate::amqp::dlq::Dlq> {
+        let dlqs = self.dlqs.lock().expect("status lock poisoned");
+        dlqs.values().cloned().collect()
     }
 
     pub fn snapshot(&self) -> BTreeMap<String, ConsumerState> {

@@ -80,10 +80,17 @@ pub fn choose(
     patterns: &Patterns,
 ) -> Choice {
     let mut choice = Choice::default();
+    let mut keys: HashSet<String> = archived.iter().map(Dlq::key).collect();
     for dlq in found {
         let id = dlq.identity(home);
         let why = if archived.contains(&id) {
             continue;
+        } else if keys.contains(&id.key()) {
+            format!(
+                "another archived DLQ goes by its name in the archive, {:?} (a queue of the \
+                 AMQP URL's vhost whose name holds /)",
+                id.key()
+            )
         } else if dlq.dead_letters_again {
             "it dead-letters again (a retry or delay queue): name it with --queue to archive it"
                 .to_owned()
@@ -99,6 +106,7 @@ pub fn choose(
                 true => "--discover-include/--discover-exclude leave it out".to_owned(),
             }
         } else {
+            keys.insert(id.key());
             choice.adopt.push(dlq);
             continue;
         };
@@ -176,11 +184,7 @@ pub async fn discover(
 pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()> {
     let management = Management::new(&config.management_url, &config.connection.amqp_url)?;
     let home = management.vhost().to_owned();
-    let queues = config
-        .queues
-        .iter()
-        .map(|q| Dlq::parse(q, &home))
-        .collect::<Result<Vec<_>, _>>()
+    let queues = crate::amqp::dlq::parse_all(&config.queues, &home)
         .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
     let found = management.discover(&queues).await?;
     let configured: HashSet<Dlq> = queues.into_iter().collect();

@@ -95,6 +95,7 @@ pub async fn supervise(dlq: Dlq, ctx: ConsumerContext) {
 /// metrics and archived messages go by [`Dlq::key`].
 pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
     let queue = dlq.key();
+    ctx.status.consumes(&dlq);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut kind = None;
     loop {
@@ -125,6 +126,20 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
                 ctx.metrics.ingest_error(&queue, "database");
                 ctx.status
                     .set(&queue, ConsumerState::DatabaseUnavailable(e.to_string()));
+            }
+            Err(ConsumeError::Broker(e)) if e.reply_code() == Some(530) => {
+                // NOT_ALLOWED on opening: the vhost does not exist, or the user may not use it.
+                let text = match dlq.vhost.as_str() {
+                    "" => format!("RabbitMQ refuses the AMQP URL's vhost ({e}); retrying"),
+                    vhost => format!(
+                        "RabbitMQ refuses the vhost {vhost:?} ({e}); retrying. (A queue of \
+                         the AMQP URL's vhost whose name holds / is written --queue /{})",
+                        dlq.key()
+                    ),
+                };
+                tracing::warn!(queue, "{text}");
+                ctx.metrics.ingest_error(&queue, "broker");
+                ctx.status.set(&queue, ConsumerState::Disconnected(text));
             }
             Err(e) => {
                 tracing::warn!(queue, error = %e, "consumer lost; reconnecting");

@@ -44,6 +44,14 @@ impl Dlq {
         qualify(&self.vhost, &self.name)
     }
 
+    /// The DLQ in words: `queue "b" of vhost "a"`, `queue "a/b" of the AMQP URL's vhost`.
+    pub fn describe(&self) -> String {
+        match self.vhost.as_str() {
+            "" => format!("queue {:?} of the AMQP URL's vhost", self.name),
+            vhost => format!("queue {:?} of vhost {vhost:?}", self.name),
+        }
+    }
+
     /// The vhost's name, the home vhost's being `home`.
     pub fn vhost_name<'a>(&'a self, home: &'a str) -> &'a str {
         if self.vhost.is_empty() {
@@ -71,6 +79,29 @@ impl std::fmt::Display for Dlq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.key())
     }
+}
+
+/// Every `--queue`, each once; two DLQs the archive would keep under one key (a home queue
+/// `a/b` and the queue `b` of vhost `a`) are refused.
+pub fn parse_all(specs: &[String], home: &str) -> Result<Vec<Dlq>, String> {
+    let mut dlqs: Vec<Dlq> = Vec::new();
+    for spec in specs {
+        let dlq = Dlq::parse(spec, home)?;
+        if let Some(twin) = dlqs.iter().find(|d| d.key() == dlq.key()) {
+            return Err(match *twin == dlq {
+                true => format!("{spec:?} names the {} twice", dlq.describe()),
+                false => format!(
+                    "{spec:?}: the {} and the {} would be archived under the same name {:?}; \
+                     archive one of them (or each from an instance of its own)",
+                    twin.describe(),
+                    dlq.describe(),
+                    dlq.key()
+                ),
+            });
+        }
+        dlqs.push(dlq);
+    }
+    Ok(dlqs)
 }
 
 /// The vhost `amqp_url` names (`/` when it names none): the instance's home.
@@ -172,6 +203,22 @@ mod tests {
         assert_eq!(home_vhost("amqp://guest:guest@127.0.0.1:5672"), "/");
         assert_eq!(home_vhost("amqp://127.0.0.1:5672/%2f"), "/");
         assert_eq!(home_vhost("amqp://127.0.0.1:5672/shop?heartbeat=5"), "shop");
+    }
+
+    #[test]
+    fn two_dlqs_under_one_key_are_refused() {
+        let specs = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let both = parse_all(&specs(&["/a/b", "a/b"]), "/").unwrap_err();
+        assert!(both.contains("same name \"a/b\""), "{both}");
+        assert!(
+            both.contains("queue \"a/b\" of the AMQP URL's vhost"),
+            "{both}"
+        );
+        assert!(both.contains("queue \"b\" of vhost \"a\""), "{both}");
+        let twice = parse_all(&specs(&["dlq", "%2F/dlq"]), "/").unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+        let fine = parse_all(&specs(&["dlq", "a/dlq", "b/dlq"]), "/").unwrap();
+        assert_eq!(fine.len(), 3);
     }
 
     #[test]

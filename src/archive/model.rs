@@ -523,10 +523,12 @@ pub struct ExportedMessage {
     #[serde(serialize_with = "id_as_string", deserialize_with = "id_from_string")]
     #[schema(value_type = String)]
     pub id: i64,
-    /// The DLQ as the archive keys it: its name, or `vhost/name` outside the AMQP URL's vhost.
+    /// The DLQ's name, within its vhost (in the archive's own form, see
+    /// [`ExportedMessage::portable`], outside a file).
     pub queue: String,
-    /// That DLQ's vhost; absent: the AMQP URL's own (of the instance that archived it).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// The DLQ's vhost, named; absent (a file of an earlier version): the importing
+    /// instance's AMQP URL vhost.
+    #[serde(default)]
     pub vhost: String,
     #[serde(with = "time::serde::rfc3339")]
     pub archived_at: OffsetDateTime,
@@ -556,6 +558,26 @@ pub struct ExportedMessage {
     pub replay_of: Option<i64>,
     /// Its replays, oldest first.
     pub replays: Vec<ExportedReplay>,
+}
+
+impl ExportedMessage {
+    /// As a file carries it between instances: the vhost named (the archive keeps the AMQP
+    /// URL's own, `home`, as empty) and the queue by its name within that vhost.
+    pub fn portable(mut self, home: &str) -> Self {
+        let dlq = crate::amqp::dlq::Dlq::from_key(&self.queue, &self.vhost);
+        self.vhost = dlq.vhost_name(home).to_owned();
+        self.queue = dlq.name;
+        self
+    }
+
+    /// Back in the archive's form, on the instance whose AMQP URL vhost is `home`.
+    pub fn stored(mut self, home: &str) -> Self {
+        if self.vhost == home {
+            self.vhost.clear();
+        }
+        self.queue = crate::amqp::dlq::qualify(&self.vhost, &self.queue);
+        self
+    }
 }
 
 /// One replay of an exported message, whole: what it published (an edit too) and how it went.

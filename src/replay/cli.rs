@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::job::{run_one, RunnerSettings};
 use super::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
 use super::policy::ExchangePolicy;
-use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob};
+use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob, TargetCount};
 use crate::config::{redact_url, ReplayConfig};
 use crate::death::ReplayTarget;
 use crate::selection::ListParams;
@@ -92,26 +92,21 @@ pub fn plan_text(job: &ReplayJob) -> String {
         "Replay job {}: {} messages selected, {} to publish\n",
         job.id, p.messages, p.to_publish
     );
+    let label = |t: &TargetCount| {
+        let target = ReplayTarget {
+            exchange: t.exchange.clone(),
+            routing_key: t.routing_key.clone(),
+        };
+        format!("{}{}", target.label(), crate::amqp::dlq::in_vhost(&t.vhost))
+    };
     for t in &p.targets {
-        out.push_str(&format!(
-            "  {:>8}  to {}\n",
-            t.messages,
-            ReplayTarget {
-                exchange: t.exchange.clone(),
-                routing_key: t.routing_key.clone(),
-            }
-            .label()
-        ));
+        out.push_str(&format!("  {:>8}  to {}\n", t.messages, label(t)));
     }
     for t in &p.refused_targets {
         out.push_str(&format!(
             "  {:>8}  NOT to {}: not an exchange --replay-exchange allows\n",
             t.messages,
-            ReplayTarget {
-                exchange: t.exchange.clone(),
-                routing_key: t.routing_key.clone(),
-            }
-            .label()
+            label(t)
         ));
     }
     out.push_str(&format!(

@@ -24,6 +24,9 @@ enum Stop {
     Left,
     /// The process is shutting down: hand the job back.
     Shutdown,
+    /// The broker refuses a vhost the job's messages go back into (it does not exist, or the
+    /// user may not use it): the job is paused, saying so.
+    Refused(String),
 }
 
 pub(super) struct Runner<'a> {
@@ -56,18 +59,19 @@ impl<'a> Runner<'a> {
         tracing::info!(job = id, owner = %self.settings.owner, "running replay job");
         let stop = self.publish(&job).await;
         self.close_publishers().await;
-        if let Stop::Shutdown = stop {
-            let detail = (self.settings.on_shutdown == JobState::Paused)
-                .then_some("interrupted: resume it to go on");
+        let (state, detail) = match &stop {
+            Stop::Left => (None, None),
+            Stop::Shutdown => (
+                Some(self.settings.on_shutdown),
+                (self.settings.on_shutdown == JobState::Paused)
+                    .then_some("interrupted: resume it to go on"),
+            ),
+            Stop::Refused(reason) => (Some(JobState::Paused), Some(reason.as_str())),
+        };
+        if let Some(state) = state {
             let _ = self
                 .archive
-                .release_job(
-                    id,
-                    &self.settings.owner,
-                    self.settings.on_shutdown,
-                    detail,
-                    false,
-                )
+                .release_job(id, &self.settings.owner, state, detail, false)
                 .await;
         }
         tracing::info!(job = id, "replay job left this runner");
@@ -126,13 +130,26 @@ impl<'a> Runner<'a> {
                 Ok(connection) => Publisher::open(connection).await,
                 Err(e) => Err(e),
             };
+            let place = crate::amqp::dlq::in_vhost(vhost);
             match opened {
                 Ok(publisher) => {
                     self.publishers.insert(vhost.to_owned(), publisher);
                 }
+                // NOT_ALLOWED: no such vhost, or no access to it. Waiting would not mend it.
+                Err(e) if e.reply_code() == Some(530) => {
+                    tracing::warn!(job = id, vhost, error = %e, "replay job refused a vhost");
+                    let which = match vhost {
+                        "" => "the AMQP URL's vhost".to_owned(),
+                        vhost => format!("the vhost {vhost:?}"),
+                    };
+                    return Err(Stop::Refused(format!(
+                        "RabbitMQ refuses {which} ({e}), so nothing more was published. \
+                         Create it or give the user access, then resume, or cancel the job."
+                    )));
+                }
                 Err(e) => {
                     tracing::warn!(job = id, vhost, error = %e, "replay job waits for RabbitMQ");
-                    let detail = format!("waiting for RabbitMQ: {e}");
+                    let detail = format!("waiting for RabbitMQ{place}: {e}");
                     self.wait(id, backoff.next_delay(), Some(&detail)).await?;
                 }
             }
@@ -310,7 +327,13 @@ impl<'a> Runner<'a> {
                 batches.insert("", Vec::new());
             }
             for vhost in batches.keys() {
-                self.publisher(id, vhost).await?;
+                if let Err(stop) = self.publisher(id, vhost).await {
+                    // Nothing of this step went out: it is to be done again, not reported as
+                    // possibly published.
+                    outcomes.extend(current.iter().map(|m| not_sent(m.message_id)));
+                    let _ = self.advance(id, &outcomes, 0).await;
+                    return Err(stop);
+                }
             }
             let settings = self.settings;
             let mut publishers = std::mem::take(&mut self.publishers);

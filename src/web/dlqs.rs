@@ -81,12 +81,7 @@ impl Discovery {
 
 /// The queues this instance archives.
 pub fn archived_queues(state: &AppState) -> Vec<Dlq> {
-    state
-        .status
-        .snapshot()
-        .into_keys()
-        .filter_map(|key| Dlq::parse(&key, &state.home_vhost).ok())
-        .collect()
+    state.status.dlqs()
 }
 
 /// What `GET /api/dlqs` answers.

@@ -27,10 +27,16 @@ pub(super) async fn export_messages(
     let (filter, _) = params.parse(&state.business_fields, &state.home_vhost)?;
     let text = params.filters_only().to_query(None);
     let selection = Arc::new(Selection::Filter(Box::new(filter)));
+    // Each message as a file carries it: its vhost named.
+    let home = state.home_vhost.clone();
+    let portable = move |batch: Vec<ExportedMessage>| -> Vec<ExportedMessage> {
+        batch.into_iter().map(|m| m.portable(&home)).collect()
+    };
     let first = state
         .archive
         .export_batch(&selection, 0, EXPORT_BATCH, EXPORT_BATCH_BYTES)
-        .await?;
+        .await
+        .map(&portable)?;
     let what = if text.is_empty() {
         "every message".to_owned()
     } else {
@@ -45,10 +51,12 @@ pub(super) async fn export_messages(
         first,
         move |last: &ExportedMessage| {
             let (archive, selection, after) = (archive.clone(), selection.clone(), last.id);
+            let portable = portable.clone();
             async move {
                 archive
                     .export_batch(&selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
                     .await
+                    .map(portable)
             }
         },
         "lazarus-messages.ndjson",

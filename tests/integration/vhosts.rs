@@ -40,6 +40,16 @@ async fn replayed_into(url: &str) -> Vec<String> {
     links
 }
 
+/// A vhost as `--queue` and the archive's keys write it.
+fn escaped(vhost: &str) -> String {
+    vhost.replace('%', "%25").replace('/', "%2F")
+}
+
+/// A query string value.
+fn encoded(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids.sort();
     ids
@@ -48,10 +58,12 @@ fn sorted(mut ids: Vec<String>) -> Vec<String> {
 on_both_backends!(two_vhosts_are_archived_apart_and_replayed_each_into_its_own);
 async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
     let home = Vhost::create("home");
-    let other = Vhost::create("other");
+    // A vhost name with / and %, escaped in `--queue` and in the archive's keys.
+    let other = Vhost::create("other/eu%");
+    let key = escaped(&other.name);
     let home_shop = shop(&home.url(), "home", 3).await;
     let other_shop = shop(&other.url(), "other", 2).await;
-    let other_dlq = format!("{}/orders.dlq", other.name);
+    let other_dlq = format!("{key}/orders.dlq");
     let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
         c.connection.amqp_url = home.url();
     })
@@ -82,7 +94,7 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
     let groups = app.archive.failure_groups(100).await.unwrap();
     let first_died = |queue: &str| groups.iter().any(|g| g.queue == queue);
     assert!(
-        first_died("orders.work") && first_died(&format!("{}/orders.work", other.name)),
+        first_died("orders.work") && first_died(&format!("{key}/orders.work")),
         "{groups:?}"
     );
 
@@ -92,21 +104,22 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
         let page = app.json(&format!("/api/messages?{query}"), 200).await;
         page["messages"].as_array().unwrap().clone()
     };
-    let in_other = of(format!("vhost={}", other.name)).await;
+    let in_other = of(format!("vhost={}", encoded(&other.name))).await;
     assert_eq!(in_other.len(), 2);
     for m in &in_other {
         assert_eq!(m["vhost"], other.name.as_str(), "{m}");
         assert_eq!(m["queue"], other_dlq.as_str(), "{m}");
         assert_eq!(
             m["first_death"]["queue"],
-            format!("{}/orders.work", other.name),
+            format!("{key}/orders.work"),
             "{m}"
         );
     }
-    let at_home = of(format!("vhost={}", home.name)).await;
+    let at_home = of(format!("vhost={}", encoded(&home.name))).await;
     assert_eq!(at_home.len(), 3);
     assert!(at_home.iter().all(|m| m["vhost"] == home.name.as_str()));
-    assert_eq!(of(format!("q=vhost:{}", other.name)).await.len(), 2);
+    let search = format!("vhost:\"{}\"", other.name);
+    assert_eq!(of(format!("q={}", encoded(&search))).await.len(), 2);
     assert_eq!(of("vhost=nowhere".into()).await.len(), 0);
     let home_ids = sorted(app.ids("orders.dlq").await);
     let other_ids = sorted(app.ids(&other_dlq).await);
@@ -210,14 +223,70 @@ async fn a_vhost_that_does_not_exist_is_said_and_the_others_are_archived() {
     })
     .await;
     app.wait_for_archived(1, Duration::from_secs(20)).await;
-    let ready = app.get("/readyz").await;
+    // The broker's refusal is said for that DLQ, with the spelling of a home queue with a /.
+    let start = std::time::Instant::now();
+    let ready = loop {
+        let ready = app.get("/readyz").await;
+        if ready.text().contains("refuses the vhost") || start.elapsed() > Duration::from_secs(10) {
+            break ready;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(ready.status, 503, "{}", ready.text());
+    let said: serde_json::Value = serde_json::from_str(&ready.text()).unwrap();
+    let detail = said.to_string();
     assert!(
-        ready.text().contains("no-such-vhost/orders.dlq"),
-        "{}",
-        ready.text()
+        detail.contains("no-such-vhost/orders.dlq")
+            && detail.contains("RabbitMQ refuses the vhost \\\"no-such-vhost\\\"")
+            && detail.contains("--queue /no-such-vhost/orders.dlq"),
+        "{detail}"
     );
     home_shop.cleanup().await;
+}
+
+on_both_backends!(a_job_into_a_vhost_that_is_gone_pauses_saying_so);
+async fn a_job_into_a_vhost_that_is_gone_pauses_saying_so() {
+    let home = Vhost::create("home");
+    let other = Vhost::create("other");
+    let other_shop = shop(&other.url(), "other", 2).await;
+    let other_dlq = format!("{}/orders.dlq", other.name);
+    let app = TestApp::spawn_with(&[&other_dlq], |c| {
+        c.connection.amqp_url = home.url();
+    })
+    .await;
+    app.wait_for_archived(2, Duration::from_secs(20)).await;
+    other_shop.cleanup().await;
+    let name = other.name.clone();
+    drop(other);
+    let job = app
+        .post_json(
+            "/api/replays",
+            serde_json::json!({"filter": {"status": "open"}, "request_key": "gone"}),
+            200,
+        )
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let paused = app
+        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "paused")
+        .await;
+    let detail = paused["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(&format!("RabbitMQ refuses the vhost {name:?}")),
+        "{paused}"
+    );
+    assert_eq!(paused["counts"]["published"], 0, "{paused}");
+    // Nothing was handed to the broker: cancelled, nothing "may have been published".
+    app.post_json(
+        &format!("/api/replays/{id}/cancel"),
+        serde_json::json!({}),
+        200,
+    )
+    .await;
+    let items = app.json(&format!("/api/replays/{id}/items"), 200).await;
+    assert!(
+        !items.to_string().contains("may have been published"),
+        "{items}"
+    );
 }
 
 on_both_backends!(a_target_exchange_missing_in_the_messages_vhost_pauses_the_job_naming_it);
@@ -256,8 +325,8 @@ async fn a_target_exchange_missing_in_the_messages_vhost_pauses_the_job_naming_i
     other_shop.cleanup().await;
 }
 
-on_both_backends!(an_export_of_one_vhost_imports_with_its_vhost);
-async fn an_export_of_one_vhost_imports_with_its_vhost() {
+on_both_backends!(an_export_names_vhosts_and_imports_into_an_instance_of_another_vhost);
+async fn an_export_names_vhosts_and_imports_into_an_instance_of_another_vhost() {
     let home = Vhost::create("home");
     let other = Vhost::create("other");
     let home_shop = shop(&home.url(), "home", 2).await;
@@ -268,59 +337,99 @@ async fn an_export_of_one_vhost_imports_with_its_vhost() {
     })
     .await;
     app.wait_for_archived(5, Duration::from_secs(20)).await;
-    let lazarus = |args: &[&str], database_url: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+    home_shop
+        .channel
+        .queue_purge("orders.audit".into(), Default::default())
+        .await
+        .unwrap();
+    let lazarus = |args: &[&str], database_url: &str, amqp_url: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
             .args(args)
             .args(["--database-url", database_url])
-            .env("LAZARUS_AMQP_URL", home.url())
+            .env("LAZARUS_AMQP_URL", amqp_url)
             .output()
-            .unwrap()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
     };
-    // `--vhost` selects the other vhost's messages; each line says its vhost.
-    let out = lazarus(&["export", "--vhost", &other.name], &app.database_url);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let exported = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<serde_json::Value> = exported
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 3);
-    for line in &lines {
-        assert_eq!(line["vhost"], other.name.as_str(), "{line}");
-        assert_eq!(line["queue"], other_dlq.as_str(), "{line}");
+    let lines = |out: std::process::Output| -> Vec<serde_json::Value> {
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    // Each line names its vhost, the AMQP URL's too, and its queue within that vhost.
+    let of_other = lines(lazarus(
+        &["export", "--vhost", &other.name],
+        &app.database_url,
+        &home.url(),
+    ));
+    assert_eq!(of_other.len(), 3);
+    let of_home = lines(lazarus(
+        &["export", "--vhost", &home.name],
+        &app.database_url,
+        &home.url(),
+    ));
+    assert_eq!(of_home.len(), 2);
+    for (line, vhost) in of_other
+        .iter()
+        .map(|l| (l, &other.name))
+        .chain(of_home.iter().map(|l| (l, &home.name)))
+    {
+        assert_eq!(line["vhost"], vhost.as_str(), "{line}");
+        assert_eq!(line["queue"], "orders.dlq", "{line}");
     }
-    // The AMQP URL's own vhost is named as it is, and its messages carry no vhost.
-    let out = lazarus(&["export", "--vhost", &home.name], &app.database_url);
-    let at_home = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(at_home.lines().count(), 2);
-    assert!(!at_home.contains("\"vhost\""), "{at_home}");
 
-    // Imported elsewhere, they are still the other vhost's: filtered and replayed there.
+    // Into an instance whose AMQP URL is the other vhost: its messages are at home there, and
+    // the first instance's home is the other vhost now. Exported again, nothing differs.
+    let file_dir = tempfile::tempdir().unwrap();
+    let file = file_dir.path().join("all.ndjson");
+    let all = lazarus(&["export"], &app.database_url, &home.url());
+    std::fs::write(&file, &all.stdout).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = archive_url(dir.path()).await;
-    let file = dir.path().join("other.ndjson");
-    std::fs::write(&file, &exported).unwrap();
-    let imported = lazarus(&["import", file.to_str().unwrap()], &url);
-    assert!(
-        imported.status.success(),
-        "{}",
-        String::from_utf8_lossy(&imported.stderr)
-    );
-    let again = lazarus(&["export", "--vhost", &other.name], &url);
-    let mut again: Vec<serde_json::Value> = String::from_utf8(again.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut before = lines.clone();
-    for line in again.iter_mut().chain(before.iter_mut()) {
-        line.as_object_mut().unwrap().remove("id");
-    }
-    assert_eq!(again, before);
+    lazarus(&["import", file.to_str().unwrap()], &url, &other.url());
+    let stored = "SELECT count(*) FROM messages WHERE";
+    let at_home_there = format!("{stored} vhost = '' AND queue = 'orders.dlq'");
+    assert_eq!(count_rows(&url, &at_home_there).await, 3);
+    let home_key = format!("{}/orders.dlq", home.name);
+    let elsewhere = format!("{stored} vhost = '{}' AND queue = '{home_key}'", home.name);
+    assert_eq!(count_rows(&url, &elsewhere).await, 2);
+    let strip = |mut lines: Vec<serde_json::Value>| {
+        for line in &mut lines {
+            line.as_object_mut().unwrap().remove("id");
+        }
+        lines.sort_by_key(|l| l.to_string());
+        lines
+    };
+    let again = lines(lazarus(&["export"], &url, &other.url()));
+    let before = lines(all);
+    assert_eq!(strip(again), strip(before));
+
+    // Replayed from there, a message goes back into its own vhost.
+    let mut there = TestApp::spawn_with(&[], |c| {
+        c.connection.amqp_url = other.url();
+        c.connection.database_url = url.clone();
+    })
+    .await;
+    let id = there.ids(&home_key).await[0].clone();
+    let replayed = there
+        .post_json(
+            &format!("/api/messages/{id}/replay"),
+            serde_json::json!({}),
+            200,
+        )
+        .await;
+    assert_eq!(replayed["outcome"], "published", "{replayed}");
+    home_shop
+        .wait_for_depth("orders.audit", 1, Duration::from_secs(5))
+        .await;
+    there.stop().await;
     home_shop.cleanup().await;
     other_shop.cleanup().await;
 }

@@ -125,6 +125,7 @@ impl TestApp {
 
     /// Every archived message of a queue, oldest first, following the cursors.
     pub async fn all_messages(&self, queue: &str) -> Vec<Value> {
+        let queue: String = form_urlencoded::byte_serialize(queue.as_bytes()).collect();
         let mut out = Vec::new();
         let mut cursor = String::new();
         loop {
@@ -161,6 +162,7 @@ impl TestApp {
     /// The message-ids of what `q` finds in `queue` through the API, sorted.
     pub async fn found(&self, queue: &str, q: &str) -> Vec<String> {
         let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+        let queue: String = form_urlencoded::byte_serialize(queue.as_bytes()).collect();
         let listed = self
             .json(&format!("/api/messages?queue={queue}&q={q}&limit=200"), 200)
             .await;
