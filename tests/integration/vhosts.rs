@@ -50,6 +50,23 @@ fn encoded(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
+/// Lazarus with `home` as its AMQP URL's vhost, archiving `queues`.
+async fn serve(home: &Vhost, queues: &[&str]) -> TestApp {
+    TestApp::spawn_with(queues, |c| c.connection.amqp_url = home.url()).await
+}
+
+/// Plans and starts a job as `request` says; the job once it has paused, and its detail.
+async fn paused_job(app: &TestApp, request: serde_json::Value) -> (serde_json::Value, String) {
+    let job = app.post_json("/api/replays", request, 200).await;
+    let id = job["id"].as_str().unwrap();
+    let paused = app
+        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "paused")
+        .await;
+    let detail = paused["detail"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(paused["counts"]["published"], 0, "{paused}");
+    (paused, detail)
+}
+
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids.sort();
     ids
@@ -64,10 +81,7 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
     let home_shop = shop(&home.url(), "home", 3).await;
     let other_shop = shop(&other.url(), "other", 2).await;
     let other_dlq = format!("{key}/orders.dlq");
-    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
-        c.connection.amqp_url = home.url();
-    })
-    .await;
+    let app = serve(&home, &["orders.dlq", &other_dlq]).await;
     app.wait_for_archived(5, Duration::from_secs(20)).await;
     // The audit queues hold the first copies; from here on they catch replays only.
     for t in [&home_shop, &other_shop] {
@@ -218,10 +232,7 @@ on_both_backends!(a_vhost_that_does_not_exist_is_said_and_the_others_are_archive
 async fn a_vhost_that_does_not_exist_is_said_and_the_others_are_archived() {
     let home = Vhost::create("home");
     let home_shop = shop(&home.url(), "home", 1).await;
-    let app = TestApp::spawn_with(&["orders.dlq", "no-such-vhost/orders.dlq"], |c| {
-        c.connection.amqp_url = home.url();
-    })
-    .await;
+    let app = serve(&home, &["orders.dlq", "no-such-vhost/orders.dlq"]).await;
     app.wait_for_archived(1, Duration::from_secs(20)).await;
     // The broker's refusal is said for that DLQ, with the spelling of a home queue with a /.
     let start = std::time::Instant::now();
@@ -250,31 +261,18 @@ async fn a_job_into_a_vhost_that_is_gone_pauses_saying_so() {
     let other = Vhost::create("other");
     let other_shop = shop(&other.url(), "other", 2).await;
     let other_dlq = format!("{}/orders.dlq", other.name);
-    let app = TestApp::spawn_with(&[&other_dlq], |c| {
-        c.connection.amqp_url = home.url();
-    })
-    .await;
+    let app = serve(&home, &[&other_dlq]).await;
     app.wait_for_archived(2, Duration::from_secs(20)).await;
     other_shop.cleanup().await;
     let name = other.name.clone();
     drop(other);
-    let job = app
-        .post_json(
-            "/api/replays",
-            serde_json::json!({"filter": {"status": "open"}, "request_key": "gone"}),
-            200,
-        )
-        .await;
-    let id = job["id"].as_str().unwrap();
-    let paused = app
-        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "paused")
-        .await;
-    let detail = paused["detail"].as_str().unwrap_or_default();
+    let request = serde_json::json!({"filter": {"status": "open"}, "request_key": "gone"});
+    let (paused, detail) = paused_job(&app, request).await;
     assert!(
         detail.contains(&format!("RabbitMQ refuses the vhost {name:?}")),
         "{paused}"
     );
-    assert_eq!(paused["counts"]["published"], 0, "{paused}");
+    let id = paused["id"].as_str().unwrap();
     // Nothing was handed to the broker: cancelled, nothing "may have been published".
     app.post_json(
         &format!("/api/replays/{id}/cancel"),
@@ -298,29 +296,15 @@ async fn a_target_exchange_missing_in_the_messages_vhost_pauses_the_job_naming_i
     // `only-home` exists at home and not in the other vhost.
     home_shop.exchange("only-home", ExchangeKind::Fanout).await;
     let other_dlq = format!("{}/orders.dlq", other.name);
-    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
-        c.connection.amqp_url = home.url();
-    })
-    .await;
+    let app = serve(&home, &["orders.dlq", &other_dlq]).await;
     app.wait_for_archived(2, Duration::from_secs(20)).await;
-    let job = app
-        .post_json(
-            "/api/replays",
-            serde_json::json!({"filter": {"status": "open"}, "request_key": "to-only-home",
-                "target": {"exchange": "only-home", "routing_key": "x"}}),
-            200,
-        )
-        .await;
-    let id = job["id"].as_str().unwrap();
-    let paused = app
-        .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "paused")
-        .await;
-    let detail = paused["detail"].as_str().unwrap_or_default();
+    let request = serde_json::json!({"filter": {"status": "open"}, "request_key": "to-only-home",
+        "target": {"exchange": "only-home", "routing_key": "x"}});
+    let (paused, detail) = paused_job(&app, request).await;
     assert!(
         detail.contains("\"only-home\"") && detail.contains(&format!("vhost {:?}", other.name)),
         "{paused}"
     );
-    assert_eq!(paused["counts"]["published"], 0, "{paused}");
     home_shop.cleanup().await;
     other_shop.cleanup().await;
 }
@@ -332,10 +316,7 @@ async fn an_export_names_vhosts_and_imports_into_an_instance_of_another_vhost() 
     let home_shop = shop(&home.url(), "home", 2).await;
     let other_shop = shop(&other.url(), "other", 3).await;
     let other_dlq = format!("{}/orders.dlq", other.name);
-    let app = TestApp::spawn_with(&["orders.dlq", &other_dlq], |c| {
-        c.connection.amqp_url = home.url();
-    })
-    .await;
+    let app = serve(&home, &["orders.dlq", &other_dlq]).await;
     app.wait_for_archived(5, Duration::from_secs(20)).await;
     home_shop
         .channel
