@@ -9,7 +9,7 @@ use axum::http::{header, Method};
 use axum::response::IntoResponse;
 use axum::Extension;
 use serde_json::{json, Value};
-use utoipa::openapi::path::Operation;
+use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
 use utoipa::openapi::security::{SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{OpenApi as Description, RefOr, Response};
@@ -188,9 +188,13 @@ fn link(operation: &mut Operation) {
 /// Adds to one operation who may call it and the errors it may answer.
 fn complete(operation: &mut Operation, path: &str, access: Option<Access>) {
     let mut errors: Vec<(u16, &str)> = Vec::new();
-    if operation.parameters.as_ref().is_some_and(|p| !p.is_empty())
-        || operation.request_body.is_some()
-    {
+    // A malformed query or body is a 400; a path's id that is none is a 404 (below), and any
+    // other path parameter (a job's action) is a 400 when it is not one of its values.
+    let takes_more_than_an_id = operation.parameters.iter().flatten().any(|p| match p {
+        RefOr::T(p) => !matches!(p.parameter_in, ParameterIn::Path) || p.name != "id",
+        RefOr::Ref(_) => true,
+    });
+    if takes_more_than_an_id || operation.request_body.is_some() {
         errors.push((
             400,
             "The request is not what the route takes: the error says what to fix",
@@ -416,6 +420,11 @@ mod tests {
             );
         }
         assert_eq!(purge["security"][0], json!({ "token": [] }));
+        // A bad id is a 404, never a 400; a job's action that is none is a 400.
+        let job = &doc["paths"]["/api/replays/{id}"]["get"]["responses"];
+        assert!(job["404"].is_object() && job["400"].is_null(), "{job}");
+        let control = &doc["paths"]["/api/replays/{id}/{action}"]["post"]["responses"];
+        assert!(control["404"].is_object() && control["400"].is_object());
         let links = &doc["paths"]["/api/messages"]["get"]["responses"]["200"]["links"];
         assert_eq!(links["message"]["operationId"], "get_message");
         let ids: Vec<&str> = doc["paths"]
