@@ -2,7 +2,8 @@
 //! group, a DLQ over its threshold and back under it, a replay job paused, cancelled and
 //! completed — each told once, retried when the receiver fails, never waiting on a dead
 //! receiver; two PostgreSQL instances tell each change once between them; HTTPS with the
-//! system's (here `SSL_CERT_FILE`'s) roots.
+//! system's (here `SSL_CERT_FILE`'s) roots; and the Teams card as the Adaptive Cards library
+//! reads it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -537,4 +538,76 @@ async fn webhook_test_says_which_receivers_took_it() {
         "the path is not shown: {complained}"
     );
     assert_eq!(receiver.count("test"), 2);
+}
+
+/// What the Adaptive Cards library says of `card` (`tests/integration/adaptive_card.js`, with
+/// npm's `adaptivecards` that `.ci/run` installs under `LAZARUS_TEST_NODE_MODULES`).
+fn adaptive_cards_say(card: &Value) -> (bool, String) {
+    use std::io::Write;
+    let modules = std::env::var("LAZARUS_TEST_NODE_MODULES").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/lazarus-test-node/node_modules",
+            std::env::var("HOME").unwrap()
+        )
+    });
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/adaptive_card.js");
+    let mut child = std::process::Command::new("node")
+        .arg(script)
+        .env("NODE_PATH", &modules)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs (.ci/run installs Node.js's adaptivecards)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(card.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !said.contains("Cannot find module"),
+        "adaptivecards is installed in {modules}: {said}"
+    );
+    (out.status.success(), said)
+}
+
+/// The card a Teams workflow receives, read by the Adaptive Cards library itself: no unknown
+/// element, no missing property, a version it supports — with a link and without one.
+#[test]
+fn the_teams_card_is_read_by_the_adaptive_cards_library_without_a_word() {
+    use lazarus::notify::event::{Event, Format};
+    let teams: lazarus::http::Target =
+        "https://prod-12.westeurope.logic.azure.com:443/workflows/abc/triggers/manual"
+            .parse()
+            .unwrap();
+    let format = Format::of(&teams);
+    let over = Event::OverThreshold {
+        queue: "invoices.dlq".into(),
+        open: 120,
+        threshold: 100,
+    };
+    for (event, url) in [
+        (over, Some("https://lazarus.example.com/")),
+        (Event::Test, None),
+    ] {
+        let payload = event.payload(url, format);
+        let card = &payload["attachments"][0]["content"];
+        assert_eq!(card["type"], "AdaptiveCard", "{payload}");
+        let (clean, said) = adaptive_cards_say(card);
+        assert!(clean, "{said} of {card}");
+    }
+    // The check can fail: a misspelt element and an action without its url.
+    let broken = json!({"type": "AdaptiveCard", "version": "1.4",
+        "body": [{"type": "TextBlok", "text": "x"}],
+        "actions": [{"type": "Action.OpenUrl", "title": "Open"}]});
+    let (clean, said) = adaptive_cards_say(&broken);
+    assert!(
+        !clean && said.contains("TextBlok") && said.contains("url"),
+        "{said}"
+    );
 }
