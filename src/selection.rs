@@ -165,13 +165,7 @@ impl ListParams {
         self.refuse_nul()?;
         let mut search = search::parse(given(&self.q).unwrap_or(""), business_fields)
             .map_err(|e| InvalidSelection(e.to_string()))?;
-        let stored_vhost = |v: &str| {
-            if v == home_vhost {
-                String::new()
-            } else {
-                v.to_owned()
-            }
-        };
+        let stored_vhost = |v: &str| crate::amqp::dlq::stored_vhost(v, home_vhost);
         for term in search.fields.iter_mut().filter(|t| t.field == "vhost") {
             term.value = stored_vhost(&term.value);
         }

@@ -129,11 +129,12 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
             }
             Err(ConsumeError::Broker(e)) if e.reply_code() == Some(530) => {
                 // NOT_ALLOWED on opening: the vhost does not exist, or the user may not use it.
-                let text = match dlq.vhost.as_str() {
-                    "" => format!("RabbitMQ refuses the AMQP URL's vhost ({e}); retrying"),
-                    vhost => format!(
-                        "RabbitMQ refuses the vhost {vhost:?} ({e}); retrying. (A queue of \
-                         the AMQP URL's vhost whose name holds / is written --queue /{})",
+                let refused = super::dlq::refused(&dlq.vhost);
+                let text = match dlq.vhost.is_empty() {
+                    true => format!("{refused} ({e}); retrying"),
+                    false => format!(
+                        "{refused} ({e}); retrying. (A queue of the AMQP URL's vhost whose \
+                         name holds / is written --queue /{})",
                         dlq.key()
                     ),
                 };

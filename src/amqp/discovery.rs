@@ -38,10 +38,7 @@ impl DiscoveredDlq {
     /// The DLQ as `--queue` and the archive know it (`home`: the AMQP URL's vhost).
     pub fn identity(&self, home: &str) -> super::dlq::Dlq {
         super::dlq::Dlq {
-            vhost: match self.vhost == home {
-                true => String::new(),
-                false => self.vhost.clone(),
-            },
+            vhost: super::dlq::stored_vhost(&self.vhost, home),
             name: self.name.clone(),
         }
     }

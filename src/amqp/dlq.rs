@@ -30,9 +30,8 @@ impl Dlq {
         if name.is_empty() {
             return Err(format!("{spec:?} names no queue: give name or vhost/name"));
         }
-        let vhost = if vhost == home { String::new() } else { vhost };
         Ok(Dlq {
-            vhost,
+            vhost: stored_vhost(&vhost, home),
             name: name.to_owned(),
         })
     }
@@ -54,11 +53,7 @@ impl Dlq {
 
     /// The vhost's name, the home vhost's being `home`.
     pub fn vhost_name<'a>(&'a self, home: &'a str) -> &'a str {
-        if self.vhost.is_empty() {
-            home
-        } else {
-            &self.vhost
-        }
+        named_vhost(&self.vhost, home)
     }
 
     /// Reads back an archive key (`name`, or `vhost/name` with an encoded vhost) given the
@@ -109,6 +104,31 @@ pub fn home_vhost(amqp_url: &str) -> String {
     amqp_url
         .parse::<lapin::uri::AMQPUri>()
         .map_or_else(|_| "/".to_owned(), |uri| uri.vhost)
+}
+
+/// A vhost as the archive stores it: empty for `home`, the AMQP URL's.
+pub fn stored_vhost(vhost: &str, home: &str) -> String {
+    match vhost == home {
+        true => String::new(),
+        false => vhost.to_owned(),
+    }
+}
+
+/// A stored vhost named: the empty one is `home`, the AMQP URL's.
+pub fn named_vhost<'a>(stored: &'a str, home: &'a str) -> &'a str {
+    match stored {
+        "" => home,
+        vhost => vhost,
+    }
+}
+
+/// `RabbitMQ refuses the vhost "v"` (or the AMQP URL's): a vhost it would not open, deleted
+/// or not the user's.
+pub fn refused(vhost: &str) -> String {
+    match vhost {
+        "" => "RabbitMQ refuses the AMQP URL's vhost".to_owned(),
+        vhost => format!("RabbitMQ refuses the vhost {vhost:?}"),
+    }
 }
 
 /// ` in vhost "v"` for a message of another vhost, nothing for the home one: where an

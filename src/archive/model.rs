@@ -572,9 +572,7 @@ impl ExportedMessage {
 
     /// Back in the archive's form, on the instance whose AMQP URL vhost is `home`.
     pub fn stored(mut self, home: &str) -> Self {
-        if self.vhost == home {
-            self.vhost.clear();
-        }
+        self.vhost = crate::amqp::dlq::stored_vhost(&self.vhost, home);
         self.queue = crate::amqp::dlq::qualify(&self.vhost, &self.queue);
         self
     }

@@ -138,13 +138,10 @@ impl<'a> Runner<'a> {
                 // NOT_ALLOWED: no such vhost, or no access to it. Waiting would not mend it.
                 Err(e) if e.reply_code() == Some(530) => {
                     tracing::warn!(job = id, vhost, error = %e, "replay job refused a vhost");
-                    let which = match vhost {
-                        "" => "the AMQP URL's vhost".to_owned(),
-                        vhost => format!("the vhost {vhost:?}"),
-                    };
                     return Err(Stop::Refused(format!(
-                        "RabbitMQ refuses {which} ({e}), so nothing more was published. \
-                         Create it or give the user access, then resume, or cancel the job."
+                        "{} ({e}), so nothing more was published. Create it or give the user \
+                         access, then resume, or cancel the job.",
+                        crate::amqp::dlq::refused(vhost)
                     )));
                 }
                 Err(e) => {

@@ -98,15 +98,12 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Fresh metrics, status and runner wake-up around an archive; no authentication.
     /// A stored vhost named: the empty one is the AMQP URL's.
     pub fn vhost_name<'a>(&'a self, stored: &'a str) -> &'a str {
-        match stored {
-            "" => &self.home_vhost,
-            vhost => vhost,
-        }
+        crate::amqp::dlq::named_vhost(stored, &self.home_vhost)
     }
 
+    /// Fresh metrics, status and runner wake-up around an archive; no authentication.
     pub fn new(archive: Arc<dyn Console>, business_fields: Vec<String>, amqp_url: &str) -> Self {
         AppState {
             archive,

@@ -378,10 +378,7 @@ async fn reaches(state: &AppState, job: &ReplayJob) -> Vec<String> {
     }
     let mut out = Vec::new();
     for t in job.plan.targets.iter().take(REACH_LOOKUPS) {
-        let vhost = match t.vhost.as_str() {
-            "" => management.vhost(),
-            vhost => vhost,
-        };
+        let vhost = crate::amqp::dlq::named_vhost(&t.vhost, management.vhost());
         out.push(
             match management.reach(vhost, &t.exchange, &t.routing_key).await {
                 Ok(found) if found.is_empty() => "no queue: it would be unroutable".to_owned(),
