@@ -97,24 +97,13 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
             })
             .await;
 
-            // The broker reports a queue's policy (and 4.0 a quorum queue's delivery limit)
-            // only once it gathered its statistics (seconds; more than 40 s under load on
-            // 4.0): ask until vhost b's DLQ is found through its source's policy, with its
-            // delivery limit known.
-            let start = Instant::now();
-            let answer = loop {
-                let answer = app.json("/api/dlqs", 200).await;
-                let known = dlq(&answer, &b.name, "b.dlq")
-                    .is_some_and(|d| d["warnings"].as_array().is_some_and(|w| !w.is_empty()));
-                if known {
-                    break answer;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(120),
-                    "b.dlq is found through its source's policy, with its delivery limit: {answer}"
-                );
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            };
+            // Ask until vhost b's DLQ is found through its source's policy, with its delivery
+            // limit known.
+            let answer = wait_for_dlqs(&app, |answer| {
+                dlq(answer, &b.name, "b.dlq")
+                    .is_some_and(|d| d["warnings"].as_array().is_some_and(|w| !w.is_empty()))
+            })
+            .await;
             assert_eq!(answer["enabled"], true);
 
             let found_a = dlq(&answer, &a.name, "a.dlq").expect("a.dlq is found");
@@ -495,7 +484,9 @@ async fn discover_archives_other_vhosts_a_pattern_names_rabbitmq4() {
         .await
 }
 
-/// `/api/dlqs` until `ready` holds for it (the broker gathers policies and statistics late).
+/// `/api/dlqs` until `ready` holds for it: the broker reports a queue's policy (and 4.0 a
+/// quorum queue's delivery limit) only once it gathered its statistics (seconds; more than
+/// 40 s under load on 4.0).
 async fn wait_for_dlqs(app: &TestApp, ready: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
@@ -503,8 +494,8 @@ async fn wait_for_dlqs(app: &TestApp, ready: impl Fn(&Value) -> bool) -> Value {
         if ready(&answer) {
             return answer;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(start.elapsed() < Duration::from_secs(120), "{answer}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
