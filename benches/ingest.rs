@@ -9,7 +9,8 @@
 //! redelivered (as after a broker crash), first into an empty archive, then once more into
 //! the archive that holds it already.
 //!
-//! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3, BENCH_PREFETCH=1000,
+//! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3,
+//! BENCH_PREFETCH=2000 (Lazarus' default; both consumers get it),
 //! BENCH_REDELIVERED=1 (0: no redelivered backlog), BENCH_DIRECT=1,
 //! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
 //! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
@@ -418,7 +419,7 @@ async fn redelivered(
 async fn main() {
     let n = env_or("BENCH_MESSAGES", 100_000);
     let big = env_or("BENCH_BIG", 3);
-    let prefetch = env_or("BENCH_PREFETCH", 1000) as u16;
+    let prefetch = env_or("BENCH_PREFETCH", 2000) as u16;
     let rounds = env_or("BENCH_ROUNDS", 3).max(1);
     let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
     let modes: &[bool] = if env_or("BENCH_DIRECT", 1) > 0 {

@@ -451,8 +451,10 @@ pub struct ServeConfig {
     #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
     pub queues: Vec<String>,
 
-    /// Unacked deliveries the broker may push ahead per queue.
-    #[arg(long, env = "LAZARUS_PREFETCH", default_value_t = 1000)]
+    /// Unacked deliveries the broker may push ahead per queue. Keep it at least three times
+    /// --batch-size: one batch fills while the ones before it are stored (one at a time on
+    /// SQLite, two at once on PostgreSQL) and acked.
+    #[arg(long, env = "LAZARUS_PREFETCH", default_value_t = 2000)]
     pub prefetch: u16,
 
     /// Commit a batch after this many messages.

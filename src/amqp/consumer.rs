@@ -4,14 +4,17 @@
 //! Any broker error drops the connection and starts over after a backoff: unacked
 //! deliveries come back flagged redelivered, and the archive recognises those it committed
 //! before the ack was lost (see `Archive::store_batch`).
-//! A batch is stored by a task of its own while the next one fills (one batch in the database
-//! at a time, acked in order). A database error holds the batch (unacked) and retries it; the
-//! consumer fills at most one batch more meanwhile, and takes nothing further.
+//! A batch is stored by a task of its own while the next one fills (as many batches in the
+//! database at a time as the archive takes at once, acked in order). A database error holds
+//! the batches in flight (unacked) and retries them; the consumer fills at most one batch
+//! more meanwhile, and takes nothing further.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
+use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +23,7 @@ use super::dlq::Dlq;
 use super::headers::{AmqpValue, Table};
 use super::management::{DeliveryLimit, Management};
 use super::wire::{Channel, Connection, Delivery, Event, WireError};
-use crate::archive::{Archive, IncomingMessage, IngestRules, PreparedMessage};
+use crate::archive::{Archive, IncomingMessage, IngestRules, Numbering, PreparedMessage};
 use crate::metrics::{Metrics, QueueLabels};
 use crate::status::{ConsumerState, IngestStatus};
 
@@ -301,12 +304,18 @@ async fn consume_on(
             ctx.shutdown.clone(),
         ));
     }
-    let mut storing = None;
+    // A stream's batches are stored one at a time: its resume point is the highest offset
+    // stored, so a later batch must never be durable before an earlier one.
+    let at_once = match stream {
+        Some(_) => 1,
+        None => ctx.archive.batches_at_once().max(1),
+    };
+    let mut storing = InFlight::new(at_once);
     let result =
         consume_deliveries(&mut channel, dlq, ctx, &watch, &mut stream, &mut storing).await;
-    // Whatever ended it, the batch being stored is written (or given up) before the consumer
-    // reconnects: its redelivered copies must find it archived, not race it.
-    if let Some(mut store) = storing.take() {
+    // Whatever ended it, the batches being stored are written (or given up) before the
+    // consumer reconnects: their redelivered copies must find them archived, not race them.
+    for mut store in storing.batches {
         let _ = store.done().await;
     }
     result
@@ -320,7 +329,7 @@ async fn consume_deliveries(
     ctx: &ConsumerContext,
     watch: &DeliveryLimitWatch,
     stream: &mut Option<StreamPosition>,
-    storing: &mut Option<Storing>,
+    storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
     let queue = &dlq.key();
     let mut batch = Batch::default();
@@ -332,8 +341,8 @@ async fn consume_deliveries(
                 flush(channel, queue, &mut batch, ctx, storing).await?;
                 return Ok(());
             }
-            stored = async { storing.as_mut().expect("checked").done().await }, if storing.is_some() => {
-                let store = storing.take().expect("checked");
+            stored = async { storing.batches.front_mut().expect("checked").done().await }, if !storing.batches.is_empty() => {
+                let store = storing.batches.pop_front().expect("checked");
                 store.acked(channel, stored, queue, ctx).await?;
             }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -525,27 +534,39 @@ impl Batch {
 }
 
 /// A batch being stored by a task of its own while the next batch fills: the broker's
-/// deliveries and their decoding go on during the commit (with `--prefetch` at least twice
-/// `--batch-size`, as by default, the broker has room to send the next batch meanwhile). One
-/// batch is stored at a time, and each is acked — `multiple`, up to its last delivery — only
-/// once it is durable, in delivery order.
+/// deliveries and their decoding go on during the commit (with `--prefetch` at least one
+/// `--batch-size` more than the batches in flight hold, as by default, the broker has room to
+/// send the next batch meanwhile). As many batches are stored at once as the archive takes
+/// ([`crate::archive::Ingest::batches_at_once`]: one on SQLite, whose writes take turns
+/// anyway), and each is acked — `multiple`, up to its last delivery — only once it and every
+/// batch before it are durable, in delivery order.
 struct Storing {
     last_tag: u64,
     /// Body bytes of the batch.
     bytes: usize,
+    /// Whether its archive ids are taken, for the batch after it ([`Numbering`]).
+    numbered: Option<watch::Receiver<bool>>,
     task: tokio::task::JoinHandle<Result<(), ConsumeError>>,
 }
 
 impl Storing {
-    fn start(queue: &str, batch: &mut Batch, ctx: &ConsumerContext) -> Option<Self> {
+    /// Starts storing the batch; `before` says when the batch before it has its ids.
+    fn start(
+        queue: &str,
+        batch: &mut Batch,
+        ctx: &ConsumerContext,
+        before: Option<watch::Receiver<bool>>,
+    ) -> Option<Self> {
         let last_tag = batch.last_tag?;
         let bytes = batch.bytes;
         let messages = std::mem::take(batch).messages;
         let (queue, ctx) = (queue.to_owned(), ctx.clone());
-        let task = tokio::spawn(async move { store(&queue, messages, &ctx).await });
+        let (numbering, numbered) = Numbering::after(before);
+        let task = tokio::spawn(async move { store(&queue, messages, &ctx, numbering).await });
         Some(Storing {
             last_tag,
             bytes,
+            numbered: Some(numbered),
             task,
         })
     }
@@ -588,48 +609,86 @@ impl Storing {
     }
 }
 
-/// Starts storing the batch once the one before it is stored and acked.
+/// The batches being stored, oldest first, and how many may be.
+struct InFlight {
+    batches: VecDeque<Storing>,
+    at_once: usize,
+}
+
+impl InFlight {
+    fn new(at_once: usize) -> Self {
+        InFlight {
+            batches: VecDeque::with_capacity(at_once),
+            at_once,
+        }
+    }
+}
+
+/// Starts storing the batch once there is room: the oldest batch in flight is stored and
+/// acked first when as many as the archive takes at once are.
 async fn hand_over(
     channel: &Channel,
     queue: &str,
     batch: &mut Batch,
     ctx: &ConsumerContext,
-    storing: &mut Option<Storing>,
+    storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
-    if let Some(before) = storing.take() {
-        before.settle(channel, queue, ctx).await?;
+    while storing.batches.len() >= storing.at_once {
+        let oldest = storing.batches.pop_front().expect("checked");
+        oldest.settle(channel, queue, ctx).await?;
     }
-    *storing = Storing::start(queue, batch, ctx);
+    let before = storing.batches.back_mut().and_then(|b| b.numbered.take());
+    let Some(started) = Storing::start(queue, batch, ctx, before) else {
+        return Ok(());
+    };
     // A batch cut by its size (big bodies) is stored before another is read: two of them at
     // once would double the memory `--batch-max-bytes` bounds.
-    if let Some(big) = storing.take_if(|s| s.bytes >= ctx.settings.max_bytes) {
-        big.settle(channel, queue, ctx).await?;
+    let big = started.bytes >= ctx.settings.max_bytes;
+    storing.batches.push_back(started);
+    if big {
+        settle_all(channel, queue, ctx, storing).await?;
     }
     Ok(())
 }
 
-/// Stores and acks everything held: the batch being stored, then the one filling.
+/// Waits for every batch in flight to be stored, acking each in turn.
+async fn settle_all(
+    channel: &Channel,
+    queue: &str,
+    ctx: &ConsumerContext,
+    storing: &mut InFlight,
+) -> Result<(), ConsumeError> {
+    while let Some(oldest) = storing.batches.pop_front() {
+        oldest.settle(channel, queue, ctx).await?;
+    }
+    Ok(())
+}
+
+/// Stores and acks everything held: the batches being stored, then the one filling.
 async fn flush(
     channel: &Channel,
     queue: &str,
     batch: &mut Batch,
     ctx: &ConsumerContext,
-    storing: &mut Option<Storing>,
+    storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
     hand_over(channel, queue, batch, ctx, storing).await?;
-    hand_over(channel, queue, batch, ctx, storing).await
+    settle_all(channel, queue, ctx, storing).await
 }
 
-/// Stores a batch, retrying while the database is unavailable.
+/// Stores a batch, retrying while the database is unavailable. Its rows are numbered after
+/// the batch before it and keep their numbers on a retry ([`Numbering`]), so archive ids
+/// follow delivery order whichever of the batches stored at once commits first.
 async fn store(
     queue: &str,
     mut messages: Vec<PreparedMessage>,
     ctx: &ConsumerContext,
+    mut numbering: Numbering,
 ) -> Result<(), ConsumeError> {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let started = Instant::now();
-        match ctx.archive.store_batch(&messages).await {
+        match ctx.archive.store_numbered(&messages, &mut numbering).await {
             Ok(outcome) => {
                 ctx.metrics
                     .batch_commit_seconds

@@ -30,8 +30,8 @@ pub use record::{
 pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Carry, Console, Export, Import, Ingest, InstanceLock,
-    JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Reindex, ReindexProgress,
-    ReplayLog, Retention, RetentionLog, Upkeep,
+    JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Numbering, Reindex,
+    ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -27,12 +27,78 @@ pub trait Ingest: Send + Sync {
     /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError>;
+    /// As [`Ingest::store_batch`], for a batch that may be stored beside others of its
+    /// consumer ([`Ingest::batches_at_once`]): its rows are numbered after the batch before
+    /// it, and keep their numbers when the store is tried again (see [`Numbering`]).
+    async fn store_numbered(
+        &self,
+        batch: &[PreparedMessage],
+        numbering: &mut Numbering,
+    ) -> Result<StoreOutcome, ArchiveError> {
+        // One batch at a time: numbered in turn by storing in turn.
+        let _ = numbering;
+        self.store_batch(batch).await
+    }
     /// Where to resume reading a stream DLQ: the offset after the last one archived from it
     /// (`None`: nothing archived from it as a stream yet).
     async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError>;
     /// Checks the database would take a write now (not locked by another writer, not a
     /// read-only replica): consumers take no deliveries before it would.
     async fn writable(&self) -> Result<(), ArchiveError>;
+    /// How many batches of one consumer may be stored at once (each on a connection of its
+    /// own; they are acked in delivery order whichever commits first).
+    fn batches_at_once(&self) -> usize {
+        1
+    }
+}
+
+/// The archive ids of a batch stored beside others: taken once the batch before it has
+/// taken its own, kept across attempts, so archive ids follow delivery order whichever
+/// batch commits first.
+#[derive(Debug, Default)]
+pub struct Numbering {
+    ids: Vec<i64>,
+    /// The batch before: `true` once its ids are taken (or closed, once its store ended).
+    before: Option<tokio::sync::watch::Receiver<bool>>,
+    /// For the batch after this one.
+    taken: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Numbering {
+    /// Numbering for a batch after the one `before` follows; the receiver returned follows
+    /// this one, for the batch after it.
+    pub fn after(
+        before: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> (Self, tokio::sync::watch::Receiver<bool>) {
+        let (taken, follow) = tokio::sync::watch::channel(false);
+        let numbering = Numbering {
+            ids: Vec::new(),
+            before,
+            taken: Some(taken),
+        };
+        (numbering, follow)
+    }
+
+    /// The ids taken by an earlier attempt (empty before the first).
+    pub fn taken(&self) -> &[i64] {
+        &self.ids
+    }
+
+    /// Waits until the batch before this one has its ids.
+    pub async fn wait_turn(&mut self) {
+        if let Some(mut before) = self.before.take() {
+            // An error: its store ended without ids (all copies, or given up).
+            let _ = before.wait_for(|taken| *taken).await;
+        }
+    }
+
+    /// Keeps the ids taken for the batch, and tells the batch after it.
+    pub fn keep(&mut self, ids: Vec<i64>) {
+        self.ids = ids;
+        if let Some(taken) = self.taken.take() {
+            taken.send_replace(true);
+        }
+    }
 }
 
 /// Reading the archive: one message, its body, totals and failure groups.
@@ -511,4 +577,41 @@ impl<
             + 'static,
     > Archive for T
 {
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Numbering;
+
+    #[tokio::test]
+    async fn a_batch_is_numbered_once_the_batch_before_it_is() {
+        let (mut first, numbered) = Numbering::after(None);
+        let (mut second, _) = Numbering::after(Some(numbered));
+        let mut waiting = tokio::spawn(async move {
+            second.wait_turn().await;
+            second
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "numbered before the batch before it"
+        );
+        first.keep(vec![7, 8]);
+        let second = (&mut waiting).await.unwrap();
+        assert!(second.taken().is_empty());
+        // A retry keeps the ids it took.
+        assert_eq!(first.taken(), &[7, 8]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_whose_store_ended_unnumbered_lets_the_next_go() {
+        let (first, numbered) = Numbering::after(None);
+        let (mut second, _) = Numbering::after(Some(numbered));
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), second.wait_turn())
+            .await
+            .expect("not held by a store that ended");
+    }
 }

@@ -226,7 +226,8 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
         if let Some(proxy) = &proxy {
             c.connection.database_url = proxy.url(&c.connection.database_url);
         }
-        // Batches of 5: one is stored (held, retrying) while the next fills behind it.
+        // Batches of 5: one (two on PostgreSQL) is stored, held and retrying, while the next
+        // fills behind it.
         c.batch_size = 5;
     })
     .await;
@@ -348,6 +349,88 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
         app.get("/readyz").await.status == 200
     })
     .await;
+    t.cleanup().await;
+}
+
+/// PostgreSQL stores two batches of a consumer at once (the server writes one while the
+/// other commits), and still acks them only once stored, in delivery order. Holding the
+/// totals table locked stops both where they write it, so the test sees them in flight.
+#[tokio::test]
+async fn postgres_stores_two_batches_at_once_and_acks_them_in_delivery_order() {
+    Backend::Postgres.scope(two_batches_at_once()).await
+}
+
+async fn two_batches_at_once() {
+    let dlq = unique("twoatonce");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, FieldTable::default()).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| {
+        c.batch_size = 10;
+        c.prefetch = 100;
+    })
+    .await;
+    wait_until("consuming", Duration::from_secs(10), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let mut holder = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE queue_reason_counts IN EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        let id = format!("pair-{i}");
+        t.publish("", &dlq, id.as_bytes(), json_props(&id)).await;
+    }
+    let mut monitor = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                   AND query LIKE '%INSERT INTO messages%'";
+    let mut stores: i64 = 0;
+    let start = Instant::now();
+    while stores < 2 && start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stores = sqlx::query_scalar(waiting)
+            .fetch_one(&mut monitor)
+            .await
+            .unwrap();
+    }
+    // Give a third one time to show up, were there one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stores = sqlx::query_scalar(waiting)
+        .fetch_one(&mut monitor)
+        .await
+        .unwrap();
+    assert_eq!(stores, 2, "batches being stored at once");
+    // Nothing stored, so nothing acked: the broker holds all 50 as delivered, unacked.
+    assert_eq!(app.archived().await, 0);
+    assert_eq!(unacked(&dlq), 50);
+
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    app.wait_for_archived(50, Duration::from_secs(30)).await;
+    let mut stored: Vec<(i64, String)> = app
+        .all_messages(&dlq)
+        .await
+        .iter()
+        .map(|m| {
+            let id: i64 = m["id"].as_str().unwrap().parse().unwrap();
+            (id, m["message_id"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    stored.sort();
+    let in_archive_order: Vec<&str> = stored.iter().map(|(_, m)| m.as_str()).collect();
+    let delivered: Vec<String> = (0..50).map(|i| format!("pair-{i}")).collect();
+    assert_eq!(in_archive_order, delivered);
+    wait_until("all acked", Duration::from_secs(30), || async {
+        unacked(&dlq) == 0
+    })
+    .await;
+    assert_eq!(t.depth(&dlq).await, 0);
     t.cleanup().await;
 }
 

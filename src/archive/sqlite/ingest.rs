@@ -142,6 +142,12 @@ impl Ingest for SqliteArchive {
         let mut outcome = StoreOutcome::default();
         // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
         // fails half-way on a lock upgrade when several consumers write at once.
+        // The batch's search words are gathered before the write lock is taken (copies among
+        // its messages hold the words of what they copy: nothing new).
+        let mut terms = super::terms::Terms::default();
+        for m in batch {
+            terms.add(&m.search_text);
+        }
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
         outcome.duplicates = duplicates;
@@ -190,10 +196,6 @@ impl Ingest for SqliteArchive {
                 });
                 q.build().execute(&mut *tx).await?;
             }
-        }
-        let mut terms = super::terms::Terms::default();
-        for (_, m) in &rows {
-            terms.add(&m.search_text);
         }
         terms.save(&mut tx).await?;
         record_overview(&mut tx, &rows).await?;
