@@ -324,27 +324,7 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     }
 
     outage.end().await;
-    app.wait_for_archived(20, Duration::from_secs(30)).await;
-    // Stored once each, batch after batch in the order they were delivered, and only then
-    // acked: the broker holds none of them any more.
-    let mut stored: Vec<(i64, String)> = app
-        .all_messages(&dlq)
-        .await
-        .iter()
-        .map(|m| {
-            let id: i64 = m["id"].as_str().unwrap().parse().unwrap();
-            (id, m["message_id"].as_str().unwrap().to_owned())
-        })
-        .collect();
-    stored.sort();
-    let in_archive_order: Vec<&str> = stored.iter().map(|(_, m)| m.as_str()).collect();
-    let delivered: Vec<String> = (0..20).map(|i| format!("locked-{i}")).collect();
-    assert_eq!(in_archive_order, delivered);
-    wait_until("all acked", Duration::from_secs(30), || async {
-        unacked(&dlq) == 0
-    })
-    .await;
-    assert_eq!(t.depth(&dlq).await, 0);
+    archived_in_delivery_order_and_acked(&app, &t, &dlq, "locked", 20).await;
     wait_until("ready again", Duration::from_secs(10), || async {
         app.get("/readyz").await.status == 200
     })
@@ -412,9 +392,24 @@ async fn two_batches_at_once() {
     assert_eq!(unacked(&dlq), 50);
 
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
-    app.wait_for_archived(50, Duration::from_secs(30)).await;
+    archived_in_delivery_order_and_acked(&app, &t, &dlq, "pair", 50).await;
+    t.cleanup().await;
+}
+
+/// Waits for the `n` messages published as `<prefix>-0`, `<prefix>-1`, ... to be archived,
+/// and checks they were stored once each, in the order they were delivered (archive ids
+/// follow it, whichever batch committed first), and only then acked: the broker holds none.
+async fn archived_in_delivery_order_and_acked(
+    app: &TestApp,
+    t: &Topology,
+    dlq: &str,
+    prefix: &str,
+    n: usize,
+) {
+    app.wait_for_archived(n as i64, Duration::from_secs(30))
+        .await;
     let mut stored: Vec<(i64, String)> = app
-        .all_messages(&dlq)
+        .all_messages(dlq)
         .await
         .iter()
         .map(|m| {
@@ -424,14 +419,13 @@ async fn two_batches_at_once() {
         .collect();
     stored.sort();
     let in_archive_order: Vec<&str> = stored.iter().map(|(_, m)| m.as_str()).collect();
-    let delivered: Vec<String> = (0..50).map(|i| format!("pair-{i}")).collect();
+    let delivered: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
     assert_eq!(in_archive_order, delivered);
     wait_until("all acked", Duration::from_secs(30), || async {
-        unacked(&dlq) == 0
+        unacked(dlq) == 0
     })
     .await;
-    assert_eq!(t.depth(&dlq).await, 0);
-    t.cleanup().await;
+    assert_eq!(t.depth(dlq).await, 0);
 }
 
 on_both_backends!(malformed_death_headers_are_archived_and_flagged);
