@@ -637,13 +637,17 @@ async fn hand_over(
         let oldest = storing.batches.pop_front().expect("checked");
         oldest.settle(channel, queue, ctx).await?;
     }
+    if batch.last_tag.is_none() {
+        return Ok(());
+    }
     let before = storing.batches.back_mut().and_then(|b| b.numbered.take());
+    let held: usize = storing.batches.iter().map(|b| b.bytes).sum();
     let Some(started) = Storing::start(queue, batch, ctx, before) else {
         return Ok(());
     };
-    // A batch cut by its size (big bodies) is stored before another is read: two of them at
-    // once would double the memory `--batch-max-bytes` bounds.
-    let big = started.bytes >= ctx.settings.max_bytes;
+    // Batches cut by their size (big bodies), or in flight together past it, are stored
+    // before more is read: what is held stays within twice the `--batch-max-bytes` it bounds.
+    let big = held + started.bytes >= ctx.settings.max_bytes;
     storing.batches.push_back(started);
     if big {
         settle_all(channel, queue, ctx, storing).await?;

@@ -3,7 +3,7 @@
 //! died again.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::search;
 use super::PostgresArchive;
@@ -196,27 +196,37 @@ async fn insert_batch(
     Ok(())
 }
 
-/// Stores messages known not to be archived yet, and counts them in `outcome` as inserted.
-/// Their ids come from the sequence first, so every table of the batch can go in as one
-/// statement ([`insert_batch`]): as many as the batch has messages, once the batch before it
-/// has taken its own, and the same again when the store is tried again ([`Numbering`]).
-async fn write_fresh(
-    conn: &mut PgConnection,
+/// Takes the batch's archive ids from the sequence, as many as it has messages (a retry
+/// stores no more rows than that), once the batch before it has taken its own, and keeps
+/// them for a retry ([`Numbering`]). Before any connection is held for the batch: a batch
+/// waiting its turn holds nothing another needs, and no transaction waits on it.
+async fn number(
+    pool: &PgPool,
     batch_len: usize,
-    fresh: Vec<&PreparedMessage>,
-    outcome: &mut StoreOutcome,
     numbering: &mut Numbering,
 ) -> Result<(), sqlx::Error> {
-    if numbering.taken().len() < fresh.len() {
+    if numbering.taken().len() < batch_len {
         numbering.wait_turn().await;
         let ids: Vec<i64> =
             sqlx::query_scalar("SELECT nextval('messages_id_seq') FROM generate_series(1, $1)")
-                .bind(batch_len.max(fresh.len()) as i64)
-                .fetch_all(&mut *conn)
+                .bind(batch_len as i64)
+                .fetch_all(pool)
                 .await?;
         numbering.keep(ids);
     }
-    let rows: Vec<(i64, &PreparedMessage)> = numbering.taken().iter().copied().zip(fresh).collect();
+    Ok(())
+}
+
+/// Stores messages known not to be archived yet, numbered with the batch's `ids`, and counts
+/// them in `outcome` as inserted. The ids are taken up front ([`number`]), so every table of
+/// the batch can go in as one statement ([`insert_batch`]).
+async fn write_fresh(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    fresh: Vec<&PreparedMessage>,
+    outcome: &mut StoreOutcome,
+) -> Result<(), sqlx::Error> {
+    let rows: Vec<(i64, &PreparedMessage)> = ids.iter().copied().zip(fresh).collect();
     insert_batch(conn, &rows).await?;
     outcome.inserted += rows.len() as u64;
     Ok(())
@@ -242,6 +252,8 @@ impl Ingest for PostgresArchive {
         if batch.is_empty() {
             return Ok(outcome);
         }
+        number(&self.pool, batch.len(), numbering).await?;
+        let ids = numbering.taken();
         let streams = stream_positions(batch);
         let replayed_copies = batch.iter().any(|m| m.replay_of.is_some());
         if streams.is_empty()
@@ -252,14 +264,7 @@ impl Ingest for PostgresArchive {
             // lookups, so no transaction to hold open. The one statement that writes the batch
             // commits it as a whole.
             let mut conn = self.pool.acquire().await?;
-            write_fresh(
-                &mut conn,
-                batch.len(),
-                batch.iter().collect(),
-                &mut outcome,
-                numbering,
-            )
-            .await?;
+            write_fresh(&mut conn, ids, batch.iter().collect(), &mut outcome).await?;
             return Ok(outcome);
         }
         // Some may be copies of rows already archived: look them up, then write the rest, in
@@ -272,7 +277,7 @@ impl Ingest for PostgresArchive {
         let originals: Vec<i64> = fresh.iter().filter_map(|m| m.replay_of).collect();
         lifecycle::copies_died(&mut Conn::from(&mut tx), &originals).await?;
         if !fresh.is_empty() {
-            write_fresh(&mut tx, batch.len(), fresh, &mut outcome, numbering).await?;
+            write_fresh(&mut tx, ids, fresh, &mut outcome).await?;
         }
         for (queue, next) in streams {
             sqlx::query(
