@@ -550,25 +550,26 @@ struct Storing {
 }
 
 impl Storing {
-    /// Starts storing the batch; `before` says when the batch before it has its ids.
+    /// Starts storing the batch, whose last delivery is `last_tag`; `before` says when the
+    /// batch before it has its ids.
     fn start(
         queue: &str,
+        last_tag: u64,
         batch: &mut Batch,
         ctx: &ConsumerContext,
         before: Option<watch::Receiver<bool>>,
-    ) -> Option<Self> {
-        let last_tag = batch.last_tag?;
+    ) -> Self {
         let bytes = batch.bytes;
         let messages = std::mem::take(batch).messages;
         let (queue, ctx) = (queue.to_owned(), ctx.clone());
         let (numbering, numbered) = Numbering::after(before);
         let task = tokio::spawn(async move { store(&queue, messages, &ctx, numbering).await });
-        Some(Storing {
+        Storing {
             last_tag,
             bytes,
             numbered: Some(numbered),
             task,
-        })
+        }
     }
 
     /// Waits for the store to end (a panic in it is the consumer's: see [`supervise`]).
@@ -637,14 +638,12 @@ async fn hand_over(
         let oldest = storing.batches.pop_front().expect("checked");
         oldest.settle(channel, queue, ctx).await?;
     }
-    if batch.last_tag.is_none() {
-        return Ok(());
-    }
-    let before = storing.batches.back_mut().and_then(|b| b.numbered.take());
-    let held: usize = storing.batches.iter().map(|b| b.bytes).sum();
-    let Some(started) = Storing::start(queue, batch, ctx, before) else {
+    let Some(last_tag) = batch.last_tag else {
         return Ok(());
     };
+    let before = storing.batches.back_mut().and_then(|b| b.numbered.take());
+    let held: usize = storing.batches.iter().map(|b| b.bytes).sum();
+    let started = Storing::start(queue, last_tag, batch, ctx, before);
     // Batches cut by their size (big bodies), or in flight together past it, are stored
     // before more is read: what is held stays within twice the `--batch-max-bytes` it bounds.
     let big = held + started.bytes >= ctx.settings.max_bytes;

@@ -33,10 +33,9 @@ pub trait Ingest: Send + Sync {
     async fn store_numbered(
         &self,
         batch: &[PreparedMessage],
-        numbering: &mut Numbering,
+        _numbering: &mut Numbering,
     ) -> Result<StoreOutcome, ArchiveError> {
         // One batch at a time: numbered in turn by storing in turn.
-        let _ = numbering;
         self.store_batch(batch).await
     }
     /// Where to resume reading a stream DLQ: the offset after the last one archived from it

@@ -140,14 +140,14 @@ impl Ingest for SqliteArchive {
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
         let mut outcome = StoreOutcome::default();
-        // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
-        // fails half-way on a lock upgrade when several consumers write at once.
         // The batch's search words are gathered before the write lock is taken (copies among
         // its messages hold the words of what they copy: nothing new).
         let mut terms = super::terms::Terms::default();
         for m in batch {
             terms.add(&m.search_text);
         }
+        // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
+        // fails half-way on a lock upgrade when several consumers write at once.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
         outcome.duplicates = duplicates;
