@@ -35,11 +35,19 @@ struct Instance {
     addr: SocketAddr,
     /// Every line it logged so far.
     log: Arc<Mutex<Vec<String>>>,
+    /// The PostgreSQL archive it was started on, if it was.
+    postgres: Option<String>,
 }
 
 impl Instance {
     async fn start(name: &'static str, amqp_url: &str, db: &str, flags: &[&str]) -> Instance {
-        let mut child = lazarus_command(amqp_url, "dlq", db, flags)
+        // Its PostgreSQL sessions carry its name, so that a kill can wait for them to end.
+        let postgres = db.starts_with("postgres").then(|| db.to_owned());
+        let db_url = match postgres {
+            Some(_) => format!("{db}?application_name={}", Self::session_name(name)),
+            None => db.to_owned(),
+        };
+        let mut child = lazarus_command(amqp_url, "dlq", &db_url, flags)
             .env(
                 "RUST_LOG",
                 "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::instance=info",
@@ -84,7 +92,13 @@ impl Instance {
             pid,
             addr,
             log,
+            postgres,
         }
+    }
+
+    /// The `application_name` of its database sessions.
+    fn session_name(name: &str) -> String {
+        format!("lazarus-test-{}", name.replace(' ', "-"))
     }
 
     /// Whether it logged a line with `text` in it.
@@ -107,9 +121,46 @@ impl Instance {
             .unwrap_or(0)
     }
 
+    /// SIGKILLs it and, on PostgreSQL, waits until its sessions have ended: a COMMIT it sent
+    /// just before it died is still carried out by the server, and what is read from the
+    /// database before its session ends may not show it yet.
     async fn sigkill(&mut self) {
+        use sqlx::Connection;
+        let Some(db) = &self.postgres else {
+            self.child.start_kill().unwrap();
+            self.child.wait().await.unwrap();
+            return;
+        };
+        let mut pg = sqlx::PgConnection::connect(db).await.unwrap();
+        let name = Self::session_name(self.name);
+        let mut sessions = async || -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(&name)
+                .fetch_one(&mut pg)
+                .await
+                .unwrap()
+        };
+        assert!(
+            sessions().await > 0,
+            "{} has no session named {name}",
+            self.name
+        );
         self.child.start_kill().unwrap();
         self.child.wait().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = sessions().await;
+            if left == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{left} sessions of the killed {} did not end",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = pg.close().await;
     }
 }
 
