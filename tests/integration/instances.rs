@@ -134,11 +134,15 @@ impl Instance {
         let mut pg = sqlx::PgConnection::connect(db).await.unwrap();
         let name = Self::session_name(self.name);
         let mut sessions = async || -> i64 {
-            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-                .bind(&name)
-                .fetch_one(&mut pg)
-                .await
-                .unwrap()
+            // Tests running at once name their instances alike; each has its own database.
+            sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND application_name = $1",
+            )
+            .bind(&name)
+            .fetch_one(&mut pg)
+            .await
+            .unwrap()
         };
         assert!(
             sessions().await > 0,
