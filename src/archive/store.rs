@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
+use tokio::sync::watch;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, ChunkLimit, ExportedMessage,
@@ -58,18 +59,16 @@ pub trait Ingest: Send + Sync {
 pub struct Numbering {
     ids: Vec<i64>,
     /// The batch before: `true` once its ids are taken (or closed, once its store ended).
-    before: Option<tokio::sync::watch::Receiver<bool>>,
+    before: Option<watch::Receiver<bool>>,
     /// For the batch after this one.
-    taken: Option<tokio::sync::watch::Sender<bool>>,
+    taken: Option<watch::Sender<bool>>,
 }
 
 impl Numbering {
     /// Numbering for a batch after the one `before` follows; the receiver returned follows
     /// this one, for the batch after it.
-    pub fn after(
-        before: Option<tokio::sync::watch::Receiver<bool>>,
-    ) -> (Self, tokio::sync::watch::Receiver<bool>) {
-        let (taken, follow) = tokio::sync::watch::channel(false);
+    pub fn after(before: Option<watch::Receiver<bool>>) -> (Self, watch::Receiver<bool>) {
+        let (taken, follow) = watch::channel(false);
         let numbering = Numbering {
             ids: Vec::new(),
             before,
