@@ -5,7 +5,8 @@
 //! every message ends with exactly one replay outcome. Also: a runner frozen inside a step's
 //! transaction is taken over when its lease ends; an instance restarted under its name takes
 //! its job back at once, and a second live process under the same name never does; work on
-//! a whole selection waits out the lock bound of other statements.
+//! a whole selection waits out the lock bound of other statements; the sessions say they are
+//! Lazarus'.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -904,6 +905,40 @@ async fn bulk_work_outwaits_the_lock_bound() {
         planned_in.as_secs_f64()
     );
     pg.close().await;
+}
+
+#[tokio::test]
+async fn sessions_are_named_lazarus_unless_the_url_names_them() {
+    Backend::Postgres.scope(session_names()).await
+}
+
+/// A DBA reading `pg_stat_activity` sees which sessions are Lazarus': the background pool's
+/// and the requests' are `lazarus`; a URL's own `application_name` (one per instance, say)
+/// is kept.
+async fn session_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let name_of = async |pool: &PgPool| -> String {
+        sqlx::query_scalar(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let archive = lazarus::archive::PostgresArchive::open(&db).await.unwrap();
+    assert_eq!(name_of(archive.pool()).await, "lazarus");
+    assert_eq!(name_of(archive.for_requests().pool()).await, "lazarus");
+    archive.pool().close().await;
+
+    let own = format!("{db}?application_name=billing-archive");
+    let archive = lazarus::archive::PostgresArchive::open(&own).await.unwrap();
+    assert_eq!(name_of(archive.pool()).await, "billing-archive");
+    assert_eq!(
+        name_of(archive.for_requests().pool()).await,
+        "billing-archive"
+    );
+    archive.pool().close().await;
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sha2::Digest;
 use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres, QueryBuilder};
 
 use super::sql::filter::push_freeze;
@@ -41,7 +41,8 @@ impl PostgresArchive {
         // Migrations run without the bounds below (an index on a large table can take longer
         // than any statement Lazarus itself runs); the advisory lock they take makes other
         // instances starting at once wait here.
-        let mut migrating = PgConnection::connect(url).await?;
+        let options = named(url.parse()?);
+        let mut migrating = PgConnection::connect_with(&options).await?;
         sqlx::migrate!("migrations/postgres")
             .run(&mut migrating)
             .await?;
@@ -49,7 +50,7 @@ impl PostgresArchive {
         let pool = bounded_pool()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            .connect_with(options)
             .await?;
         Ok(PostgresArchive { pool })
     }
@@ -103,6 +104,18 @@ const SESSION_BOUNDS: [(&str, &str); 3] = [
     ("lock_timeout", "10s"),
     ("statement_timeout", "30s"),
 ];
+
+/// The `application_name` of Lazarus' sessions, so that a DBA reading `pg_stat_activity` (or
+/// the server's log with `%a`) sees whose they are. A URL that names its own
+/// (`?application_name=billing-archive`, one per instance, say) keeps it.
+pub const SESSION_NAME: &str = "lazarus";
+
+fn named(options: PgConnectOptions) -> PgConnectOptions {
+    match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(SESSION_NAME),
+    }
+}
 
 /// Sets these parameters for the session.
 async fn set_bounds(conn: &mut PgConnection, bounds: &[(&str, &str)]) -> Result<(), sqlx::Error> {
