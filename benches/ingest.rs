@@ -7,11 +7,13 @@
 //! (no death history, BENCH_DIRECT=0 leaves it out). Then again with a few
 //! 16 MiB messages in the backlog to check the memory bound; then a backlog that comes back
 //! redelivered (as after a broker crash), first into an empty archive, then once more into
-//! the archive that holds it already.
+//! the archive that holds it already. With BENCH_FLOOR=1, each round also drains a backlog with
+//! the floor consumer (`floor_consumer`: the raw consumer appending each batch durably to the
+//! backend before it acks), the bound on what any archive-then-ack consumer could reach.
 //!
 //! `cargo bench --bench ingest`. Env: BENCH_MESSAGES=100000, BENCH_BIG=3,
 //! BENCH_PREFETCH=2000 (Lazarus' default; both consumers get it),
-//! BENCH_REDELIVERED=1 (0: no redelivered backlog), BENCH_DIRECT=1,
+//! BENCH_REDELIVERED=1 (0: no redelivered backlog), BENCH_DIRECT=1, BENCH_FLOOR=0,
 //! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
 //! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
@@ -21,6 +23,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use lapin::message::Delivery;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection};
@@ -118,6 +121,148 @@ async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: 
     if let Some(delivery) = last {
         delivery.ack(multiple).await.unwrap();
     }
+    let elapsed = start.elapsed();
+    channel.close(200, "done".into()).await.unwrap();
+    elapsed
+}
+
+/// A table to append deliveries to, with no index: the floor consumer's store.
+enum Appender {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+/// What the floor consumer keeps of a delivery: its routing key, exchange and body.
+type Landed = (String, String, Vec<u8>);
+
+impl Appender {
+    /// Creates the archive `target` names (WAL and `synchronous=FULL` on SQLite, as Lazarus
+    /// opens it) with one table in it.
+    async fn open(target: &Target) -> Appender {
+        use sqlx::migrate::MigrateDatabase;
+        use sqlx::{ConnectOptions, Connection, Executor};
+        const TABLE: &str = "CREATE TABLE landed (routing_key TEXT, exchange TEXT, body BYTEA)";
+        match &target.dir {
+            Some(_) => {
+                let mut conn = target
+                    .url
+                    .parse::<sqlx::sqlite::SqliteConnectOptions>()
+                    .unwrap()
+                    .create_if_missing(true)
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
+                    .connect()
+                    .await
+                    .unwrap();
+                conn.execute(TABLE).await.unwrap();
+                Appender::Sqlite(conn)
+            }
+            None => {
+                sqlx::Postgres::create_database(&target.url).await.unwrap();
+                let mut conn = sqlx::PgConnection::connect(&target.url).await.unwrap();
+                conn.execute(TABLE).await.unwrap();
+                Appender::Postgres(conn)
+            }
+        }
+    }
+
+    /// Appends `rows` in one transaction and returns once it is committed.
+    async fn append(&mut self, rows: &[Landed]) {
+        use sqlx::Connection;
+        let values = |first: fn(usize) -> String| {
+            (0..rows.len())
+                .map(|i| {
+                    format!(
+                        "({}, {}, {})",
+                        first(3 * i),
+                        first(3 * i + 1),
+                        first(3 * i + 2)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Appender::Sqlite(conn) => {
+                let sql = format!("INSERT INTO landed VALUES {}", values(|_| "?".into()));
+                let mut tx = conn.begin().await.unwrap();
+                let mut q = sqlx::query(&sql);
+                for (key, exchange, body) in rows {
+                    q = q.bind(key).bind(exchange).bind(body);
+                }
+                q.execute(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+            Appender::Postgres(conn) => {
+                let sql = format!(
+                    "INSERT INTO landed VALUES {}",
+                    values(|i| format!("${}", i + 1))
+                );
+                let mut tx = conn.begin().await.unwrap();
+                let mut q = sqlx::query(&sql);
+                for (key, exchange, body) in rows {
+                    q = q.bind(key).bind(exchange).bind(body);
+                }
+                q.execute(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        }
+    }
+}
+
+/// The floor under any consumer that archives before it acks (BENCH_FLOOR=1): the raw
+/// consumer, but each batch of 500 is first appended to `target` — routing key, exchange and
+/// body, into a table with no index, in one committed transaction — and acked (`multiple`)
+/// once that commit returns. A batch is stored by a task of its own while the next is read,
+/// as Lazarus stores. It decodes nothing and keeps no properties or headers: what it reaches
+/// bounds what any archive-then-ack design (a two-stage ingest that appends now and indexes
+/// later, say) could reach on this machine.
+async fn floor_consumer(
+    connection: &Connection,
+    queue: &str,
+    n: usize,
+    prefetch: u16,
+    target: &Target,
+) -> Duration {
+    let mut appender = Appender::open(target).await;
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    // One batch stored, one waiting for it, one filling: prefetch 2,000 holds them.
+    let (batches, mut to_store) = tokio::sync::mpsc::channel::<(Vec<Landed>, Delivery)>(1);
+    let store = tokio::spawn(async move {
+        while let Some((rows, last)) = to_store.recv().await {
+            appender.append(&rows).await;
+            last.ack(BasicAckOptions { multiple: true }).await.unwrap();
+        }
+    });
+    let mut rows = Vec::with_capacity(500);
+    for i in 1..=n {
+        let delivery = consumer.next().await.unwrap().unwrap();
+        rows.push((
+            delivery.routing_key.to_string(),
+            delivery.exchange.to_string(),
+            delivery.data.clone(),
+        ));
+        if i % 500 == 0 || i == n {
+            let batch = std::mem::replace(&mut rows, Vec::with_capacity(500));
+            batches.send((batch, delivery)).await.unwrap();
+        }
+    }
+    drop(batches);
+    store.await.unwrap();
     let elapsed = start.elapsed();
     channel.close(200, "done".into()).await.unwrap();
     elapsed
@@ -306,11 +451,24 @@ async fn lazarus(target: &Target, queue: &str, until: Until<'_>, prefetch: u16) 
     (elapsed, peak)
 }
 
-/// One timed drain of a backlog: the raw consumer, or Lazarus into one backend.
+/// Who drains a backlog.
+#[derive(Clone, Copy)]
+enum Contender<'a> {
+    /// The raw consumer: ack only.
+    Raw,
+    /// Lazarus into a fresh archive on this backend.
+    Lazarus(&'a str),
+    /// The floor consumer into a fresh archive on this backend ([`floor_consumer`]).
+    Floor(&'a str),
+}
+
+/// One timed drain of a backlog: the raw consumer, Lazarus or the floor into one backend.
 struct Run {
     round: usize,
     /// `None` for the raw consumer.
     backend: Option<&'static str>,
+    /// The floor consumer's run, not Lazarus'.
+    floor: bool,
     big: usize,
     /// What was special about the backlog, for the table.
     note: &'static str,
@@ -320,13 +478,13 @@ struct Run {
     rss: Option<f64>,
 }
 
-/// Fills a queue of its own with `n` messages (`big` of them 16 MiB), drains it with the raw
-/// consumer (`backend` = `None`) or with Lazarus into a fresh archive, and removes both.
+/// Fills a queue of its own with `n` messages (`big` of them 16 MiB), drains it with the
+/// contender (into a fresh archive for Lazarus and the floor), and removes both.
 async fn drain(
     connection: &Connection,
     channel: &Channel,
     queue: String,
-    backend: Option<&str>,
+    contender: Contender<'_>,
     (n, prefetch): (usize, u16),
     big: usize,
     (round, dead): (usize, bool),
@@ -334,36 +492,35 @@ async fn drain(
     let how = if dead { "dead-lettered" } else { "published" };
     println!("filling {queue} with {n} 1 KB messages and {big} of 16 MiB, {how}...");
     fill(channel, &queue, n, big, dead).await;
-    let run = match backend {
-        None => Run {
-            round,
-            backend: None,
-            big,
-            note: "",
-            dead,
-            elapsed: raw_consumer(connection, &queue, n, prefetch).await,
-            rss: None,
-        },
-        Some(name) => {
+    let mut run = Run {
+        round,
+        backend: None,
+        floor: false,
+        big,
+        note: "",
+        dead,
+        elapsed: Duration::ZERO,
+        rss: None,
+    };
+    match contender {
+        Contender::Raw => run.elapsed = raw_consumer(connection, &queue, n, prefetch).await,
+        Contender::Lazarus(name) | Contender::Floor(name) => {
+            let floor = matches!(contender, Contender::Floor(_));
             let target = Target::new(
                 name,
-                round * 4 + usize::from(big > 0) + 2 * usize::from(dead),
+                round * 8 + usize::from(big > 0) + 2 * usize::from(dead) + 4 * usize::from(floor),
             );
-            let (elapsed, rss) =
-                lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
-            let backend = Some(target.backend);
-            target.remove().await;
-            Run {
-                round,
-                backend,
-                big,
-                note: "",
-                dead,
-                elapsed,
-                rss: Some(rss),
+            if floor {
+                run.elapsed = floor_consumer(connection, &queue, n, prefetch, &target).await;
+            } else {
+                let (elapsed, rss) =
+                    lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
+                (run.elapsed, run.rss) = (elapsed, Some(rss));
             }
+            (run.backend, run.floor) = (Some(target.backend), floor);
+            target.remove().await;
         }
-    };
+    }
     channel
         .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await
@@ -385,6 +542,7 @@ async fn redelivered(
     let timed = |note, (elapsed, rss): (Duration, f64)| Run {
         round: 0,
         backend: Some(target.backend),
+        floor: false,
         big: 0,
         note,
         dead: true,
@@ -422,6 +580,7 @@ async fn main() {
     let prefetch = env_or("BENCH_PREFETCH", 2000) as u16;
     let rounds = env_or("BENCH_ROUNDS", 3).max(1);
     let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
+    let floor = env_or("BENCH_FLOOR", 0) > 0;
     let modes: &[bool] = if env_or("BENCH_DIRECT", 1) > 0 {
         &[true, false]
     } else {
@@ -438,18 +597,25 @@ async fn main() {
     for round in 1..=rounds {
         for &dead in modes {
             let queue = format!("bench.{tag}.raw.{round}.{dead}");
-            runs.push(drain(&connection, &channel, queue, None, sizes, 0, (round, dead)).await);
+            let raw = Contender::Raw;
+            runs.push(drain(&connection, &channel, queue, raw, sizes, 0, (round, dead)).await);
             for backend in &backends {
                 let queue = format!("bench.{tag}.{backend}.{round}.{dead}");
-                let b = Some(backend.as_str());
+                let b = Contender::Lazarus(backend);
                 runs.push(drain(&connection, &channel, queue, b, sizes, 0, (round, dead)).await);
+                if floor {
+                    let queue = format!("bench.{tag}.{backend}.floor.{round}.{dead}");
+                    let b = Contender::Floor(backend);
+                    let run = drain(&connection, &channel, queue, b, sizes, 0, (round, dead));
+                    runs.push(run.await);
+                }
             }
         }
     }
     if big > 0 {
         for backend in &backends {
             let queue = format!("bench.{tag}.{backend}.big");
-            let b = Some(backend.as_str());
+            let b = Contender::Lazarus(backend);
             runs.push(drain(&connection, &channel, queue, b, sizes, big, (0, true)).await);
         }
     }
@@ -472,6 +638,7 @@ async fn main() {
         };
         let name = match r.backend {
             None => format!("raw lapin consumer, ack only, {how}"),
+            Some(b) if r.floor => format!("floor: append-only consumer → {b}, {how}"),
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
             Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
             Some(b) => format!("lazarus → {b}, {how}"),
@@ -489,9 +656,9 @@ async fn main() {
         );
     }
     println!();
-    let rates = |backend: Option<&str>, dead: bool| -> Vec<f64> {
+    let rates = |backend: Option<&str>, dead: bool, floor: bool| -> Vec<f64> {
         runs.iter()
-            .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead)
+            .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead && r.floor == floor)
             .map(|r| rate(r.elapsed))
             .collect()
     };
@@ -501,12 +668,21 @@ async fn main() {
         } else {
             "published straight into the DLQ"
         };
-        let raw = rates(None, dead);
+        let raw = rates(None, dead, false);
         println!("{how}: raw median {:.0} msg/s", median(raw.clone()));
         for backend in ["SQLite", "PostgreSQL"] {
-            let own = rates(Some(backend), dead);
+            let own = rates(Some(backend), dead, false);
             if own.is_empty() {
                 continue;
+            }
+            let below = rates(Some(backend), dead, true);
+            if !below.is_empty() {
+                println!(
+                    "  floor (append-only consumer) → {backend}: median {:.0} msg/s, ratio of \
+                     medians {:.2}",
+                    median(below.clone()),
+                    median(below) / median(raw.clone())
+                );
             }
             let per_round: Vec<String> = own
                 .iter()
