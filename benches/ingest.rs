@@ -89,15 +89,19 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) 
     }
 }
 
-/// The baseline: consume and ack each message, nothing else.
-async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: u16) -> Duration {
+/// A channel with `prefetch` consuming `queue`, and when the consuming began.
+async fn consume(
+    connection: &Connection,
+    queue: &str,
+    prefetch: u16,
+) -> (Channel, lapin::Consumer, Instant) {
     let channel = connection.create_channel().await.unwrap();
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
         .await
         .unwrap();
     let start = Instant::now();
-    let mut consumer = channel
+    let consumer = channel
         .basic_consume(
             queue.into(),
             "".into(),
@@ -106,6 +110,12 @@ async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: 
         )
         .await
         .unwrap();
+    (channel, consumer, start)
+}
+
+/// The baseline: consume and ack each message, nothing else.
+async fn raw_consumer(connection: &Connection, queue: &str, n: usize, prefetch: u16) -> Duration {
+    let (channel, mut consumer, start) = consume(connection, queue, prefetch).await;
     // Acked as Lazarus acks a batch: every 500 at once (`multiple`), and the rest at the end.
     let multiple = BasicAckOptions { multiple: true };
     let mut last = None;
@@ -169,43 +179,31 @@ impl Appender {
     /// Appends `rows` in one transaction and returns once it is committed.
     async fn append(&mut self, rows: &[Landed]) {
         use sqlx::Connection;
-        let values = |first: fn(usize) -> String| {
-            (0..rows.len())
+        // The same statement on either backend, with its own placeholders.
+        let sql = |placeholder: fn(usize) -> String| {
+            let values: Vec<String> = (0..rows.len())
                 .map(|i| {
-                    format!(
-                        "({}, {}, {})",
-                        first(3 * i),
-                        first(3 * i + 1),
-                        first(3 * i + 2)
-                    )
+                    let [a, b, c] = [3 * i, 3 * i + 1, 3 * i + 2].map(placeholder);
+                    format!("({a}, {b}, {c})")
                 })
-                .collect::<Vec<_>>()
-                .join(", ")
+                .collect();
+            format!("INSERT INTO landed VALUES {}", values.join(", "))
         };
+        macro_rules! append_on {
+            ($conn:expr, $sql:expr) => {{
+                let sql = $sql;
+                let mut tx = $conn.begin().await.unwrap();
+                let mut q = sqlx::query(&sql);
+                for (key, exchange, body) in rows {
+                    q = q.bind(key).bind(exchange).bind(body);
+                }
+                q.execute(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+            }};
+        }
         match self {
-            Appender::Sqlite(conn) => {
-                let sql = format!("INSERT INTO landed VALUES {}", values(|_| "?".into()));
-                let mut tx = conn.begin().await.unwrap();
-                let mut q = sqlx::query(&sql);
-                for (key, exchange, body) in rows {
-                    q = q.bind(key).bind(exchange).bind(body);
-                }
-                q.execute(&mut *tx).await.unwrap();
-                tx.commit().await.unwrap();
-            }
-            Appender::Postgres(conn) => {
-                let sql = format!(
-                    "INSERT INTO landed VALUES {}",
-                    values(|i| format!("${}", i + 1))
-                );
-                let mut tx = conn.begin().await.unwrap();
-                let mut q = sqlx::query(&sql);
-                for (key, exchange, body) in rows {
-                    q = q.bind(key).bind(exchange).bind(body);
-                }
-                q.execute(&mut *tx).await.unwrap();
-                tx.commit().await.unwrap();
-            }
+            Appender::Sqlite(conn) => append_on!(conn, sql(|_| "?".into())),
+            Appender::Postgres(conn) => append_on!(conn, sql(|i| format!("${}", i + 1))),
         }
     }
 }
@@ -225,21 +223,7 @@ async fn floor_consumer(
     target: &Target,
 ) -> Duration {
     let mut appender = Appender::open(target).await;
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .basic_qos(prefetch, BasicQosOptions::default())
-        .await
-        .unwrap();
-    let start = Instant::now();
-    let mut consumer = channel
-        .basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let (channel, mut consumer, start) = consume(connection, queue, prefetch).await;
     // One batch stored, one waiting for it, one filling: prefetch 2,000 holds them.
     let (batches, mut to_store) = tokio::sync::mpsc::channel::<(Vec<Landed>, Delivery)>(1);
     let store = tokio::spawn(async move {

@@ -108,7 +108,7 @@ const SESSION_BOUNDS: [(&str, &str); 3] = [
 /// The `application_name` of Lazarus' sessions, so that a DBA reading `pg_stat_activity` (or
 /// the server's log with `%a`) sees whose they are. A URL that names its own
 /// (`?application_name=billing-archive`, one per instance, say) keeps it.
-pub const SESSION_NAME: &str = "lazarus";
+const SESSION_NAME: &str = "lazarus";
 
 fn named(options: PgConnectOptions) -> PgConnectOptions {
     match options.get_application_name() {
