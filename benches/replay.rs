@@ -13,7 +13,9 @@
 //! dropped afterwards — LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
 //! needs `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel`
 //! when it is disabled, and is skipped when they are missing or with BENCH_SHOVEL=0) and the
-//! default vhost. Prints a table of rates and the ratios.
+//! default vhost. Prints a table of rates and the ratios, and for each job the time until
+//! `POST /api/replays` answered (planning) and its runner's own time (`started_at` to
+//! `finished_at`, as the job records them).
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -27,6 +29,7 @@ use lazarus::amqp::publisher::replay_headers;
 use lazarus::archive::IncomingMessage;
 use lazarus::death::ReplayTarget;
 use lazarus::replay::job::RunnerSettings;
+use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use tokio::process::Command;
 
@@ -251,7 +254,7 @@ async fn wait_archived(port: u16, n: usize) {
 
 /// Lazarus: `POST /api/replays` of every archived message of `dlq` (already replayed ones
 /// too: the same messages every run), timed until the job is `completed`.
-async fn lazarus(port: u16, dlq: &str, key: &str, n: usize) -> Duration {
+async fn lazarus(port: u16, dlq: &str, key: &str, n: usize) -> JobTimes {
     let start = Instant::now();
     let request = serde_json::json!({
         "filter": { "queue": dlq },
@@ -265,6 +268,7 @@ async fn lazarus(port: u16, dlq: &str, key: &str, n: usize) -> Duration {
         (200..300).contains(&status),
         "POST /api/replays: {status} {body}"
     );
+    let planning = start.elapsed();
     let job: serde_json::Value = serde_json::from_str(&body).unwrap();
     let id = job["id"].to_string().trim_matches('"').to_owned();
     assert_eq!(job["plan"]["to_publish"], n, "plan: {job}");
@@ -276,15 +280,37 @@ async fn lazarus(port: u16, dlq: &str, key: &str, n: usize) -> Duration {
         let job: serde_json::Value = serde_json::from_str(&body).unwrap();
         match job["state"].as_str().unwrap() {
             "completed" => {
-                let elapsed = start.elapsed();
+                let total = start.elapsed();
                 assert_eq!(job["counts"]["published"], n, "{job}");
-                return elapsed;
+                let at = |field: &str| {
+                    let text = job[field]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{field}: {job}"));
+                    OffsetDateTime::parse(text, &Rfc3339).unwrap()
+                };
+                let running = at("finished_at") - at("started_at");
+                return JobTimes {
+                    total,
+                    planning,
+                    running: running.try_into().unwrap_or_default(),
+                };
             }
             "queued" | "running" => {}
             other => panic!("job {id} is {other}: {job}"),
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A replay job's time as the user sees it, and its two parts.
+#[derive(Clone, Copy)]
+struct JobTimes {
+    /// From the request to `completed`.
+    total: Duration,
+    /// Until `POST /api/replays` answered: the plan made and the job queued.
+    planning: Duration,
+    /// From the runner's start to its end, as the job records them (milliseconds).
+    running: Duration,
 }
 
 /// A free port on the loopback interface.
@@ -477,7 +503,7 @@ fn replayed_messages(base: &str, n: usize) -> Vec<(Vec<u8>, BasicProperties)> {
 /// One backend's runs: Lazarus through the API, and the raw publisher.
 struct Measured {
     backend: String,
-    lazarus: Vec<Duration>,
+    lazarus: Vec<JobTimes>,
     raw: Vec<Duration>,
 }
 
@@ -586,20 +612,24 @@ async fn main() {
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
     println!();
-    println!("| run (window {window}) | messages | seconds | msg/s | lazarus / raw |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| run (window {window}) | messages | seconds | msg/s | lazarus / raw | planning s | job running s |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for m in &results {
         for (i, (laz, raw)) in m.lazarus.iter().zip(&m.raw).enumerate() {
             println!(
-                "| lazarus → {}: POST /api/replays until completed, run {} | {n} | {} | {:.0} | {:.2} |",
+                "| lazarus → {}: POST /api/replays until completed, run {} | {n} | {} | {:.0} | {:.2} | {} | {} |",
                 m.backend,
                 i + 1,
-                s(*laz),
-                rate(*laz),
-                rate(*laz) / rate(*raw)
+                s(laz.total),
+                rate(laz.total),
+                rate(laz.total) / rate(*raw),
+                s(laz.planning),
+                s(laz.running)
             );
             println!(
-                "| raw lapin publisher, run {} | {n} | {} | {:.0} | - |",
+                "| raw lapin publisher, run {} | {n} | {} | {:.0} | - | | |",
                 i + 1,
                 s(*raw),
                 rate(*raw)
@@ -608,15 +638,15 @@ async fn main() {
     }
     match &moved {
         Ok(m) => println!(
-            "| shovel \"Move messages\" (rabbitmqctl set_parameter) | {n} | {} | {:.0} | - |",
+            "| shovel \"Move messages\" (rabbitmqctl set_parameter) | {n} | {} | {:.0} | - | | |",
             s(m.total),
             rate(m.total)
         ),
-        Err(e) => println!("| shovel \"Move messages\": skipped ({e}) | {n} | - | - | - |"),
+        Err(e) => println!("| shovel \"Move messages\": skipped ({e}) | {n} | - | - | - | | |"),
     }
     println!();
     for m in &results {
-        let laz_rate = median(m.lazarus.iter().map(|d| rate(*d)).collect());
+        let laz_rate = median(m.lazarus.iter().map(|t| rate(t.total)).collect());
         let raw_rate = median(m.raw.iter().map(|d| rate(*d)).collect());
         let shovel = match &moved {
             Ok(moved) => format!(", lazarus / shovel {:.2}", laz_rate / rate(moved.total)),
