@@ -110,6 +110,7 @@ const SESSION_BOUNDS: [(&str, &str); 3] = [
 /// (`?application_name=billing-archive`, one per instance, say) keeps it.
 const SESSION_NAME: &str = "lazarus";
 
+/// `options` under [`SESSION_NAME`], unless they name their sessions already.
 fn named(options: PgConnectOptions) -> PgConnectOptions {
     match options.get_application_name() {
         Some(_) => options,
