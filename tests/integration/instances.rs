@@ -6,7 +6,7 @@
 //! transaction is taken over when its lease ends; an instance restarted under its name takes
 //! its job back at once, and a second live process under the same name never does; work on
 //! a whole selection waits out the lock bound of other statements; the sessions say they are
-//! Lazarus'.
+//! Lazarus', and their scans start at a table's first page.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -938,6 +938,72 @@ async fn session_names() {
         name_of(archive.for_requests().pool()).await,
         "billing-archive"
     );
+    archive.pool().close().await;
+}
+
+#[tokio::test]
+async fn a_scan_starts_at_the_first_page_whatever_the_last_one_read() {
+    Backend::Postgres.scope(scans_from_the_start()).await
+}
+
+/// On a table past a quarter of `shared_buffers` PostgreSQL synchronizes sequential scans: a
+/// scan starts where the last one stopped. A capped count of a common word then read new
+/// pages every time (from disk, on an archive larger than memory); Lazarus' sessions, both
+/// pools, start every scan at the first page.
+async fn scans_from_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = lazarus::archive::PostgresArchive::open(&archive_url(dir.path()).await)
+        .await
+        .unwrap();
+    // Half again the size from which the server synchronizes scans, in rows of ~1 KB.
+    let shared_buffers: i64 = sqlx::query_scalar(
+        "SELECT setting::bigint * 8192 FROM pg_settings WHERE name = 'shared_buffers'",
+    )
+    .fetch_one(archive.pool())
+    .await
+    .unwrap();
+    let rows = shared_buffers / 4 * 3 / 2 / 1024;
+    sqlx::query(
+        "CREATE TABLE probe AS SELECT n AS id, repeat('x', 1000) AS pad \
+         FROM generate_series(1, $1::bigint) AS n",
+    )
+    .bind(rows)
+    .execute(archive.pool())
+    .await
+    .unwrap();
+    let bytes: i64 = sqlx::query_scalar("SELECT pg_relation_size('probe')")
+        .fetch_one(archive.pool())
+        .await
+        .unwrap();
+    assert!(
+        bytes > shared_buffers / 4,
+        "{bytes} bytes: too small to synchronize"
+    );
+
+    for pool in [archive.pool(), archive.for_requests().pool()] {
+        let mut conn = pool.acquire().await.unwrap();
+        // One plain sequential scan each (no parallel workers), as a capped count is.
+        sqlx::query("SET max_parallel_workers_per_gather = 0")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        // A scan that stops halfway through the table, then one that takes its first row.
+        let half: i64 = sqlx::query_scalar("SELECT id FROM probe WHERE id > $1 LIMIT 1")
+            .bind(rows / 2)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(half, rows / 2 + 1);
+        let first: i64 = sqlx::query_scalar("SELECT id FROM probe LIMIT 1")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(first, 1, "the scan started where the one before it stopped");
+        sqlx::query("RESET max_parallel_workers_per_gather")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
     archive.pool().close().await;
 }
 

@@ -82,9 +82,11 @@ impl PostgresArchive {
 /// The first key of instance name locks ("lazi").
 const INSTANCE_LOCK_CLASS: i32 = 0x6c61_7a69;
 
-/// What every pooled connection is held to, so that no transaction keeps its locks for
-/// long — above all the row of a replay job, which another instance waits to take over
-/// when the lease of the job's runner runs out (`--job-lease-secs`, 15 s by default):
+/// What every pooled connection is set to.
+///
+/// First its bounds, so that no transaction keeps its locks for long — above all the row of
+/// a replay job, which another instance waits to take over when the lease of the job's
+/// runner runs out (`--job-lease-secs`, 15 s by default):
 ///
 /// - `idle_in_transaction_session_timeout` 5 s: the server ends a session that sits in a
 ///   transaction without sending its next statement. Lazarus never waits on anything but the
@@ -99,10 +101,19 @@ const INSTANCE_LOCK_CLASS: i32 = 0x6c61_7a69;
 ///   job step asks takes milliseconds, and a query whose request gave up does not run on.
 ///   Work on a whole selection lifts both timeouts for its own transaction
 ///   ([`Conn::lift_bounds`]).
-const SESSION_BOUNDS: [(&str, &str); 3] = [
+///
+/// Then where a scan of a whole table starts:
+///
+/// - `synchronize_seqscans` off: a sequential scan starts at the table's first page, not
+///   where the last scan of it stopped. A scan that stops early (the list's match count stops
+///   at 10,001) then reads the same pages each time, and they stay cached. With synchronized
+///   scans, which PostgreSQL uses on tables over a quarter of `shared_buffers`, each count
+///   read pages no count had read lately: from disk, once the archive outgrew memory.
+const SESSION_SETTINGS: [(&str, &str); 4] = [
     ("idle_in_transaction_session_timeout", "5s"),
     ("lock_timeout", "10s"),
     ("statement_timeout", "30s"),
+    ("synchronize_seqscans", "off"),
 ];
 
 /// The `application_name` of Lazarus' sessions, so that a DBA reading `pg_stat_activity` (or
@@ -119,8 +130,11 @@ fn named(options: PgConnectOptions) -> PgConnectOptions {
 }
 
 /// Sets these parameters for the session.
-async fn set_bounds(conn: &mut PgConnection, bounds: &[(&str, &str)]) -> Result<(), sqlx::Error> {
-    let (names, values): (Vec<&str>, Vec<&str>) = bounds.iter().copied().unzip();
+async fn set_session(
+    conn: &mut PgConnection,
+    settings: &[(&str, &str)],
+) -> Result<(), sqlx::Error> {
+    let (names, values): (Vec<&str>, Vec<&str>) = settings.iter().copied().unzip();
     sqlx::query(
         "SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)",
     )
@@ -131,9 +145,9 @@ async fn set_bounds(conn: &mut PgConnection, bounds: &[(&str, &str)]) -> Result<
     .map(drop)
 }
 
-/// Pool options whose connections are held to [`SESSION_BOUNDS`].
+/// Pool options whose connections are set to [`SESSION_SETTINGS`].
 fn bounded_pool() -> PgPoolOptions {
-    PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_bounds(conn, &SESSION_BOUNDS)))
+    PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_session(conn, &SESSION_SETTINGS)))
 }
 
 #[async_trait]
