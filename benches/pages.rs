@@ -586,6 +586,14 @@ fn cases(rows: usize) -> Vec<Case> {
         },
         Case {
             finds: true,
+            name: "match count, a word in 1 message in 5 (expired: more than 10,000)",
+            uri: "/messages/count?q=expired".into(),
+            target: "< 20 ms",
+            sqlite: (COUNT_FTS, some("\"expired\"")),
+            postgres: (COUNT_TSQUERY, some("'expired'")),
+        },
+        Case {
+            finds: true,
             name: "match count, a group's open messages",
             uri: group_count_uri,
             target: "< 20 ms",
