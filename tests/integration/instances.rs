@@ -999,10 +999,6 @@ async fn scans_from_the_start() {
             .await
             .unwrap();
         assert_eq!(first, 1, "the scan started where the one before it stopped");
-        sqlx::query("RESET max_parallel_workers_per_gather")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
     }
     archive.pool().close().await;
 }

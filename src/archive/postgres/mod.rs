@@ -47,7 +47,7 @@ impl PostgresArchive {
             .run(&mut migrating)
             .await?;
         migrating.close().await?;
-        let pool = bounded_pool()
+        let pool = session_pool()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
@@ -66,7 +66,7 @@ impl PostgresArchive {
     /// is right for ingest, which holds its batch and retries; a probe of `/readyz` that
     /// took as long while PostgreSQL was down was taken for a hung process.
     pub fn for_requests(&self) -> PostgresArchive {
-        let pool = bounded_pool()
+        let pool = session_pool()
             .max_connections(5)
             .acquire_timeout(Self::REQUEST_ACQUIRE_TIMEOUT)
             .connect_lazy_with((*self.pool.connect_options()).clone());
@@ -146,7 +146,7 @@ async fn set_session(
 }
 
 /// Pool options whose connections are set to [`SESSION_SETTINGS`].
-fn bounded_pool() -> PgPoolOptions {
+fn session_pool() -> PgPoolOptions {
     PgPoolOptions::new().after_connect(|conn, _| Box::pin(set_session(conn, &SESSION_SETTINGS)))
 }
 

@@ -358,11 +358,12 @@ impl Conn<'_> {
 
     /// Lifts PostgreSQL's statement and lock timeouts (bounds in `SESSION_SETTINGS`) for the
     /// rest of this transaction, for work on a whole selection (freezing a job's plan,
-    /// starting or cancelling it, a dismissal, a purge). At 1,000,000 messages it takes minutes (a dismissal 209 s, a plan 64 s, a purge
-    /// 78 s: `bulk_work_on_a_large_archive_within_its_bounds`), growing with the selection, so
-    /// any fixed bound would only make a large enough selection impossible to act on; and it
-    /// rightly waits for another such change to the same messages. It is never idle, so what the
-    /// bounds are for is still covered: a frozen client is cut off after 5 s idle.
+    /// starting or cancelling it, a dismissal, a purge). At 1,000,000 messages it takes
+    /// minutes (a dismissal 209 s, a plan 64 s, a purge 78 s:
+    /// `bulk_work_on_a_large_archive_within_its_bounds`), growing with the selection, so any
+    /// fixed bound would only make a large enough selection impossible to act on; and it
+    /// rightly waits for another such change to the same messages. It is never idle, so what
+    /// the bounds are for is still covered: a frozen client is cut off after 5 s idle.
     /// Nothing to do on SQLite.
     pub async fn lift_bounds(&mut self) -> Result<(), sqlx::Error> {
         if let Conn::Postgres(c) = self {
