@@ -154,8 +154,9 @@ impl TextQuery {
     }
 
     /// The FTS5 query: every piece a quoted FTS5 string, so nothing the user typed is FTS
-    /// syntax. Prefixes only where the user asked (`inv*`): expanding a common prefix over a
-    /// million rows costs tens of ms.
+    /// syntax, joined by an explicit `AND` (as the list's expanded prefixes need, see
+    /// `archive::sqlite::terms`). Prefixes only where the user asked (`inv*`): expanding a
+    /// common prefix over a million rows costs tens of ms.
     pub fn fts5(&self) -> String {
         let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         self.pieces()
@@ -164,7 +165,7 @@ impl TextQuery {
                 false => quote(piece),
             })
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" AND ")
     }
 }
 
@@ -358,7 +359,7 @@ mod tests {
         let s = parse(r#"inv 2026 "a ""b" OR NEAR"#, &[]).unwrap();
         assert_eq!(
             s.text_query().unwrap().fts5(),
-            r#""a " "b" "inv" "2026" "OR" "NEAR""#
+            r#""a " AND "b" AND "inv" AND "2026" AND "OR" AND "NEAR""#
         );
         assert_eq!(parse("queue:x", &[]).unwrap().text_query(), None);
     }
@@ -367,7 +368,7 @@ mod tests {
     fn a_trailing_star_asks_for_a_prefix() {
         let s = parse("INV-20* time*", &[]).unwrap();
         assert_eq!(s.prefixes, ["INV-20", "time"]);
-        assert_eq!(s.text_query().unwrap().fts5(), r#""INV-20"* "time"*"#);
+        assert_eq!(s.text_query().unwrap().fts5(), r#""INV-20"* AND "time"*"#);
     }
 
     #[test]
@@ -445,7 +446,7 @@ mod tests {
         assert_eq!(text.prefixes, [" 消息 息队 队列 ", " 单 "]);
         assert_eq!(
             text.fts5(),
-            r#"" 测试 试死 死信 " " 死信 " "order" " 消息 息队 队列 "* " 单 "*"#
+            r#"" 测试 试死 死信 " AND " 死信 " AND "order" AND " 消息 息队 队列 "* AND " 单 "*"#
         );
         assert!(parse("死*", &[]).is_ok(), "one CJK letter is prefix enough");
         assert_eq!(

@@ -56,6 +56,48 @@ pub enum ArchiveError {
     },
 }
 
+impl ArchiveError {
+    /// Whether the database could not be reached or could not do the work just now (a lost
+    /// connection, a full pool, a lock held too long, a full disk, a server shutting down):
+    /// the caller may try again. Any other database error is a fault in the statement (a
+    /// query the database refuses) and must not read as "unavailable".
+    pub fn is_unavailable(&self) -> bool {
+        let ArchiveError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default();
+                match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                    Some(_) => unavailable_sqlstate(&code),
+                    None => code.parse().is_ok_and(unavailable_sqlite_code),
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
+/// SQLite result codes (the primary code is the low byte) that say the file cannot serve now:
+/// BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL.
+fn unavailable_sqlite_code(code: i64) -> bool {
+    matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)
+}
+
+/// PostgreSQL SQLSTATEs that say the server cannot serve now: connection exceptions,
+/// insufficient resources, operator intervention (shutdown, a statement timeout), system
+/// errors; a serialization failure or deadlock; a lock not available; a read-only
+/// transaction (a standby).
+fn unavailable_sqlstate(code: &str) -> bool {
+    matches!(code.get(..2), Some("08" | "53" | "57" | "58"))
+        || matches!(code, "40001" | "40P01" | "55P03" | "25006")
+}
+
 /// Proof that no other live process goes by an instance name, while it lasts.
 #[derive(Debug)]
 pub enum NameLock {
@@ -130,5 +172,44 @@ pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> 
         Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(
             database_url,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_statement_is_a_fault_and_a_lost_database_is_unavailable() {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::query("CREATE VIRTUAL TABLE t USING fts5 (x)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        // The query of the SQLite list search that once answered "unavailable".
+        let refused = sqlx::query("SELECT * FROM t WHERE t MATCH '(\"a\" OR \"b\") \"c\"'")
+            .execute(&mut conn)
+            .await
+            .unwrap_err();
+        assert!(!ArchiveError::Database(refused).is_unavailable());
+        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(ArchiveError::Database(sqlx::Error::Io(lost)).is_unavailable());
+        assert!(ArchiveError::Database(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(!ArchiveError::UnknownJob(1).is_unavailable());
+        for code in [5, 517, 13, 778] {
+            assert!(unavailable_sqlite_code(code), "{code}");
+        }
+        for code in [1, 19, 2067, 787] {
+            assert!(!unavailable_sqlite_code(code), "{code}");
+        }
+        for code in ["08006", "57P01", "57014", "53100", "40001"] {
+            assert!(unavailable_sqlstate(code), "{code}");
+        }
+        for code in ["42601", "22021", "23505", "42P01"] {
+            assert!(!unavailable_sqlstate(code), "{code}");
+        }
     }
 }

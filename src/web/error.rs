@@ -88,7 +88,7 @@ impl AppError {
                 (StatusCode::NOT_FOUND, e.to_string())
             }
             AppError::Archive(ArchiveError::Conflict(m)) => (StatusCode::CONFLICT, m.clone()),
-            AppError::Archive(ArchiveError::Database(e)) => {
+            AppError::Archive(e) if e.is_unavailable() => {
                 tracing::error!(error = %e, "archive query failed");
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -110,7 +110,8 @@ impl AppError {
 impl AppError {
     /// Seconds to wait before trying again, when waiting helps.
     pub fn retry_after(&self) -> Option<u64> {
-        matches!(self, AppError::Busy(_)).then_some(RETRY_AFTER_SECS)
+        let unavailable = matches!(self, AppError::Archive(e) if e.is_unavailable());
+        (matches!(self, AppError::Busy(_)) || unavailable).then_some(RETRY_AFTER_SECS)
     }
 }
 

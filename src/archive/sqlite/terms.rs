@@ -138,7 +138,9 @@ pub(super) async fn list_query(
             _ => format!("{quoted}*"),
         });
     }
-    Ok(parts.join(" "))
+    // An explicit AND: FTS5 joins phrases side by side implicitly, but not a parenthesised
+    // `OR` beside anything (`(a OR b) c` is a syntax error).
+    Ok(parts.join(" AND "))
 }
 
 /// The word a prefix starts, as the index folds it, when that is certain: ASCII letters and

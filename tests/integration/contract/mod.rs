@@ -12,6 +12,7 @@ mod lease;
 mod lifecycle;
 mod reindex;
 mod replays;
+mod search;
 mod search_terms;
 
 use std::sync::{Arc, LazyLock};
