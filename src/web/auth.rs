@@ -121,9 +121,21 @@ async fn identify(
                 "this API token expired on {on}: an admin makes a new one"
             )));
         }
+        // A token acts for its owner: it never has more rights than they have now.
+        let role = match &record.owner {
+            None => record.role,
+            Some(owner) => match owner_role(state, owner).await? {
+                Some(now) => record.role.min(now),
+                None => {
+                    return Err(AppError::Unauthorized(format!(
+                        "this API token's owner {owner} has no access any more"
+                    )))
+                }
+            },
+        };
         return Ok(Some(Caller {
             name: format!("token:{}", record.name),
-            role: record.role,
+            role,
             source,
             session: false,
             owner: record.owner,
@@ -184,6 +196,17 @@ async fn identify(
         }
         AuthMode::None => unreachable!("answered above"),
     }
+}
+
+/// A user's role now: their row's, or for a user of the trusted proxy without one, the
+/// proxy's default; `None` for a user who may not sign in at all.
+async fn owner_role(state: &AppState, name: &str) -> Result<Option<Role>, AppError> {
+    let user = state.archive.user(name).await?;
+    Ok(match (user, state.auth.mode) {
+        (Some(user), _) => Some(user.role),
+        (None, AuthMode::Proxy) => Some(state.auth.proxy_default_role),
+        (None, _) => None,
+    })
 }
 
 /// Whether the request names a loopback host: without sign-in, a page reached under any

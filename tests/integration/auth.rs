@@ -858,3 +858,122 @@ async fn viewers_see_masked_values_and_operators_the_message() {
     );
     t.cleanup().await;
 }
+
+on_both_backends!(a_token_has_at_most_its_owners_rights_now);
+/// An admin makes a token, and with it another; she is demoted to viewer (as `lazarus user
+/// add ada --role viewer` does), later to operator, then removed: both tokens follow her
+/// rights on every request, and no token can be made above its maker's rights.
+async fn a_token_has_at_most_its_owners_rights_now() {
+    let (app, t, _, id) = users_app(|_| {}).await;
+    let ada = sign_in(&app, "ada", PASSWORD).await.unwrap();
+    let made = as_user(
+        &app,
+        &ada,
+        "POST",
+        "/api/admin/tokens",
+        Some(json!({"name": "ada-admin", "role": "admin"})),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.text());
+    let first = serde_json::from_slice::<Value>(&made.body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let with = |token: &str, method: &'static str, path: &'static str, body: Option<Value>| {
+        let bearer = format!("Bearer {token}");
+        let addr = app.addr;
+        async move {
+            let body = body.map(|b| b.to_string());
+            http_with(
+                addr,
+                method,
+                path,
+                &[("Authorization", &bearer)],
+                body.as_deref().map(|b| ("application/json", b)),
+            )
+            .await
+            .status
+        }
+    };
+    let made = http_with(
+        app.addr,
+        "POST",
+        "/api/admin/tokens",
+        &[("Authorization", &format!("Bearer {first}"))],
+        Some((
+            "application/json",
+            &json!({"name": "made-by-token", "role": "admin"}).to_string(),
+        )),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.text());
+    let second = serde_json::from_slice::<Value>(&made.body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let plan = || Some(json!({"ids": [id], "dry_run": true}));
+    for token in [&first, &second] {
+        assert_eq!(with(token, "GET", "/api/admin/users", None).await, 200);
+    }
+
+    let hash = hash_password(PASSWORD).unwrap();
+    let demote = |role| {
+        let archive = app.archive.clone();
+        let hash = hash.clone();
+        async move {
+            archive
+                .put_user("ada", Some(&hash), role, &Actor::system("test"))
+                .await
+                .unwrap()
+        }
+    };
+    demote(Role::Viewer).await;
+    for token in [&first, &second] {
+        assert_eq!(with(token, "GET", "/api/admin/users", None).await, 403);
+        assert_eq!(with(token, "GET", "/api/admin/tokens", None).await, 403);
+        assert_eq!(with(token, "POST", "/api/replays", plan()).await, 403);
+        assert_eq!(with(token, "GET", "/api/messages", None).await, 200);
+    }
+    // Her session says the same (it reads her role on every request).
+    let page = as_user(&app, &ada, "GET", "/api/admin/users", None).await;
+    assert_eq!(page.status, 403);
+
+    demote(Role::Operator).await;
+    for token in [&first, &second] {
+        assert_eq!(with(token, "POST", "/api/replays", plan()).await, 200);
+        assert_eq!(with(token, "GET", "/api/admin/users", None).await, 403);
+    }
+
+    // An operator's token (made while ada was admin, for an operator's job) cannot make an
+    // admin token even after ada is admin again.
+    demote(Role::Admin).await;
+    let otto = sign_in(&app, "otto", PASSWORD).await.unwrap();
+    assert_eq!(
+        as_user(&app, &otto, "GET", "/api/admin/users", None)
+            .await
+            .status,
+        403
+    );
+    let ops = as_user(
+        &app,
+        &ada,
+        "POST",
+        "/api/admin/tokens",
+        Some(json!({"name": "ops", "role": "operator"})),
+    )
+    .await;
+    let ops = serde_json::from_slice::<Value>(&ops.body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(with(&ops, "GET", "/api/admin/users", None).await, 403);
+
+    app.archive
+        .remove_user("ada", &Actor::system("test"))
+        .await
+        .unwrap();
+    for token in [&first, &second, &ops] {
+        assert_eq!(with(token, "GET", "/api/messages", None).await, 401);
+    }
+    t.cleanup().await;
+}
