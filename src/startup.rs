@@ -20,6 +20,7 @@ use crate::archive::{self, Archive};
 use crate::config::{redact_url, ServeConfig};
 use crate::instance;
 use crate::replay::job;
+use crate::status::ConsumerState;
 use crate::web::serve::{self, ServeSettings};
 use crate::web::{self, AppState};
 
@@ -31,10 +32,9 @@ pub struct Application {
     listener: TcpListener,
     /// The web's state; its archive is the one for requests.
     state: AppState,
-    /// The archive as the consumers and the job runner use it.
-    background: Arc<dyn Archive>,
-    /// The archive as HTTP requests reach it (the web's state holds its `Console` side).
-    requests: Arc<dyn Archive>,
+    /// The archive, as the consumers and the job runner use it (`background`) and as HTTP
+    /// requests reach it (`requests`; the web's state holds its `Console` side).
+    archive: archive::ServedArchive,
     /// RabbitMQ's management API, when `--management-url` names it.
     management: Option<Arc<Management>>,
     /// The DLQs `--queue` names.
@@ -80,7 +80,8 @@ impl Application {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let auth = config.auth_settings().map_err(anyhow::Error::msg)?;
-        if auth.mode == crate::auth::AuthMode::Users && archive.requests.users().await?.is_empty() {
+        let no_users = matches!(archive.requests.users().await, Ok(users) if users.is_empty());
+        if auth.mode == crate::auth::AuthMode::Users && no_users {
             tracing::warn!(
                 "--auth users and no user yet: add one with `lazarus user add NAME --role admin`"
             );
@@ -120,8 +121,7 @@ impl Application {
             config,
             listener,
             state,
-            background: archive.background,
-            requests: archive.requests,
+            archive,
             management,
             dlqs,
         })
@@ -138,112 +138,41 @@ impl Application {
     }
 
     pub fn archive(&self) -> Arc<dyn Archive> {
-        self.requests.clone()
+        self.archive.requests.clone()
     }
 
     /// Runs until `shutdown` resolves, then stops taking deliveries and requests, and
-    /// returns once every consumer has stored and acked (or given back) what it held.
+    /// returns once every consumer has stored and acked (or given back) what it held. The web
+    /// serves at once; everything that writes the archive starts once it takes a write
+    /// ([`start_work`]).
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let token = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let ctx = ConsumerContext {
-            amqp_url: self.config.connection.amqp_url.clone(),
-            archive: self.background.clone(),
-            settings: self.config.batch_settings(),
-            rules: self.config.ingest_rules(self.state.schemas.clone()),
-            status: self.state.status.clone(),
-            metrics: self.state.metrics.clone(),
-            management: self.management.clone(),
-            shutdown: token.clone(),
+        let addr = self.local_addr();
+        let Application {
+            config,
+            listener,
+            state,
+            archive,
+            management,
+            dlqs,
+        } = self;
+        // Not ready until each DLQ is consumed: none is before the archive takes writes.
+        for dlq in &dlqs {
+            state.status.set(&dlq.key(), ConsumerState::Connecting);
+        }
+        let work = Work {
+            config: config.clone(),
+            state: state.clone(),
+            archive,
+            management,
+            dlqs,
+            addr,
         };
-        for dlq in &self.dlqs {
-            tracker.spawn(consumer::supervise(dlq.clone(), ctx.clone()));
-        }
-        match &self.management {
-            Some(management) if self.config.discover.discover => {
-                let args = &self.config.discover;
-                tracker.spawn(adopt::discover(
-                    management.clone(),
-                    ctx.clone(),
-                    adopt::Settings {
-                        patterns: adopt::Patterns::from(&args.patterns),
-                        every: Duration::from_secs(args.discover_interval_secs),
-                        configured: self.dlqs.clone(),
-                    },
-                    tracker.clone(),
-                ));
-            }
-            _ if self.config.queues.is_empty() => {
-                tracing::warn!("no --queue given: serving the archive without consuming anything");
-            }
-            _ => {}
-        }
-        let name = match &self.config.instance_name {
-            Some(name) => name.clone(),
-            None => instance::default_name(self.local_addr()),
-        };
-        let identity = instance::hold(
-            self.background.clone(),
-            name,
-            self.state.jobs_wake.clone(),
-            token.clone(),
-            &tracker,
-        )
-        .await;
-        tracker.spawn(reindex_search(
-            self.background.clone(),
-            ctx.rules.clone(),
-            token.clone(),
-        ));
-        tracker.spawn(settle_replays(
-            self.background.clone(),
-            Duration::from_secs(self.config.settle_secs),
-            token.clone(),
-        ));
-        let retention = self.config.retention.policy().unwrap_or_default();
-        if !retention.is_empty() {
-            tracker.spawn(crate::retention::keep(
-                self.background.clone(),
-                retention,
-                Duration::from_secs(self.config.retention.retention_interval_secs),
-                format!("{} (pid {})", identity.name(), std::process::id()),
-                self.state.metrics.clone(),
-                token.clone(),
-            ));
-        }
-        if !self.config.webhooks.webhooks.is_empty() {
-            let args = &self.config.webhooks;
-            let webhooks = crate::notify::Webhooks::start(
-                &args.webhooks,
-                args.public_url.clone(),
-                self.state.metrics.clone(),
-                self.state.notifications.clone(),
-                &token,
-                &tracker,
-            );
-            tracker.spawn(crate::notify::watch(
-                self.background.clone(),
-                crate::notify::Settings {
-                    thresholds: crate::notify::Thresholds::new(&args.thresholds),
-                    every: Duration::from_secs(args.webhook_interval_secs),
-                },
-                webhooks,
-                token.clone(),
-            ));
-        } else if !self.config.webhooks.thresholds.is_empty() {
-            tracing::warn!("--webhook-threshold without --webhook: nobody to tell");
-        }
-        tracker.spawn(job::run(
-            self.background.clone(),
-            self.config
-                .runner_settings(self.state.metrics.clone())
-                .as_instance(identity),
-            self.state.jobs_wake.clone(),
-            token.clone(),
-        ));
+        tracker.spawn(start_work(work, token.clone(), tracker.clone()));
         tracker.close();
 
         let trigger = token.clone();
@@ -252,26 +181,181 @@ impl Application {
             tracing::info!("shutting down: finishing in-flight batches");
             trigger.cancel();
         });
-        tracing::info!(address = %self.local_addr(), queues = ?self.config.queues, "lazarus is serving");
+        tracing::info!(address = %addr, queues = ?config.queues, "lazarus is serving");
         let settings = ServeSettings {
-            header_timeout: Duration::from_secs(self.config.header_timeout_secs.max(1)),
-            max_connections: self
-                .config
+            header_timeout: Duration::from_secs(config.header_timeout_secs.max(1)),
+            max_connections: config
                 .max_connections
                 .unwrap_or_else(serve::default_max_connections),
         };
         tracing::debug!(?settings, "web server limits");
-        serve::serve(
-            self.listener,
-            web::router(self.state),
-            settings,
-            token.clone(),
-        )
-        .await;
+        serve::serve(listener, web::router(state), settings, token.clone()).await;
         // Whatever stopped the server also stops the consumers.
         token.cancel();
         tracker.wait().await;
         Ok(())
+    }
+}
+
+/// What the background work of a running application needs.
+struct Work {
+    config: ServeConfig,
+    state: AppState,
+    archive: archive::ServedArchive,
+    management: Option<Arc<Management>>,
+    dlqs: Vec<Dlq>,
+    addr: SocketAddr,
+}
+
+/// Waits until the archive takes a write ([`archive::ServedArchive::prepare`]: created and
+/// migrated if start-up could not, a batch's write probed), then starts everything that
+/// writes it: the DLQ consumers, discovery, the instance name, reindexing, settling,
+/// retention, webhooks and the replay job runner. Until then no delivery is taken, so no
+/// restart of a process that cannot store spends a delivery of a quorum DLQ.
+async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) {
+    if !archive_ready(&work, &token).await {
+        return;
+    }
+    let Work {
+        config,
+        state,
+        archive,
+        management,
+        dlqs,
+        addr,
+    } = work;
+    let background = archive.background;
+    let ctx = ConsumerContext {
+        amqp_url: config.connection.amqp_url.clone(),
+        archive: background.clone(),
+        settings: config.batch_settings(),
+        rules: config.ingest_rules(state.schemas.clone()),
+        status: state.status.clone(),
+        metrics: state.metrics.clone(),
+        management: management.clone(),
+        shutdown: token.clone(),
+    };
+    for dlq in &dlqs {
+        tracker.spawn(consumer::supervise(dlq.clone(), ctx.clone()));
+    }
+    match &management {
+        Some(management) if config.discover.discover => {
+            let args = &config.discover;
+            tracker.spawn(adopt::discover(
+                management.clone(),
+                ctx.clone(),
+                adopt::Settings {
+                    patterns: adopt::Patterns::from(&args.patterns),
+                    every: Duration::from_secs(args.discover_interval_secs),
+                    configured: dlqs.clone(),
+                },
+                tracker.clone(),
+            ));
+        }
+        _ if config.queues.is_empty() => {
+            tracing::warn!("no --queue given: serving the archive without consuming anything");
+        }
+        _ => {}
+    }
+    let name = match &config.instance_name {
+        Some(name) => name.clone(),
+        None => instance::default_name(addr),
+    };
+    let identity = instance::hold(
+        background.clone(),
+        name,
+        state.jobs_wake.clone(),
+        token.clone(),
+        &tracker,
+    )
+    .await;
+    tracker.spawn(reindex_search(
+        background.clone(),
+        ctx.rules.clone(),
+        token.clone(),
+    ));
+    tracker.spawn(settle_replays(
+        background.clone(),
+        Duration::from_secs(config.settle_secs),
+        token.clone(),
+    ));
+    let retention = config.retention.policy().unwrap_or_default();
+    if !retention.is_empty() {
+        tracker.spawn(crate::retention::keep(
+            background.clone(),
+            retention,
+            Duration::from_secs(config.retention.retention_interval_secs),
+            format!("{} (pid {})", identity.name(), std::process::id()),
+            state.metrics.clone(),
+            token.clone(),
+        ));
+    }
+    if !config.webhooks.webhooks.is_empty() {
+        let args = &config.webhooks;
+        let webhooks = crate::notify::Webhooks::start(
+            &args.webhooks,
+            args.public_url.clone(),
+            state.metrics.clone(),
+            state.notifications.clone(),
+            &token,
+            &tracker,
+        );
+        tracker.spawn(crate::notify::watch(
+            background.clone(),
+            crate::notify::Settings {
+                thresholds: crate::notify::Thresholds::new(&args.thresholds),
+                every: Duration::from_secs(args.webhook_interval_secs),
+            },
+            webhooks,
+            token.clone(),
+        ));
+    } else if !config.webhooks.thresholds.is_empty() {
+        tracing::warn!("--webhook-threshold without --webhook: nobody to tell");
+    }
+    tracker.spawn(job::run(
+        background.clone(),
+        config
+            .runner_settings(state.metrics.clone())
+            .as_instance(identity),
+        state.jobs_wake.clone(),
+        token,
+    ));
+}
+
+/// Tries [`archive::ServedArchive::prepare`] until it succeeds (`true`) or shutdown comes
+/// (`false`). Meanwhile each DLQ reads `database_unavailable` on `/readyz`, with the reason.
+async fn archive_ready(work: &Work, token: &CancellationToken) -> bool {
+    let mut backoff =
+        crate::amqp::connection::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut warned = false;
+    loop {
+        match work.archive.prepare().await {
+            Ok(()) => {
+                if warned {
+                    tracing::info!("the archive takes writes: consuming");
+                }
+                return true;
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(
+                        error = %e,
+                        "the archive does not take writes: consuming nothing until it does"
+                    );
+                    warned = true;
+                }
+                for dlq in &work.dlqs {
+                    work.state.status.set(
+                        &dlq.key(),
+                        ConsumerState::DatabaseUnavailable(e.to_string()),
+                    );
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = token.cancelled() => return false,
+        }
     }
 }
 

@@ -92,10 +92,13 @@ fn unavailable_sqlite_code(code: i64) -> bool {
 /// PostgreSQL SQLSTATEs that say the server cannot serve now: connection exceptions,
 /// insufficient resources, operator intervention (shutdown, a statement timeout), system
 /// errors; a serialization failure or deadlock; a lock not available; a read-only
-/// transaction (a standby).
+/// transaction (a standby); a table that is not there yet.
 fn unavailable_sqlstate(code: &str) -> bool {
     matches!(code.get(..2), Some("08" | "53" | "57" | "58"))
         || matches!(code, "40001" | "40P01" | "55P03" | "25006")
+        // An undefined table: the archive is not migrated yet (a server that came up after
+        // Lazarus started, before its migrations ran).
+        || code == "42P01"
 }
 
 /// Proof that no other live process goes by an instance name, while it lasts.
@@ -139,22 +142,58 @@ pub struct ServedArchive {
     /// and `/metrics` answer within a second while it is down, and a burst of page requests
     /// never takes ingest's connections. SQLite, a local file, is one pool for both.
     pub requests: Arc<dyn Archive>,
+    /// The PostgreSQL URL whose database could not be created or migrated at start-up (the
+    /// server did not answer): [`ServedArchive::prepare`] does it once it answers.
+    unprepared: Option<String>,
 }
 
-/// Opens (and migrates) the archive the URL names, for [`ServedArchive`]'s two uses.
+impl ServedArchive {
+    /// Whether the database still has to be created or migrated.
+    pub fn is_prepared(&self) -> bool {
+        self.unprepared.is_none()
+    }
+
+    /// Gets the archive ready to store: creates and migrates the database if start-up could
+    /// not (a no-op otherwise, and when done already), then checks it takes a write as a
+    /// batch makes one ([`Ingest::writable`]).
+    pub async fn prepare(&self) -> Result<(), ArchiveError> {
+        if let Some(url) = &self.unprepared {
+            PostgresArchive::prepare(url).await?;
+        }
+        self.background.writable().await
+    }
+}
+
+/// Opens (and migrates) the archive the URL names, for [`ServedArchive`]'s two uses. A
+/// PostgreSQL server that does not answer is no error: the archive is served unprepared
+/// (requests answer "unavailable" until it answers) and [`ServedArchive::prepare`] creates
+/// and migrates it later, so a supervisor has no reason to restart Lazarus in a loop.
 pub async fn open_served(database_url: &str) -> Result<ServedArchive, ArchiveError> {
     if is_postgres(database_url) {
-        let background = PostgresArchive::open(database_url).await?;
+        let unprepared = match PostgresArchive::prepare(database_url).await {
+            Ok(()) => None,
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(
+                    error = %e,
+                    "PostgreSQL does not answer: serving, and consuming nothing until it does"
+                );
+                Some(database_url.to_owned())
+            }
+            Err(e) => return Err(e),
+        };
+        let background = PostgresArchive::unprepared(database_url)?;
         let requests = background.for_requests();
         return Ok(ServedArchive {
             background: Arc::new(background),
             requests: Arc::new(requests),
+            unprepared,
         });
     }
     let archive = open(database_url).await?;
     Ok(ServedArchive {
         background: archive.clone(),
         requests: archive,
+        unprepared: None,
     })
 }
 
@@ -208,7 +247,7 @@ mod tests {
         for code in ["08006", "57P01", "57014", "53100", "40001"] {
             assert!(unavailable_sqlstate(code), "{code}");
         }
-        for code in ["42601", "22021", "23505", "42P01"] {
+        for code in ["42601", "22021", "23505", "42703"] {
             assert!(!unavailable_sqlstate(code), "{code}");
         }
     }

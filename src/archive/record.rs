@@ -390,6 +390,28 @@ impl PreparedMessage {
         Self::with_rules(message, &IngestRules::default())
     }
 
+    /// A message the write probe ([`crate::archive::Ingest::writable`]) writes as a batch
+    /// would and rolls back: nothing is ever stored under its queue name.
+    pub fn probe() -> Self {
+        let properties = crate::amqp::headers::MessageProperties {
+            message_id: Some("lazarus write probe".into()),
+            ..Default::default()
+        };
+        Self::new(IncomingMessage {
+            queue: "(lazarus write probe)".into(),
+            vhost: String::new(),
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+            properties,
+            headers: None,
+            body: b"probe".to_vec(),
+            received_at: OffsetDateTime::now_utc(),
+            decode_problems: Vec::new(),
+            stream_offset: None,
+        })
+    }
+
     /// Whether an archived copy of it may exist: a redelivery, or a retry after a failed
     /// store.
     pub fn may_be_archived(&self) -> bool {

@@ -1273,3 +1273,134 @@ async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
 }
 
 on_both_brokers!(restarts_while_the_archive_refuses_writes_take_no_deliveries);
+
+/// Lazarus started while PostgreSQL does not answer: it serves (pages and `/readyz` say the
+/// database is unavailable), consumes nothing, and once the database answers it migrates the
+/// archive and archives what waited in the DLQ — no exit, so no supervisor's restart loop.
+#[tokio::test]
+async fn started_while_postgresql_is_down_it_waits_for_it() {
+    Backend::Postgres
+        .scope(async {
+            let dlq = unique("pgdown");
+            let mut t = Topology::new().await;
+            t.queue(&dlq, FieldTable::default()).await;
+            for i in 0..5 {
+                t.publish("", &dlq, b"{}", json_props(&format!("waited-{i}")))
+                    .await;
+            }
+            let mut proxy = DatabaseProxy::start().await;
+            proxy.down().await;
+            let app = TestApp::spawn_with(&[&dlq], |c| {
+                c.connection.database_url = proxy.url(&c.connection.database_url);
+            })
+            .await;
+            assert_eq!(app.get("/healthz").await.status, 200);
+            let ready = app.json("/readyz", 503).await;
+            assert_eq!(ready["database"]["state"], "unavailable", "{ready}");
+            // The overview answers, and says why above everything; the list cannot.
+            let overview = app.get("/").await;
+            assert_eq!(overview.status, 200);
+            assert!(
+                overview.text().contains("The database is unreachable"),
+                "{}",
+                overview.text()
+            );
+            for path in ["/messages", "/api/messages"] {
+                let page = app.get(path).await;
+                assert_eq!(page.status, 503, "{path}: {}", page.text());
+                assert!(
+                    page.text().contains("database is unavailable"),
+                    "{path}: {}",
+                    page.text()
+                );
+            }
+            // Nothing is taken from the DLQ while nothing could be stored (the queue's own
+            // count, not the broker's statistics, which lag).
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(t.depth(&dlq).await, 5);
+
+            proxy.up().await;
+            wait_until("ready", Duration::from_secs(30), || async {
+                app.get("/readyz").await.status == 200
+            })
+            .await;
+            wait_until("archived", Duration::from_secs(30), || async {
+                app.all_messages(&dlq).await.len() == 5
+            })
+            .await;
+            assert_eq!(t.depth(&dlq).await, 0);
+            t.cleanup().await;
+        })
+        .await
+}
+
+/// An archive that refuses inserts (here a trigger; in the field a broken disk or a
+/// mis-set permission) while it still takes the write lock: Lazarus takes no delivery from
+/// the DLQ, across restarts, so none is handed back (on a quorum queue each return counts
+/// toward its delivery limit, past which the broker drops the message). Once the archive
+/// takes writes again, every message is archived as a first delivery.
+async fn an_archive_that_refuses_inserts_takes_no_deliveries_across_restarts() {
+    let dlq = unique("refuses");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    // Made and migrated first, then told to refuse.
+    let mut first = TestApp::spawn(&[]).await;
+    first.stop().await;
+    let url = first.database_url.clone();
+    let (refuse, allow) = match Backend::current() {
+        Backend::Sqlite => (
+            "CREATE TRIGGER refuse BEFORE INSERT ON messages \
+             BEGIN SELECT RAISE(ABORT, 'this archive refuses inserts'); END",
+            "DROP TRIGGER refuse",
+        ),
+        Backend::Postgres => (
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'this archive refuses inserts'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse()",
+            "DROP TRIGGER refuse ON messages",
+        ),
+    };
+    execute_sql(&url, refuse).await;
+    for i in 0..5 {
+        t.publish("", &dlq, b"{}", json_props(&format!("refused-{i}")))
+            .await;
+    }
+    // A supervisor restarting it, again and again.
+    for _ in 0..3 {
+        let mut app =
+            TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone()).await;
+        wait_until("the refusal reported", Duration::from_secs(20), || async {
+            let ready = app.get("/readyz").await;
+            serde_json::from_slice::<Value>(&ready.body).unwrap()["queues"][&dlq]["state"]
+                == "database_unavailable"
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The queue's own count (not the broker's statistics, which lag): all 5 still ready.
+        assert_eq!(
+            t.depth(&dlq).await,
+            5,
+            "a delivery taken while nothing can be stored"
+        );
+        app.stop().await;
+    }
+
+    execute_sql(&url, allow).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone()).await;
+    wait_until("archived", Duration::from_secs(30), || async {
+        app.all_messages(&dlq).await.len() == 5
+    })
+    .await;
+    let redelivered = count_rows(&url, "SELECT count(*) FROM messages WHERE redelivered").await;
+    assert_eq!(
+        redelivered, 0,
+        "each was delivered once, to the archive that kept it"
+    );
+    t.cleanup().await;
+    drop(first);
+}
+
+on_both_brokers!(
+    an_archive_that_refuses_inserts_takes_no_deliveries_across_restarts,
+    on_both_backends
+);

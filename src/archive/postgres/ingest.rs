@@ -305,18 +305,23 @@ impl Ingest for PostgresArchive {
         Ok(next.map(|n| n as u64))
     }
 
-    /// Checks the database would take a write now (not locked by another writer, not a
-    /// read-only replica): consumers take no deliveries before it would.
+    /// Checks the database takes a write now, as a batch makes one: a probe message written
+    /// through the batch's own statement (a read-only replica, triggers, constraints, locks)
+    /// and rolled back (its id is taken from the sequence and not used), then a commit that
+    /// writes and flushes a transaction id (a server that cannot write its log).
     async fn writable(&self) -> Result<(), ArchiveError> {
-        // A replica after a failover answers, but refuses every write.
-        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
-            .fetch_one(&self.pool)
+        let probe = PreparedMessage::probe();
+        let mut tx = self.pool.begin().await?;
+        let id: i64 = sqlx::query_scalar("SELECT nextval('messages_id_seq')")
+            .fetch_one(&mut *tx)
             .await?;
-        if read_only == "on" {
-            return Err(ArchiveError::Conflict(
-                "the database is read-only (a replica?): it takes no writes".into(),
-            ));
-        }
+        write_fresh(&mut tx, &[id], vec![&probe], &mut StoreOutcome::default()).await?;
+        tx.rollback().await?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT txid_current()")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -30,6 +30,14 @@ impl PostgresArchive {
     /// Connects, creates the database when it is missing (as SQLite creates its file), and
     /// migrates. Several instances may start at once: the migrator holds an advisory lock.
     pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        Self::prepare(url).await?;
+        Self::unprepared(url)
+    }
+
+    /// Creates the database when it is missing and migrates it: what [`PostgresArchive::open`]
+    /// does before it makes its pool, and what `lazarus serve` retries while the server does
+    /// not answer ([`super::ServedArchive::prepare`]).
+    pub async fn prepare(url: &str) -> Result<(), ArchiveError> {
         if !Postgres::database_exists(url).await? {
             // Another instance may create it first: only its absence afterwards is an error.
             if let Err(e) = Postgres::create_database(url).await {
@@ -41,17 +49,27 @@ impl PostgresArchive {
         // Migrations run without the bounds below (an index on a large table can take longer
         // than any statement Lazarus itself runs); the advisory lock they take makes other
         // instances starting at once wait here.
-        let options = named(url.parse()?);
-        let mut migrating = PgConnection::connect_with(&options).await?;
-        sqlx::migrate!("migrations/postgres")
-            .run(&mut migrating)
+        // A pool of one connection, not a bare connection: the migrator's future over a
+        // connection is not Send for every lifetime, as a task that waits for the database
+        // to come up needs (see `startup`).
+        let migrating = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(named(url.parse()?))
             .await?;
-        migrating.close().await?;
+        sqlx::migrate!("migrations/postgres")
+            .run(&migrating)
+            .await?;
+        migrating.close().await;
+        Ok(())
+    }
+
+    /// The archive without a connection yet (its pool connects when first used), whether or
+    /// not the database exists or is migrated: only a URL that is not one is an error.
+    pub fn unprepared(url: &str) -> Result<Self, ArchiveError> {
         let pool = session_pool()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
+            .connect_lazy_with(named(url.parse()?));
         Ok(PostgresArchive { pool })
     }
 

@@ -139,96 +139,13 @@ impl Ingest for SqliteArchive {
     /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
     /// anything else is stored, even when identical content is already archived.
     async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
-        let mut outcome = StoreOutcome::default();
-        // The batch's search words are gathered before the write lock is taken (copies among
-        // its messages hold the words of what they copy: nothing new).
-        let mut terms = super::terms::Terms::default();
-        for m in batch {
-            terms.add(&m.search_text);
-        }
+        // The batch's search words are gathered before the write lock is taken.
+        let terms = terms_of(batch);
         // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
         // fails half-way on a lock upgrade when several consumers write at once.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
-        outcome.duplicates = duplicates;
-        // Holding the write lock, the next ids are ours: number the rows up front so that
-        // messages, bodies and search entries go in as a few multi-row statements.
-        // AUTOINCREMENT's counter, so an id is never reused even after the newest rows are
-        // deleted (an explicit id above it moves it on).
-        let first_id: i64 = sqlx::query_scalar(
-            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), coalesce((SELECT max(id) FROM messages), 0)) + 1",
-        )
-            .fetch_one(&mut *tx)
-            .await?;
-        let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
-        let originals: Vec<i64> = rows.iter().filter_map(|(_, m)| m.replay_of).collect();
-        lifecycle::copies_died(&mut Conn::from(&mut tx), &originals).await?;
-        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-            insert_messages(&mut tx, chunk).await?;
-            let mut bodies =
-                QueryBuilder::<Sqlite>::new("INSERT INTO message_bodies (message_id, body) ");
-            bodies.push_values(chunk, |mut b, (id, m)| {
-                b.push_bind(*id).push_bind(&m.message.body[..]);
-            });
-            bodies.build().execute(&mut *tx).await?;
-            let mut fts = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO messages_fts (rowid, body, ids, headers) ",
-            );
-            fts.push_values(chunk, |mut b, (id, m)| {
-                let t = &m.search_text;
-                b.push_bind(*id)
-                    .push_bind(&t.body)
-                    .push_bind(&t.ids)
-                    .push_bind(&t.headers);
-            });
-            fts.build().execute(&mut *tx).await?;
-            let fields: Vec<(i64, &(String, String))> = chunk
-                .iter()
-                .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
-                .collect();
-            // Three parameters a row: 5,000 rows stay under SQLite's 32,766.
-            for fields in fields.chunks(5_000) {
-                let mut q = QueryBuilder::<Sqlite>::new(
-                    "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
-                );
-                q.push_values(fields, |mut b, (id, (name, value))| {
-                    b.push_bind(*id).push_bind(name).push_bind(value);
-                });
-                q.build().execute(&mut *tx).await?;
-            }
-        }
-        terms.save(&mut tx).await?;
-        record_overview(&mut tx, &rows).await?;
-        for ((queue, reason), t) in totals(&rows) {
-            sqlx::query(
-                "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
-                 open_messages = open_messages + excluded.messages, bytes = bytes + excluded.bytes, \
-                 oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
-            )
-            .bind(queue)
-            .bind(reason)
-            .bind(t.messages)
-            .bind(t.messages)
-            .bind(t.bytes)
-            .bind(t.oldest)
-            .bind(t.newest)
-            .execute(&mut *tx)
-            .await?;
-        }
-        for (queue, next) in stream_positions(batch) {
-            sqlx::query(
-                "INSERT INTO stream_offsets (queue, next_offset) VALUES (?, ?) \
-                 ON CONFLICT (queue) DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
-            )
-            .bind(queue)
-            .bind(next)
-            .execute(&mut *tx)
-            .await?;
-        }
+        let outcome = write_batch(&mut tx, batch, terms).await?;
         tx.commit().await?;
-        outcome.inserted = rows.len() as u64;
         Ok(outcome)
     }
 
@@ -243,12 +160,120 @@ impl Ingest for SqliteArchive {
         Ok(next.map(|n| n as u64))
     }
 
-    /// Checks the database would take a write now (not locked by another writer, not a
-    /// read-only replica): consumers take no deliveries before it would.
+    /// Checks the database takes a write now, as a batch makes one: a probe message written
+    /// through the batch's own statements (locks, triggers, constraints, a read-only file) and
+    /// rolled back, then a commit of the probe row (a full disk, a failing fsync).
     async fn writable(&self) -> Result<(), ArchiveError> {
-        // The write lock, taken and let go (within busy_timeout): what a batch needs first.
-        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let probe = [PreparedMessage::probe()];
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        write_batch(&mut tx, &probe, terms_of(&probe)).await?;
         tx.rollback().await?;
+        sqlx::query(
+            "INSERT INTO write_probe (id, probed_at) VALUES (1, ?) \
+             ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
+        )
+        .bind(millis(time::OffsetDateTime::now_utc()))
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
+}
+
+/// The search words of a batch (copies among its messages hold the words of what they copy:
+/// nothing new).
+fn terms_of(batch: &[PreparedMessage]) -> super::terms::Terms {
+    let mut terms = super::terms::Terms::default();
+    for m in batch {
+        terms.add(&m.search_text);
+    }
+    terms
+}
+
+/// Writes a batch, with its search words, in the caller's transaction, which holds the write
+/// lock: the caller commits it (or, for the write probe, rolls it back).
+async fn write_batch(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    batch: &[PreparedMessage],
+    terms: super::terms::Terms,
+) -> Result<StoreOutcome, ArchiveError> {
+    let mut outcome = StoreOutcome::default();
+    let (fresh, duplicates) = without_copies(batch, archived_copies(tx, batch).await?);
+    outcome.duplicates = duplicates;
+    // Holding the write lock, the next ids are ours: number the rows up front so that
+    // messages, bodies and search entries go in as a few multi-row statements.
+    // AUTOINCREMENT's counter, so an id is never reused even after the newest rows are
+    // deleted (an explicit id above it moves it on).
+    let first_id: i64 = sqlx::query_scalar(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), coalesce((SELECT max(id) FROM messages), 0)) + 1",
+    )
+        .fetch_one(&mut **tx)
+        .await?;
+    let rows: Vec<(i64, &PreparedMessage)> = (first_id..).zip(fresh).collect();
+    let originals: Vec<i64> = rows.iter().filter_map(|(_, m)| m.replay_of).collect();
+    lifecycle::copies_died(&mut Conn::from(&mut *tx), &originals).await?;
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        insert_messages(tx, chunk).await?;
+        let mut bodies =
+            QueryBuilder::<Sqlite>::new("INSERT INTO message_bodies (message_id, body) ");
+        bodies.push_values(chunk, |mut b, (id, m)| {
+            b.push_bind(*id).push_bind(&m.message.body[..]);
+        });
+        bodies.build().execute(&mut **tx).await?;
+        let mut fts =
+            QueryBuilder::<Sqlite>::new("INSERT INTO messages_fts (rowid, body, ids, headers) ");
+        fts.push_values(chunk, |mut b, (id, m)| {
+            let t = &m.search_text;
+            b.push_bind(*id)
+                .push_bind(&t.body)
+                .push_bind(&t.ids)
+                .push_bind(&t.headers);
+        });
+        fts.build().execute(&mut **tx).await?;
+        let fields: Vec<(i64, &(String, String))> = chunk
+            .iter()
+            .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+            .collect();
+        // Three parameters a row: 5,000 rows stay under SQLite's 32,766.
+        for fields in fields.chunks(5_000) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
+            );
+            q.push_values(fields, |mut b, (id, (name, value))| {
+                b.push_bind(*id).push_bind(name).push_bind(value);
+            });
+            q.build().execute(&mut **tx).await?;
+        }
+    }
+    terms.save(tx).await?;
+    record_overview(tx, &rows).await?;
+    for ((queue, reason), t) in totals(&rows) {
+        sqlx::query(
+            "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
+             open_messages = open_messages + excluded.messages, bytes = bytes + excluded.bytes, \
+             oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
+        )
+        .bind(queue)
+        .bind(reason)
+        .bind(t.messages)
+        .bind(t.messages)
+        .bind(t.bytes)
+        .bind(t.oldest)
+        .bind(t.newest)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for (queue, next) in stream_positions(batch) {
+        sqlx::query(
+            "INSERT INTO stream_offsets (queue, next_offset) VALUES (?, ?) \
+             ON CONFLICT (queue) DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
+        )
+        .bind(queue)
+        .bind(next)
+        .execute(&mut **tx)
+        .await?;
+    }
+    outcome.inserted = rows.len() as u64;
+    Ok(outcome)
 }
