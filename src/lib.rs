@@ -8,6 +8,7 @@ mod api_schemas;
 pub mod archive;
 pub mod auth;
 pub mod body;
+pub mod cause;
 pub mod cjk;
 pub mod config;
 pub mod death;

@@ -193,4 +193,58 @@ proptest! {
         let kombu = crate::body::Encoding::default().with_compression(Some(compression));
         let _ = crate::body::decompress(&bytes, &kombu, 1024);
     }
+
+    #[test]
+    fn errors_that_differ_only_in_what_varies_share_a_template(
+        words in vec("[A-Za-z]{1,10}", 1..8),
+        slots in vec((0usize..8, any::<u64>(), any::<u64>(), any::<u128>(), any::<u128>()), 1..4),
+        kind in "[A-Z][a-z]{2,8}(Exception|Error)",
+    ) {
+        // The same words, with values of one kind in the same places, differing in value.
+        let fill = |pick: usize, n: u64, uuid: u128| match pick {
+            0 => n.to_string(),
+            1 => format!("C-{n}"),
+            2 => format!("INV-2026-{:05}", n % 100_000),
+            3 => {
+                let h = format!("{uuid:032x}");
+                format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+            }
+            4 => format!("user{}@example.com", n % 1000),
+            5 => format!("'{}'", n % 97),
+            6 => format!("{}.{}s", n % 100, n % 10),
+            _ => format!("0x{n:x}"),
+        };
+        let mut one = words.clone();
+        let mut two = words.clone();
+        for (at, (pick, a, b, ua, ub)) in slots.iter().enumerate() {
+            let at = (at * 3) % (one.len() + 1);
+            one.insert(at, fill(*pick, *a, *ua));
+            two.insert(at, fill(*pick, *b, *ub));
+        }
+        let (one, two) = (one.join(" "), two.join(" "));
+        let a = crate::cause::Cause::from_text(&format!("{kind}: {one}"));
+        let b = crate::cause::Cause::from_text(&format!("{kind}: {two}"));
+        prop_assert_eq!(a.signature(), b.signature(), "{} / {}", one, two);
+        prop_assert_eq!(a.error_type.as_deref(), Some(kind.as_str()));
+    }
+
+    #[test]
+    fn different_exception_types_never_share_a_signature(
+        a in "[a-z]{1,6}(\\.[a-z]{1,6}){0,2}\\.[A-Z][a-z]{1,8}(Exception|Error)",
+        b in "[a-z]{1,6}(\\.[a-z]{1,6}){0,2}\\.[A-Z][a-z]{1,8}(Exception|Error)",
+        message in "[a-z ]{0,40}[0-9]{0,5}",
+    ) {
+        prop_assume!(a != b);
+        let one = crate::cause::Cause::from_text(&format!("{a}: {message}"));
+        let two = crate::cause::Cause::from_text(&format!("{b}: {message}"));
+        prop_assert_eq!(one.error_type.as_deref(), Some(a.as_str()));
+        prop_assert_ne!(one.signature(), two.signature());
+    }
+
+    #[test]
+    fn any_error_text_derives_a_bounded_cause(text in "\\PC{0,400}") {
+        let cause = crate::cause::Cause::from_text(&text);
+        prop_assert!(cause.template.chars().count() <= crate::cause::MAX_TEMPLATE_CHARS);
+        prop_assert!(cause.message.chars().count() <= 300);
+    }
 }

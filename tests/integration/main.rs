@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod broker_crash;
 mod browser;
+mod causes;
 mod contract;
 mod crash;
 mod demo;
