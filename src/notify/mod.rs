@@ -7,6 +7,7 @@
 
 mod deliver;
 pub mod event;
+mod line;
 mod status;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use deliver::Webhooks;
 pub use event::Event;
+pub use line::Line;
 pub use status::{Latest, NotifyStatus};
 
 use crate::archive::{Archive, ArchiveError, JobState, Noted};

@@ -4,6 +4,9 @@
 //! receiver; two PostgreSQL instances tell each change once between them; HTTPS with the
 //! system's (here `SSL_CERT_FILE`'s) roots; and the Teams card as the Adaptive Cards library
 //! reads it.
+//! What producers write, shown and not obeyed in each format: `escaping`.
+
+mod escaping;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -187,6 +190,25 @@ async fn die(t: &Topology, work: &str, error: &str, n: usize) {
     worker.abort();
 }
 
+/// Messages that fail each with its own error, dead-lettered by the broker into the DLQ by
+/// the worker returned (abort it once they are archived: aborted, it hands back what it holds).
+async fn die_each(t: &Topology, work: &str, errors: &[String]) -> tokio::task::JoinHandle<()> {
+    for (i, error) in errors.iter().enumerate() {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-exception-message".into(),
+            AMQPValue::LongString(error.as_str().into()),
+        );
+        let properties = BasicProperties::default()
+            .with_message_id(format!("each-{i}").into())
+            .with_headers(headers);
+        t.publish("", work, b"{}", properties).await;
+    }
+    let worker = rejecting_worker(work).await;
+    t.wait_for_depth(work, 0, Duration::from_secs(30)).await;
+    worker
+}
+
 /// A port nothing listens on.
 async fn dead_url() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -245,7 +267,7 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     );
     assert!(
         told["text"].as_str().unwrap().starts_with(&format!(
-            "New failure group: rejected in {work}, \"ValueError: amount < 0\""
+            "New failure group: `rejected` in `{work}`, `ValueError: amount &lt; 0`"
         )),
         "{told}"
     );
@@ -280,7 +302,7 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     assert_eq!(
         over["text"],
         format!(
-            "{dlq} holds 5 open dead letters, over its threshold of 4 \
+            "`{dlq}` holds 5 open dead letters, over its threshold of 4 \
              <https://lazarus.example.com/messages?queue={dlq}&status=open>"
         )
     );
@@ -586,6 +608,7 @@ fn the_teams_card_is_read_by_the_adaptive_cards_library_without_a_word() {
             .parse()
             .unwrap();
     let format = Format::of(&teams);
+    assert_eq!(format, Format::Teams);
     let over = Event::OverThreshold {
         queue: "invoices.dlq".into(),
         open: 120,
