@@ -219,6 +219,7 @@ impl Application {
             let webhooks = crate::notify::Webhooks::start(
                 &args.webhooks,
                 args.public_url.clone(),
+                args.rate(),
                 self.state.metrics.clone(),
                 self.state.notifications.clone(),
                 &token,
