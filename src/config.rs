@@ -240,10 +240,27 @@ pub struct WebhookArgs {
     /// Seconds between two looks at the archive for what to tell the webhooks.
     #[arg(long, env = "LAZARUS_WEBHOOK_INTERVAL_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_interval_secs: u64,
+    /// At most N POSTs to each webhook in any --webhook-max-posts-secs (retries included);
+    /// beyond, new failure groups are told together in one digest that counts them all.
+    #[arg(long, env = "LAZARUS_WEBHOOK_MAX_POSTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub webhook_max_posts: u32,
+    /// The window of --webhook-max-posts, in seconds.
+    #[arg(long, env = "LAZARUS_WEBHOOK_MAX_POSTS_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_max_posts_secs: u64,
     /// Where users reach this dashboard (https://lazarus.example.com): notifications link to
     /// the page of what they tell.
     #[arg(long, env = "LAZARUS_PUBLIC_URL")]
     pub public_url: Option<String>,
+}
+
+impl WebhookArgs {
+    /// How fast each webhook may be told.
+    pub fn rate(&self) -> crate::notify::Rate {
+        crate::notify::Rate {
+            posts: self.webhook_max_posts,
+            per: std::time::Duration::from_secs(self.webhook_max_posts_secs),
+        }
+    }
 }
 
 /// The retention policy, the same for `serve` and `retention`.

@@ -105,6 +105,7 @@ pub struct Metrics {
     canary_pauses: Counter,
     retention_deleted: Counter,
     webhooks: Family<OutcomeLabels, Counter>,
+    webhooks_waiting: Gauge,
     database_up: Gauge,
 }
 
@@ -121,6 +122,7 @@ impl Default for Metrics {
         let canary_pauses = Counter::default();
         let retention_deleted = Counter::default();
         let webhooks = Family::<OutcomeLabels, Counter>::default();
+        let webhooks_waiting = Gauge::default();
         let database_up = Gauge::default();
         registry.register(
             "archived_messages",
@@ -169,9 +171,15 @@ impl Default for Metrics {
         );
         registry.register(
             "webhook_notifications",
-            "Webhook POSTs of this process, by outcome (sent, failed after its tries, dropped \
-             because the URL's queue was full)",
+            "Webhook notifications of this process, by outcome (sent: POSTs taken; failed after \
+             its tries; dropped because the URL's queue was full; digested: new failure groups \
+             told in a digest sent, beyond the webhook's rate)",
             webhooks.clone(),
+        );
+        registry.register(
+            "webhook_waiting_events",
+            "Events waiting for a webhook (its rate limit, or a receiver failing), all webhooks",
+            webhooks_waiting.clone(),
         );
         registry.register(
             "database_up",
@@ -184,6 +192,7 @@ impl Default for Metrics {
             canary_pauses,
             retention_deleted,
             webhooks,
+            webhooks_waiting,
             database_up,
             archived,
             ingested,
@@ -225,12 +234,20 @@ impl Metrics {
         self.canary_pauses.inc();
     }
 
-    pub fn webhook(&self, outcome: &str) {
-        self.webhooks
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.to_owned(),
-            })
-            .inc();
+    /// `n` webhook notifications had `outcome`.
+    pub fn webhook(&self, outcome: &str, n: u64) {
+        if n > 0 {
+            self.webhooks
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// The events waiting for the webhooks changed by `delta`.
+    pub fn webhook_waiting(&self, delta: i64) {
+        self.webhooks_waiting.inc_by(delta);
     }
 
     pub fn retention_deleted(&self, n: u64) {

@@ -295,6 +295,7 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         let webhooks = crate::notify::Webhooks::start(
             &args.webhooks,
             args.public_url.clone(),
+            args.rate(),
             state.metrics.clone(),
             state.notifications.clone(),
             &token,

@@ -1,23 +1,26 @@
 //! Getting each event to each webhook: a queue and a task per URL (a dead receiver holds up
-//! only its own), every POST retried with a doubling backoff (or the receiver's `Retry-After`)
-//! until it is taken, refused for good (a 4xx other than 408 and 429) or out of attempts.
-//! Telling never waits: an event that finds its URL's queue full is dropped and counted.
+//! only its own), at most `--webhook-max-posts` POSTs in any `--webhook-max-posts-secs`
+//! (failure groups beyond folded into a digest, see `pace`), every POST retried with a
+//! doubling backoff (or the receiver's `Retry-After`) until it is taken, refused for good (a
+//! 4xx other than 408 and 429) or out of attempts. Telling never waits: what finds its URL's
+//! queue full is dropped and counted (failure groups are only ever counted into a digest).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use hyper::body::Bytes;
 use hyper::StatusCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::event::Event;
+use super::event::{Event, Format};
+use super::pace::{Backlog, Pace, Rate};
 use super::NotifyStatus;
 use crate::http::{post_json, Target};
 use crate::metrics::Metrics;
 
-/// Events waiting for one URL, at most.
+/// Looks' worth of events waiting for one URL's task to take them, at most; and the events
+/// its backlog keeps (failure groups beyond are counted for a digest, others dropped).
 const QUEUE: usize = 1_000;
 /// Tries of one POST, at most (about four minutes with the backoff below).
 const ATTEMPTS: u32 = 10;
@@ -29,26 +32,20 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// One try, connecting included.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An event on its way to one URL: what it says (for the overview) and the body POSTed.
-struct Outgoing {
-    text: String,
-    body: Bytes,
-}
-
 /// The configured webhooks, each fed by its own task.
 pub struct Webhooks {
-    queues: Vec<(Target, mpsc::Sender<Outgoing>)>,
-    public_url: Option<String>,
+    queues: Vec<(Target, mpsc::Sender<Arc<[Event]>>)>,
     metrics: Arc<Metrics>,
     status: NotifyStatus,
 }
 
 impl Webhooks {
-    /// Starts a task per URL on `tracker`; they stop at `shutdown` (what is still queued is
+    /// Starts a task per URL on `tracker`; they stop at `shutdown` (what is still waiting is
     /// logged and dropped).
     pub fn start(
         targets: &[Target],
         public_url: Option<String>,
+        rate: Rate,
         metrics: Arc<Metrics>,
         status: NotifyStatus,
         shutdown: &CancellationToken,
@@ -58,41 +55,142 @@ impl Webhooks {
             .iter()
             .map(|target| {
                 let (tx, rx) = mpsc::channel(QUEUE);
-                let told = Told {
+                let inbox = Inbox {
+                    target: target.clone(),
+                    queue: rx,
+                    open: true,
+                    backlog: Backlog::new(QUEUE),
                     metrics: metrics.clone(),
                     status: status.clone(),
+                    shown_waiting: 0,
                 };
-                tracker.spawn(deliver(target.clone(), rx, told, shutdown.clone()));
+                let sender = Sender {
+                    public_url: public_url.clone(),
+                    format: Format::of(target),
+                    pace: Pace::new(rate),
+                };
+                tracker.spawn(deliver(inbox, sender, shutdown.clone()));
                 (target.clone(), tx)
             })
             .collect();
         Webhooks {
             queues,
-            public_url,
             metrics,
             status,
         }
     }
 
-    /// Queues `event` for every URL; returns at once.
-    pub fn tell(&self, event: &Event) {
-        tracing::info!(event = event.name(), text = %event.text(), "telling the webhooks");
+    /// Queues what one look found for every URL, together (so a flood found at once is
+    /// folded at once); returns at once.
+    pub fn tell(&self, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        for event in &events {
+            tracing::info!(event = event.name(), text = %event.text(), "telling the webhooks");
+        }
+        let events: Arc<[Event]> = events.into();
         for (target, queue) in &self.queues {
-            let outgoing = Outgoing {
-                text: event.text(),
-                body: event.body_for(target, self.public_url.as_deref()),
-            };
-            if queue.try_send(outgoing).is_err() {
+            if queue.try_send(events.clone()).is_err() {
                 tracing::warn!(
                     webhook = %target.redacted(),
-                    event = event.name(),
-                    "webhook queue full (the receiver is failing or slow): event dropped"
+                    events = events.len(),
+                    "webhook queue full (the receiver is failing or slow): events dropped"
                 );
-                self.metrics.webhook("dropped");
+                self.metrics.webhook("dropped", events.len() as u64);
                 self.status.lost(format!(
                     "{}: its queue was full (the receiver is failing or slow)",
                     target.redacted()
                 ));
+            }
+        }
+    }
+}
+
+/// One URL's side: what comes in, and what waits.
+struct Inbox {
+    target: Target,
+    queue: mpsc::Receiver<Arc<[Event]>>,
+    /// Until every sender is gone.
+    open: bool,
+    backlog: Backlog,
+    metrics: Arc<Metrics>,
+    status: NotifyStatus,
+    /// What the waiting gauge holds of this URL's.
+    shown_waiting: u64,
+}
+
+impl Inbox {
+    fn add(&mut self, events: &[Event]) {
+        for event in events {
+            if !self.backlog.push(event.clone()) {
+                tracing::warn!(
+                    webhook = %self.target.redacted(),
+                    event = event.name(),
+                    "webhook backlog full (the receiver is failing or slow): event dropped"
+                );
+                self.metrics.webhook("dropped", 1);
+                self.status.lost(format!(
+                    "{}: its queue was full (the receiver is failing or slow)",
+                    self.target.redacted()
+                ));
+            }
+        }
+        self.show_waiting();
+    }
+
+    /// Takes in what was already queued (and notes when every sender is gone).
+    fn take_queued(&mut self) {
+        while self.open {
+            match self.queue.try_recv() {
+                Ok(events) => self.add(&events),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.open = false,
+            }
+        }
+    }
+
+    /// Waits `wait`, taking in what comes meanwhile; false at shutdown.
+    async fn pause(&mut self, wait: Duration, shutdown: &CancellationToken) -> bool {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return true,
+                _ = shutdown.cancelled() => return false,
+                next = self.queue.recv(), if self.open => match next {
+                    Some(events) => self.add(&events),
+                    None => self.open = false,
+                },
+            }
+        }
+    }
+
+    fn show_waiting(&mut self) {
+        let now = self.backlog.len();
+        self.metrics
+            .webhook_waiting(now as i64 - self.shown_waiting as i64);
+        self.shown_waiting = now;
+    }
+}
+
+/// How one URL is POSTed to.
+struct Sender {
+    public_url: Option<String>,
+    format: Format,
+    pace: Pace,
+}
+
+impl Sender {
+    /// Waits until the rate lets one more POST go (taking in what comes meanwhile), and
+    /// counts it as gone; false at shutdown.
+    async fn slot(&mut self, inbox: &mut Inbox, shutdown: &CancellationToken) -> bool {
+        loop {
+            let wait = self.pace.wait(Instant::now());
+            if wait.is_zero() {
+                return true;
+            }
+            if !inbox.pause(wait, shutdown).await {
+                return false;
             }
         }
     }
@@ -126,61 +224,77 @@ fn judge(answer: Result<crate::http::Answer, crate::http::HttpError>, backoff: D
     }
 }
 
-/// Where a delivery task says what became of each event.
-struct Told {
-    metrics: Arc<Metrics>,
-    status: NotifyStatus,
-}
-
-async fn deliver(
-    target: Target,
-    mut queue: mpsc::Receiver<Outgoing>,
-    told: Told,
-    shutdown: CancellationToken,
-) {
-    // An event between two tries when shutdown comes.
+async fn deliver(mut inbox: Inbox, mut sender: Sender, shutdown: CancellationToken) {
+    let target = inbox.target.clone();
+    // An event taken from the backlog when shutdown comes.
     let mut held = 0;
     'events: loop {
-        let event = tokio::select! {
-            next = queue.recv() => match next {
-                Some(event) => event,
-                None => return,
-            },
-            _ = shutdown.cancelled() => break,
+        inbox.take_queued();
+        if inbox.backlog.is_empty() {
+            if !inbox.open {
+                return;
+            }
+            tokio::select! {
+                next = inbox.queue.recv() => match next {
+                    Some(events) => inbox.add(&events),
+                    None => inbox.open = false,
+                },
+                _ = shutdown.cancelled() => break,
+            }
+            continue;
+        }
+        if !sender.slot(&mut inbox, &shutdown).await {
+            break;
+        }
+        let free = sender.pace.free(Instant::now());
+        let Some(next) = inbox.backlog.take(free) else {
+            continue;
         };
+        inbox.show_waiting();
+        if next.folded > 0 {
+            tracing::info!(webhook = %target.redacted(), groups = next.folded, "more new failure groups than the webhook's rate allows: told as one digest");
+        }
+        let event = next.event;
+        let text = event.text();
+        let body = hyper::body::Bytes::from(
+            event
+                .payload(sender.public_url.as_deref(), sender.format)
+                .to_string(),
+        );
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=ATTEMPTS {
-            match judge(
-                post_json(&target, event.body.clone(), TIMEOUT).await,
-                backoff,
-            ) {
+            if attempt > 1 && !sender.slot(&mut inbox, &shutdown).await {
+                held = 1;
+                break 'events;
+            }
+            sender.pace.sent(Instant::now());
+            match judge(post_json(&target, body.clone(), TIMEOUT).await, backoff) {
                 Try::Taken => {
-                    told.metrics.webhook("sent");
-                    told.status.told(&event.text);
+                    inbox.metrics.webhook("sent", 1);
+                    inbox.metrics.webhook("digested", next.folded);
+                    inbox.status.told(&text);
                     continue 'events;
                 }
                 Try::Refused(status) => {
                     tracing::error!(webhook = %target.redacted(), %status, "the webhook refused an event; not trying again");
-                    told.metrics.webhook("failed");
-                    told.status
+                    inbox.metrics.webhook("failed", 1);
+                    inbox
+                        .status
                         .lost(format!("{} refused it: {status}", target.redacted()));
                     continue 'events;
                 }
                 Try::Again(wait, why) if attempt < ATTEMPTS => {
                     tracing::warn!(webhook = %target.redacted(), attempt, error = %why, "webhook not reached; trying again in {wait:?}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = shutdown.cancelled() => {
-                            held = 1;
-                            break 'events;
-                        }
+                    if !inbox.pause(wait, &shutdown).await {
+                        held = 1;
+                        break 'events;
                     }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
                 Try::Again(_, why) => {
                     tracing::error!(webhook = %target.redacted(), attempts = ATTEMPTS, error = %why, "webhook not reached; event dropped");
-                    told.metrics.webhook("failed");
-                    told.status.lost(format!(
+                    inbox.metrics.webhook("failed", 1);
+                    inbox.status.lost(format!(
                         "not reached after {ATTEMPTS} tries ({})",
                         if why.starts_with("answered") {
                             format!("{} {why}", target.redacted())
@@ -192,11 +306,13 @@ async fn deliver(
             }
         }
     }
-    queue.close();
-    let mut left = held;
-    while queue.try_recv().is_ok() {
-        left += 1;
+    inbox.queue.close();
+    while let Ok(events) = inbox.queue.try_recv() {
+        held += events.len() as u64;
     }
+    let left = held + inbox.backlog.len();
+    inbox.backlog = Backlog::new(0);
+    inbox.show_waiting();
     if left > 0 {
         tracing::warn!(webhook = %target.redacted(), events = left, "shutting down with events not yet told");
     }

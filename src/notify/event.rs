@@ -1,20 +1,28 @@
-//! What the webhooks are told, and how it reads (pure): each event as one line of text and as
-//! JSON under `lazarus`, with a link into the dashboard when `--public-url` says where it is;
-//! for Slack and anything else as `{"text"}`, for a Microsoft Teams (Power Automate) webhook
-//! as the Adaptive Card message it expects.
+//! What the webhooks are told, and how it reads (pure): each event as a [`Line`] and as JSON
+//! under `lazarus` (the values as they came, as data), with a link into the dashboard when
+//! `--public-url` says where it is; for Slack and anything else as `{"text", "blocks"}` in
+//! Slack's mrkdwn, for a Microsoft Teams (Power Automate) webhook as the Adaptive Card
+//! message it expects. How outside values are escaped for each is [`Line`]'s.
 
 use hyper::body::Bytes;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 
+use super::line::Line;
 use crate::archive::{FailureGroup, JobState, ReplayJob};
 use crate::web::messages::thousands;
 use crate::web::overview::{group_link, urlencode};
 
+/// A link longer than this (a group's link holds its error) points to the overview instead.
+const LINK: usize = 1_000;
+/// The failure groups a digest names; it counts the others.
+pub const DIGEST_NAMES: usize = 5;
+
 /// How a receiver wants its JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// `{"text": "… <url>"}`: Slack's incoming webhooks, Mattermost, Rocket.Chat, scripts.
+    /// `{"text": "… <url>", "blocks": [a verbatim mrkdwn section]}`: Slack's incoming
+    /// webhooks; Mattermost, Rocket.Chat and scripts read `text` (or `lazarus`).
     Text,
     /// A message with an Adaptive Card: Teams' workflow ("Power Automate") webhooks, told by
     /// their host.
@@ -46,6 +54,12 @@ impl Format {
 pub enum Event {
     /// Messages died in a way (DLQ, reason, error) not seen before.
     NewFailureGroup(FailureGroup),
+    /// More new failure groups than a webhook's rate lets it tell one by one: `count` of
+    /// them, the first few in `named`.
+    Digest {
+        named: Vec<FailureGroup>,
+        count: u64,
+    },
     /// A DLQ's open messages passed a threshold...
     OverThreshold {
         queue: String,
@@ -69,6 +83,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::NewFailureGroup(_) => "failure_group",
+            Event::Digest { .. } => "failure_groups",
             Event::OverThreshold { .. } => "dlq_over_threshold",
             Event::BackUnder { .. } => "dlq_back_under_threshold",
             Event::Job(job) => match job.state {
@@ -88,53 +103,62 @@ impl Event {
                 format!("/messages?queue={}&status=open", urlencode(queue))
             }
             Event::Job(job) => format!("/replays/{}", job.id),
-            Event::Test => "/".to_owned(),
+            Event::Digest { .. } | Event::Test => "/".to_owned(),
         }
     }
 
-    /// One line a person reads in a chat channel.
+    /// The line as plain text (logs, the overview).
     pub fn text(&self) -> String {
+        self.line().plain()
+    }
+
+    /// What a person reads in a chat channel: Lazarus's words, and the values that came from
+    /// outside kept apart for each format to escape.
+    pub fn line(&self) -> Line {
         match self {
-            Event::NewFailureGroup(g) => {
-                let error = if g.error.is_empty() {
-                    "no error given".to_owned()
-                } else {
-                    format!("\"{}\"", shorten(&g.error, 300))
-                };
-                format!(
-                    "New failure group: {} in {}, {} ({} so far)",
-                    g.reason,
-                    g.queue,
-                    error,
-                    messages(g.messages)
-                )
+            Event::NewFailureGroup(g) => Line::new().ours("New failure group: ").then(group(g)),
+            Event::Digest { named, count } => {
+                let mut line = Line::new().ours(format!(
+                    "{} new failure groups, more than this webhook may be told one by one: ",
+                    thousands(*count)
+                ));
+                for (i, g) in named.iter().enumerate() {
+                    if i > 0 {
+                        line = line.ours("; ");
+                    }
+                    line = line.then(group(g));
+                }
+                let more = count.saturating_sub(named.len() as u64);
+                if more > 0 {
+                    line = line.ours(format!("; and {} more", thousands(more)));
+                }
+                line
             }
             Event::OverThreshold {
                 queue,
                 open,
                 threshold,
-            } => format!(
-                "{queue} holds {} open dead letters, over its threshold of {}",
+            } => Line::new().name(queue).ours(format!(
+                " holds {} open dead letters, over its threshold of {}",
                 thousands(*open as u64),
                 thousands(*threshold)
-            ),
+            )),
             Event::BackUnder {
                 queue,
                 open,
                 threshold,
-            } => format!(
-                "{queue} is back under its threshold of {}: {} open dead letters",
+            } => Line::new().name(queue).ours(format!(
+                " is back under its threshold of {}: {} open dead letters",
                 thousands(*threshold),
                 thousands(*open as u64)
-            ),
-            Event::Test => {
+            )),
+            Event::Test => Line::new().ours(
                 "Lazarus can reach this channel: its notifications about dead letters and replay \
-                 jobs will come here"
-                    .to_owned()
-            }
+                 jobs will come here",
+            ),
             Event::Job(job) => {
                 let c = &job.counts;
-                let mut line = format!(
+                let mut words = format!(
                     "Replay job {} {}: {} of {} published",
                     job.id,
                     job.state.as_str(),
@@ -150,13 +174,14 @@ impl Event {
                     (c.pending, "still to publish"),
                 ] {
                     if n > 0 {
-                        line.push_str(&format!(", {} {what}", thousands(n as u64)));
+                        words.push_str(&format!(", {} {what}", thousands(n as u64)));
                     }
                 }
-                if let Some(detail) = job.detail.as_deref().filter(|_| !job.state.is_final()) {
-                    line.push_str(&format!(" ({})", shorten(detail, 300)));
+                let line = Line::new().ours(words);
+                match job.detail.as_deref().filter(|_| !job.state.is_final()) {
+                    Some(detail) => line.ours(" (").text(detail).ours(")"),
+                    None => line,
                 }
-                line
             }
         }
     }
@@ -166,18 +191,64 @@ impl Event {
         Bytes::from(self.payload(public_url, Format::of(target)).to_string())
     }
 
-    /// The JSON POSTed: what the receiver shows (`text`, with the link; or a Teams card), and
-    /// the event's fields under `lazarus` (for everything else).
+    /// The JSON POSTed: what the receiver shows (`text` and a Slack section with the link, or
+    /// a Teams card), and the event's fields under `lazarus` (for everything else).
     pub fn payload(&self, public_url: Option<&str>, format: Format) -> Value {
-        let url = public_url.map(|base| format!("{}{}", base.trim_end_matches('/'), self.path()));
-        let mut details = match self {
-            Event::NewFailureGroup(g) => json!({
-                "queue": g.queue,
-                "reason": g.reason,
-                "error": g.error,
-                "messages": g.messages,
-                "open": g.open,
-                "first_seen": g.first_seen.format(&Rfc3339).unwrap_or_default(),
+        let url = public_url.map(|base| {
+            let base = base.trim_end_matches('/');
+            match format!("{base}{}", self.path()) {
+                url if url.len() <= LINK => url,
+                _ => format!("{base}/"),
+            }
+        });
+        let mut details = self.details();
+        details["event"] = json!(self.name());
+        details["url"] = json!(url);
+        let line = self.line();
+        match format {
+            Format::Text => {
+                let text = match &url {
+                    Some(url) => format!("{} <{url}>", line.slack()),
+                    None => line.slack(),
+                };
+                // Verbatim: Slack links nothing by itself in it (URLs, channel names).
+                let section = json!({"type": "mrkdwn", "text": text, "verbatim": true});
+                json!({
+                    "text": text,
+                    "blocks": [{"type": "section", "text": section}],
+                    "lazarus": details,
+                })
+            }
+            Format::Teams => {
+                let actions: Vec<Value> = url
+                    .iter()
+                    .map(|url| json!({"type": "Action.OpenUrl", "title": "Open in Lazarus", "url": url}))
+                    .collect();
+                json!({
+                    "type": "message",
+                    "attachments": [{
+                        "contentType": "application/vnd.microsoft.card.adaptive",
+                        "content": {
+                            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                            "type": "AdaptiveCard",
+                            "version": "1.4",
+                            "body": [{"type": "RichTextBlock", "inlines": line.teams()}],
+                            "actions": actions,
+                        },
+                    }],
+                    "lazarus": details,
+                })
+            }
+        }
+    }
+
+    /// The event's fields, as they came.
+    fn details(&self) -> Value {
+        match self {
+            Event::NewFailureGroup(g) => group_details(g),
+            Event::Digest { named, count } => json!({
+                "count": count,
+                "groups": named.iter().map(group_details).collect::<Vec<_>>(),
             }),
             Event::OverThreshold {
                 queue,
@@ -198,53 +269,40 @@ impl Event {
                 "counts": job.counts,
             }),
             Event::Test => json!({}),
-        };
-        details["event"] = json!(self.name());
-        details["url"] = json!(url);
-        match format {
-            Format::Text => {
-                let text = match &url {
-                    Some(url) => format!("{} <{url}>", self.text()),
-                    None => self.text(),
-                };
-                json!({ "text": text, "lazarus": details })
-            }
-            Format::Teams => {
-                let actions: Vec<Value> = url
-                    .iter()
-                    .map(|url| json!({"type": "Action.OpenUrl", "title": "Open in Lazarus", "url": url}))
-                    .collect();
-                json!({
-                    "type": "message",
-                    "attachments": [{
-                        "contentType": "application/vnd.microsoft.card.adaptive",
-                        "content": {
-                            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-                            "type": "AdaptiveCard",
-                            "version": "1.4",
-                            "body": [{"type": "TextBlock", "text": self.text(), "wrap": true}],
-                            "actions": actions,
-                        },
-                    }],
-                    "lazarus": details,
-                })
-            }
         }
     }
+}
+
+/// A group in a line: `rejected in invoices, ValueError: … (3 messages so far)`.
+fn group(g: &FailureGroup) -> Line {
+    let line = Line::new()
+        .name(&g.reason)
+        .ours(" in ")
+        .name(&g.queue)
+        .ours(", ");
+    let line = if g.error.is_empty() {
+        line.ours("no error given")
+    } else {
+        line.text(&g.error)
+    };
+    line.ours(format!(" ({} so far)", messages(g.messages)))
+}
+
+fn group_details(g: &FailureGroup) -> Value {
+    json!({
+        "queue": g.queue,
+        "reason": g.reason,
+        "error": g.error,
+        "messages": g.messages,
+        "open": g.open,
+        "first_seen": g.first_seen.format(&Rfc3339).unwrap_or_default(),
+    })
 }
 
 fn messages(n: i64) -> String {
     match n {
         1 => "1 message".to_owned(),
         n => format!("{} messages", thousands(n as u64)),
-    }
-}
-
-/// At most `max` characters, with `…` when cut.
-fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
     }
 }
 
@@ -271,18 +329,31 @@ mod tests {
         let event = Event::NewFailureGroup(group());
         assert_eq!(
             event.text(),
-            "New failure group: rejected in invoices, \"ValueError: amount < 0\" (1,204 messages so far)"
+            "New failure group: rejected in invoices, ValueError: amount < 0 (1,204 messages so far)"
         );
+        let slack = "New failure group: `rejected` in `invoices`, `ValueError: amount &lt; 0` \
+                     (1,204 messages so far)";
+        assert_eq!(event.line().slack(), slack);
         let payload = event.payload(Some("https://lazarus.example.com/"), Format::Text);
         let url = "https://lazarus.example.com/messages?first_death_queue=invoices\
                    &reason=rejected&error=ValueError%3A%20amount%20%3C%200&status=open";
-        assert_eq!(payload["text"], format!("{} <{url}>", event.text()));
+        assert_eq!(payload["text"], format!("{slack} <{url}>"));
+        let section = &payload["blocks"][0];
+        assert_eq!(section["type"], "section");
+        assert_eq!(section["text"]["type"], "mrkdwn");
+        assert_eq!(section["text"]["verbatim"], true);
+        assert_eq!(section["text"]["text"], payload["text"]);
         assert_eq!(payload["lazarus"]["event"], "failure_group");
         assert_eq!(payload["lazarus"]["url"], url);
         assert_eq!(payload["lazarus"]["first_seen"], "2026-12-05T04:00:00Z");
         assert_eq!(payload["lazarus"]["open"], 1200);
         let unlinked = event.payload(None, Format::Text);
-        assert_eq!(unlinked["text"], event.text());
+        assert_eq!(unlinked["text"], slack);
+        // A link too long for a chat (a long error in it) goes to the overview.
+        let mut long = group();
+        long.error = "é".repeat(300);
+        let payload = Event::NewFailureGroup(long).payload(Some("http://h"), Format::Text);
+        assert_eq!(payload["lazarus"]["url"], "http://h/");
         assert_eq!(unlinked["lazarus"]["url"], Value::Null);
     }
 
@@ -296,6 +367,10 @@ mod tests {
         assert_eq!(
             over.text(),
             "q holds 10,001 open dead letters, over its threshold of 10,000"
+        );
+        assert_eq!(
+            over.line().slack(),
+            "`q` holds 10,001 open dead letters, over its threshold of 10,000"
         );
         let under = Event::BackUnder {
             queue: "q".into(),
@@ -389,7 +464,12 @@ mod tests {
             "application/vnd.microsoft.card.adaptive"
         );
         assert_eq!(content["type"], "AdaptiveCard");
-        assert_eq!(content["body"][0]["text"], event.text());
+        assert_eq!(content["body"][0]["type"], "RichTextBlock");
+        assert_eq!(content["body"][0]["inlines"], json!(event.line().teams()));
+        assert_eq!(
+            content["body"][0]["inlines"][1],
+            json!({"type": "TextRun", "text": "rejected", "fontType": "Monospace"})
+        );
         assert_eq!(
             content["actions"][0]["url"], card["lazarus"]["url"],
             "the card opens the page"
@@ -400,13 +480,29 @@ mod tests {
     }
 
     #[test]
-    fn long_errors_are_cut() {
-        let mut g = group();
-        g.error = "x".repeat(1000);
-        let text = Event::NewFailureGroup(g).text();
-        assert!(
-            text.contains(&format!("\"{}…\"", "x".repeat(300))),
-            "{text}"
+    fn a_digest_counts_every_group_and_names_the_first() {
+        let mut other = group();
+        other.queue = "orders".into();
+        other.error = String::new();
+        other.messages = 1;
+        let digest = Event::Digest {
+            named: vec![group(), other],
+            count: 1_200,
+        };
+        assert_eq!(digest.name(), "failure_groups");
+        assert_eq!(
+            digest.text(),
+            "1,200 new failure groups, more than this webhook may be told one by one: rejected \
+             in invoices, ValueError: amount < 0 (1,204 messages so far); rejected in orders, no \
+             error given (1 message so far); and 1,198 more"
         );
+        let payload = digest.payload(Some("https://l.example"), Format::Text);
+        assert_eq!(payload["lazarus"]["count"], 1_200);
+        assert_eq!(payload["lazarus"]["groups"][1]["queue"], "orders");
+        assert_eq!(payload["lazarus"]["url"], "https://l.example/");
+        assert!(payload["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("and 1,198 more <https://l.example/>"));
     }
 }

@@ -7,6 +7,8 @@
 
 mod deliver;
 pub mod event;
+mod line;
+mod pace;
 mod status;
 
 use std::collections::HashMap;
@@ -19,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use deliver::Webhooks;
 pub use event::Event;
+pub use line::Line;
+pub use pace::Rate;
 pub use status::{Latest, NotifyStatus};
 
 use crate::archive::{Archive, ArchiveError, JobState, Noted};
@@ -161,6 +165,7 @@ pub async fn watch(
         match look(archive.as_ref(), &settings.thresholds).await {
             Ok(seen) => {
                 let mut now_known = HashMap::with_capacity(seen.len());
+                let mut news = Vec::new();
                 for s in seen {
                     if known.get(&s.key) != Some(&s.state) {
                         match archive.note_state(&s.key, &s.state).await {
@@ -170,8 +175,8 @@ pub async fn watch(
                                     Noted::Changed => true,
                                     Noted::Same => false,
                                 };
-                                if let (true, Some(event)) = (tell, &s.on_change) {
-                                    webhooks.tell(event);
+                                if let (true, Some(event)) = (tell, s.on_change) {
+                                    news.push(event);
                                 }
                             }
                             Err(e) => {
@@ -183,6 +188,7 @@ pub async fn watch(
                     now_known.insert(s.key, s.state);
                 }
                 known = now_known;
+                webhooks.tell(news);
             }
             Err(e) => tracing::warn!(error = %e, "looking for what to tell the webhooks failed"),
         }

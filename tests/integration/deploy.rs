@@ -195,7 +195,7 @@ fn exposition_with_every_family() -> String {
     metrics.batch_commit_seconds.observe(0.01);
     metrics.replayed("published", 1);
     metrics.canary_paused();
-    metrics.webhook("failed");
+    metrics.webhook("failed", 1);
     let count = QueueReasonCount {
         queue: "orders.dlq".into(),
         reason: "rejected".into(),

@@ -1,9 +1,12 @@
 //! Webhooks against a local receiver, on both backends with real dead letters: a new failure
 //! group, a DLQ over its threshold and back under it, a replay job paused, cancelled and
 //! completed — each told once, retried when the receiver fails, never waiting on a dead
-//! receiver; two PostgreSQL instances tell each change once between them; HTTPS with the
-//! system's (here `SSL_CERT_FILE`'s) roots; and the Teams card as the Adaptive Cards library
-//! reads it.
+//! receiver; two PostgreSQL instances tell each change once between them; a flood of new
+//! groups told within the webhook's rate, the rest in a digest; HTTPS with the system's (here
+//! `SSL_CERT_FILE`'s) roots; and the Teams card as the Adaptive Cards library reads it.
+//! What producers write, shown and not obeyed in each format: `escaping`.
+
+mod escaping;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -187,6 +190,149 @@ async fn die(t: &Topology, work: &str, error: &str, n: usize) {
     worker.abort();
 }
 
+/// Messages that fail each with its own error, dead-lettered by the broker into the DLQ by
+/// the worker returned (abort it once they are archived: aborted, it hands back what it holds).
+async fn die_each(t: &Topology, work: &str, errors: &[String]) -> tokio::task::JoinHandle<()> {
+    for (i, error) in errors.iter().enumerate() {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-exception-message".into(),
+            AMQPValue::LongString(error.as_str().into()),
+        );
+        let properties = BasicProperties::default()
+            .with_message_id(format!("each-{i}").into())
+            .with_headers(headers);
+        t.publish("", work, b"{}", properties).await;
+    }
+    let worker = rejecting_worker(work).await;
+    t.wait_for_depth(work, 0, Duration::from_secs(30)).await;
+    worker
+}
+
+on_both_backends!(a_flood_of_new_groups_is_told_within_the_rate_and_digested);
+/// 200 distinct forged errors as fast as the broker dead-letters them, against a webhook
+/// allowed 5 POSTs in a window longer than the test: 5 POSTs reach the receiver, the last a
+/// digest that counts the groups it folds; with those told alone and those still waiting
+/// (the metric), every group is accounted for — none told twice, none lost.
+async fn a_flood_of_new_groups_is_told_within_the_rate_and_digested() {
+    let p = unique("hookflood");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let receiver = Receiver::start(0).await;
+    let mut app = TestApp::spawn_with(&[&dlq], |c| {
+        c.webhooks.webhooks = vec![receiver.url.parse().unwrap()];
+        c.webhooks.webhook_interval_secs = 1;
+        c.webhooks.webhook_max_posts = 5;
+        c.webhooks.webhook_max_posts_secs = 3_600;
+        c.webhooks.public_url = Some("https://lazarus.example.com".into());
+    })
+    .await;
+    // Words, not numbers: each its own failure group.
+    let word = |i: usize| {
+        [i / 676, i / 26 % 26, i % 26]
+            .map(|d| (b'a' + d as u8) as char)
+            .iter()
+            .collect::<String>()
+    };
+    let errors: Vec<String> = (0..200)
+        .map(|i| format!("Forged failure {} <!channel>", word(i)))
+        .collect();
+    let worker = die_each(&t, &work, &errors).await;
+    app.wait_for_archived(200, Duration::from_secs(60)).await;
+    worker.abort();
+
+    // Told alone, counted in a digest, or waiting: until every group is one of these.
+    let accounted = || async {
+        let events = receiver.events();
+        let alone: Vec<String> = events
+            .iter()
+            .filter(|r| r.body["lazarus"]["event"] == "failure_group")
+            .map(|r| r.body["lazarus"]["error"].as_str().unwrap().to_owned())
+            .collect();
+        let digests: Vec<Value> = events
+            .iter()
+            .filter(|r| r.body["lazarus"]["event"] == "failure_groups")
+            .map(|r| r.body.clone())
+            .collect();
+        let waiting = app.counter("lazarus_webhook_waiting_events").await;
+        (alone, digests, waiting)
+    };
+    let start = Instant::now();
+    loop {
+        let (alone, digests, waiting) = accounted().await;
+        let folded: u64 = digests
+            .iter()
+            .map(|d| d["lazarus"]["count"].as_u64().unwrap())
+            .sum();
+        if alone.len() as u64 + folded + waiting == 200 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} alone, {folded} in digests, {waiting} waiting",
+            alone.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Three more looks: nothing more goes, nothing changes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (alone, digests, waiting) = accounted().await;
+    assert_eq!(
+        *receiver.requests.lock().unwrap(),
+        5,
+        "5 POSTs in the window, for 200 new groups"
+    );
+    assert_eq!(alone.len() + digests.len(), 5, "{:#?}", receiver.events());
+    let mut distinct = alone.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), alone.len(), "no group told twice");
+    assert!(alone.iter().all(|e| errors.contains(e)));
+    assert!(!digests.is_empty(), "the last POST allowed is a digest");
+    let mut folded = 0;
+    for digest in &digests {
+        let count = digest["lazarus"]["count"].as_u64().unwrap();
+        folded += count;
+        let named = digest["lazarus"]["groups"].as_array().unwrap();
+        assert_eq!(named.len() as u64, count.min(5), "{digest}");
+        for g in named {
+            let error = g["error"].as_str().unwrap();
+            assert!(errors.iter().any(|e| e == error) && !alone.iter().any(|e| e == error));
+        }
+        let text = digest["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(&format!("{count} new failure groups, more than this webhook may be told one by one: `rejected` in `{work}`, `Forged failure")),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!(
+                "and {} more <https://lazarus.example.com/>",
+                count - 5
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("<!channel>"), "{text}");
+        assert_eq!(digest["lazarus"]["url"], "https://lazarus.example.com/");
+    }
+    assert_eq!(
+        alone.len() as u64 + folded + waiting,
+        200,
+        "every group accounted for"
+    );
+    assert_eq!(
+        app.counter("lazarus_webhook_notifications_total{outcome=\"digested\"}")
+            .await,
+        folded
+    );
+    assert_eq!(
+        app.counter("lazarus_webhook_notifications_total{outcome=\"sent\"}")
+            .await,
+        5
+    );
+    app.stop().await;
+    t.cleanup().await;
+}
+
 /// A port nothing listens on.
 async fn dead_url() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -245,7 +391,7 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     );
     assert!(
         told["text"].as_str().unwrap().starts_with(&format!(
-            "New failure group: rejected in {work}, \"ValueError: amount < 0\""
+            "New failure group: `rejected` in `{work}`, `ValueError: amount &lt; 0`"
         )),
         "{told}"
     );
@@ -280,7 +426,7 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     assert_eq!(
         over["text"],
         format!(
-            "{dlq} holds 5 open dead letters, over its threshold of 4 \
+            "`{dlq}` holds 5 open dead letters, over its threshold of 4 \
              <https://lazarus.example.com/messages?queue={dlq}&status=open>"
         )
     );
@@ -586,6 +732,7 @@ fn the_teams_card_is_read_by_the_adaptive_cards_library_without_a_word() {
             .parse()
             .unwrap();
     let format = Format::of(&teams);
+    assert_eq!(format, Format::Teams);
     let over = Event::OverThreshold {
         queue: "invoices.dlq".into(),
         open: 120,
