@@ -204,7 +204,7 @@ fn exposition_with_every_family() -> String {
         oldest: time::OffsetDateTime::UNIX_EPOCH,
         newest: time::OffsetDateTime::UNIX_EPOCH,
     };
-    metrics.render(Some(std::slice::from_ref(&count)))
+    metrics.render(Some(std::slice::from_ref(&count)), &[])
 }
 
 #[test]
