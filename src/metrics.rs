@@ -15,11 +15,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::amqp::dlq::Dlq;
 use crate::archive::QueueReasonCount;
 
+/// A consumed DLQ's series: `queue` is its [`Dlq::key`], one per DLQ.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueLabels {
     pub queue: String,
+}
+
+impl QueueLabels {
+    pub fn of(dlq: &Dlq) -> Self {
+        QueueLabels { queue: dlq.key() }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -223,10 +231,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn ingest_error(&self, queue: &str, kind: &str) {
+    /// `kind`: `broker`, `queue_missing`, `database` or `crash`.
+    pub fn ingest_error(&self, dlq: &Dlq, kind: &'static str) {
         self.ingest_errors
             .get_or_create(&IngestErrorLabels {
-                queue: queue.to_owned(),
+                queue: dlq.key(),
                 kind: kind.to_owned(),
             })
             .inc();
@@ -240,11 +249,9 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn set_connected(&self, queue: &str, connected: bool) {
+    pub fn set_connected(&self, dlq: &Dlq, connected: bool) {
         self.consumer_connected
-            .get_or_create(&QueueLabels {
-                queue: queue.to_owned(),
-            })
+            .get_or_create(&QueueLabels::of(dlq))
             .set(i64::from(connected));
     }
 
@@ -365,7 +372,7 @@ mod tests {
     #[test]
     fn label_values_are_escaped_as_the_text_format_requires() {
         let metrics = Metrics::default();
-        metrics.ingest_error("a\\b\"c\nd", "database");
+        metrics.ingest_error(&Dlq::home("a\\b\"c\nd"), "database");
         let text = metrics.render(Some(&[]), &[]);
         assert!(
             text.contains(r#"lazarus_ingest_errors_total{queue="a\\b\"c\nd",kind="database"} 1"#),

@@ -52,7 +52,7 @@ impl Application {
         );
         let retention = config
             .retention
-            .policy()
+            .policy(&config.connection.amqp_url)
             .map_err(anyhow::Error::msg)
             .context("--retention")?;
         let archive = archive::open_served(&config.connection.database_url)
@@ -203,7 +203,11 @@ impl Application {
             Duration::from_secs(self.config.settle_secs),
             token.clone(),
         ));
-        let retention = self.config.retention.policy().unwrap_or_default();
+        let retention = self
+            .config
+            .retention
+            .policy(&self.config.connection.amqp_url)
+            .unwrap_or_default();
         if !retention.is_empty() {
             tracker.spawn(crate::retention::keep(
                 self.background.clone(),
