@@ -129,7 +129,7 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
                 ctx.status
                     .set(&dlq, ConsumerState::DatabaseUnavailable(e.to_string()));
             }
-            Err(ConsumeError::Broker(e)) if e.reply_code() == Some(530) => {
+            Err(ConsumeError::Broker(e)) if e.vhost_refused() => {
                 // NOT_ALLOWED on opening: the vhost does not exist, or the user may not use it.
                 let refused = super::dlq::refused(&dlq.vhost);
                 let text = match dlq.vhost.is_empty() {
