@@ -350,7 +350,11 @@ mod tests {
         counts.push(count("orders.dlq", "rejected", 7));
         counts.push(count("orders.dlq", "delivery_limit", 2));
         for i in 0..QUEUE_LABELS + 10 {
-            counts.push(count(&format!("imported-{i:03}"), "expired", 100 + i as i64));
+            counts.push(count(
+                &format!("imported-{i:03}"),
+                "expired",
+                100 + i as i64,
+            ));
         }
         counts.push(count("consumed.dlq", "maxlen", 1));
         let totals = bounded_totals(&counts, &["consumed.dlq".to_owned()]);
@@ -358,7 +362,11 @@ mod tests {
         assert_eq!(reason("orders.dlq", "other"), Some(200));
         assert_eq!(reason("orders.dlq", "rejected"), Some(7));
         assert_eq!(reason("orders.dlq", "delivery_limit"), Some(2));
-        assert_eq!(reason("consumed.dlq", "maxlen"), Some(1), "consumed: always named");
+        assert_eq!(
+            reason("consumed.dlq", "maxlen"),
+            Some(1),
+            "consumed: always named"
+        );
         // The smallest imported queues (000..=010, with orders.dlq's 209 among the named).
         assert_eq!(reason(OTHER_QUEUES, "expired"), Some((100..111).sum()));
         assert_eq!(reason("imported-059", "expired"), Some(159));

@@ -297,7 +297,10 @@ mod tests {
         };
         assert!(admits(&any_orders, "shop/orders.dlq"));
         assert!(admits(&any_orders, "orders.dlq"));
-        assert!(!admits(&any_orders, "/shop/orders.dlq"), "home queue shop/orders.dlq");
+        assert!(
+            !admits(&any_orders, "/shop/orders.dlq"),
+            "home queue shop/orders.dlq"
+        );
         let shop = Patterns {
             include: vec!["shop/*".into()],
             exclude: Vec::new(),

@@ -34,6 +34,10 @@ impl Dlq {
         if name.is_empty() {
             return Err(format!("{spec:?} names no queue: give name or vhost/name"));
         }
+        if !vhost.is_empty() {
+            check_name("vhost", &vhost).map_err(|e| format!("{spec:?}: {e}"))?;
+        }
+        check_name("queue", name).map_err(|e| format!("{spec:?}: {e}"))?;
         Ok(Dlq {
             vhost: stored_vhost(&vhost, home),
             name: name.to_owned(),
@@ -95,6 +99,28 @@ pub fn parse_all(specs: &[String], home: &str) -> Result<Vec<Dlq>, String> {
         dlqs.push(dlq);
     }
     Ok(dlqs)
+}
+
+/// Whether `name` can be a vhost's or queue's (`what`) name, as RabbitMQ and the archive
+/// hold one: 1 to 255 bytes (an AMQP short string) without control characters (NUL cannot
+/// be stored as PostgreSQL text; RabbitMQ takes line breaks out of queue names). `?`,
+/// markup and the like are RabbitMQ's to allow, and it does.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("the {what} name is empty"));
+    }
+    if name.len() > usize::from(u8::MAX) {
+        return Err(format!(
+            "the {what} name is {} bytes; RabbitMQ's hold at most 255",
+            name.len()
+        ));
+    }
+    match name.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!(
+            "the {what} name {name:?} holds the control character {c:?}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The vhost `amqp_url` names (`/` when it names none): the instance's home.
@@ -251,5 +277,9 @@ mod tests {
             .contains("names no queue"));
         assert!(Dlq::parse("%zz/q", "/").unwrap_err().contains("hex escape"));
         assert!(Dlq::parse("%ff/q", "/").unwrap_err().contains("UTF-8"));
+        assert!(Dlq::parse("a%00/q", "/").unwrap_err().contains("control"));
+        assert!(Dlq::parse(&"q".repeat(256), "/")
+            .unwrap_err()
+            .contains("255"));
     }
 }

@@ -191,7 +191,10 @@ impl Policy {
                 Some(queue) => {
                     let dlq = Dlq::parse(queue, home)?;
                     if policy.queues.insert(dlq.clone(), spec.rules).is_some() {
-                        return Err(format!("--retention for the {} is given twice", dlq.describe()));
+                        return Err(format!(
+                            "--retention for the {} is given twice",
+                            dlq.describe()
+                        ));
                     }
                 }
             }

@@ -626,8 +626,12 @@ async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first
             let other_messages = app.all_messages(&other_key).await;
             assert_eq!(home_messages.len(), 2, "{home_messages:?}");
             assert_eq!(other_messages.len(), 3, "{other_messages:?}");
-            assert!(home_messages.iter().all(|m| m["vhost"] == home.name.as_str()));
-            assert!(other_messages.iter().all(|m| m["vhost"] == other.name.as_str()));
+            assert!(home_messages
+                .iter()
+                .all(|m| m["vhost"] == home.name.as_str()));
+            assert!(other_messages
+                .iter()
+                .all(|m| m["vhost"] == other.name.as_str()));
             assert_eq!(th.depth(&impostor).await, 0);
             assert_eq!(to.depth("orders.dlq").await, 0);
 

@@ -1054,10 +1054,20 @@ async fn forged_death_reasons_and_imported_queues_add_no_metrics_series() {
     // An export of one of them, imported back as 120 messages of 120 queues nobody consumes.
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
-        .args(["export", "--queue", &dlq, "--database-url", &app.database_url])
+        .args([
+            "export",
+            "--queue",
+            &dlq,
+            "--database-url",
+            &app.database_url,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap())
         .expect("an exported line");
     let file = dir.path().join("queues.ndjson");
@@ -1123,7 +1133,9 @@ async fn forged_death_reasons_and_imported_queues_add_no_metrics_series() {
     for (name, labels, _) in &samples {
         for (l, value) in labels {
             let bounded = match l.as_str() {
-                "queue" => value == &dlq || value.starts_with("imported-") || value == "(other queues)",
+                "queue" => {
+                    value == &dlq || value.starts_with("imported-") || value == "(other queues)"
+                }
                 "reason" => ["rejected", "other"].contains(&value.as_str()),
                 "le" | "kind" | "outcome" => true,
                 _ => false,

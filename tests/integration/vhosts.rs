@@ -458,7 +458,10 @@ async fn an_archive_of_an_earlier_version_gets_one_key_per_dlq() {
     };
     {
         let archive = lazarus::archive::open(&url).await.unwrap();
-        let batch = [message("", "x/y", "x/y.work"), message("a", "a/b", "b.work")];
+        let batch = [
+            message("", "x/y", "x/y.work"),
+            message("a", "a/b", "b.work"),
+        ];
         archive.store_batch(&batch).await.unwrap();
     }
     // As the earlier version keyed them: a home name bare (its first-death queue too), the
@@ -481,17 +484,35 @@ async fn an_archive_of_an_earlier_version_gets_one_key_per_dlq() {
     .await;
     let archive = lazarus::archive::open(&url).await.unwrap();
     for (sql, n) in [
-        ("SELECT count(*) FROM messages WHERE vhost = '' AND queue = '/x/y' \
-          AND first_death_queue = '/x/y.work'", 1),
-        ("SELECT count(*) FROM messages WHERE vhost = 'a' AND queue = 'a/b' \
-          AND first_death_queue = 'a/b.work'", 1),
-        ("SELECT count(*) FROM queue_reason_counts WHERE queue = '/x/y' AND messages = 1", 1),
-        ("SELECT count(*) FROM queue_reason_counts WHERE queue = 'a/b' AND messages = 1", 1),
+        (
+            "SELECT count(*) FROM messages WHERE vhost = '' AND queue = '/x/y' \
+          AND first_death_queue = '/x/y.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM messages WHERE vhost = 'a' AND queue = 'a/b' \
+          AND first_death_queue = 'a/b.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM queue_reason_counts WHERE queue = '/x/y' AND messages = 1",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM queue_reason_counts WHERE queue = 'a/b' AND messages = 1",
+            1,
+        ),
         ("SELECT count(*) FROM queue_reason_counts", 2),
         ("SELECT count(*) FROM hourly_counts WHERE queue = '/x/y'", 1),
         ("SELECT count(*) FROM hourly_counts WHERE queue = 'a/b'", 1),
-        ("SELECT count(*) FROM failure_groups WHERE queue = '/x/y.work'", 1),
-        ("SELECT count(*) FROM failure_groups WHERE queue = 'a/b.work'", 1),
+        (
+            "SELECT count(*) FROM failure_groups WHERE queue = '/x/y.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM failure_groups WHERE queue = 'a/b.work'",
+            1,
+        ),
         ("SELECT count(*) FROM failure_groups", 2),
     ] {
         assert_eq!(count_rows(&url, sql).await, n, "{sql}");
