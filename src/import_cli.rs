@@ -79,7 +79,7 @@ pub async fn import(
             None => {}
         }
         if !batch.is_empty() && (end || batch.len() >= BATCH || bytes >= BATCH_BYTES) {
-            state.store(archive, &batch, rules).await?;
+            state.store(archive, &mut batch, rules).await?;
             batch.clear();
             bytes = 0;
         }
@@ -177,31 +177,37 @@ impl Importer {
         self.ids.get(&id).copied()
     }
 
-    /// Stores what of `batch` the archive does not hold yet, in order.
+    /// Stores what of `batch` the archive does not hold yet, in order. Their bodies are
+    /// moved into the archive's form, not copied: `batch` keeps none.
     pub async fn store(
         &mut self,
         archive: &dyn Archive,
-        batch: &[ExportedMessage],
+        batch: &mut [ExportedMessage],
         rules: &IngestRules,
     ) -> anyhow::Result<()> {
         // A replayed copy of a message of the same batch: the original is stored first, so
         // that the copy can point at its new id.
-        let mut start = 0;
+        let mut starts = vec![0];
         for (i, m) in batch.iter().enumerate() {
+            let start = *starts.last().expect("one at least");
             if m.replay_of
                 .is_some_and(|of| batch[start..i].iter().any(|b| b.id == of))
             {
-                self.store_part(archive, &batch[start..i], rules).await?;
-                start = i;
+                starts.push(i);
             }
         }
-        self.store_part(archive, &batch[start..], rules).await
+        starts.push(batch.len());
+        for part in starts.windows(2) {
+            self.store_part(archive, &mut batch[part[0]..part[1]], rules)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn store_part(
         &mut self,
         archive: &dyn Archive,
-        batch: &[ExportedMessage],
+        batch: &mut [ExportedMessage],
         rules: &IngestRules,
     ) -> anyhow::Result<()> {
         if batch.is_empty() {
@@ -209,7 +215,7 @@ impl Importer {
         }
         // Each line with its place among the lines of its queue and fingerprint.
         let mut prepared = Vec::with_capacity(batch.len());
-        for m in batch {
+        for m in batch.iter_mut() {
             let mut p = PreparedMessage::with_rules(incoming(m), rules);
             p.replay_of = m.replay_of.and_then(|old| self.ids.get(&old).copied());
             let n = self
@@ -219,6 +225,7 @@ impl Importer {
             *n += 1;
             prepared.push((p, *n));
         }
+        let batch: &[ExportedMessage] = batch;
         let keys: Vec<(String, [u8; 32])> = prepared
             .iter()
             .map(|(p, _)| (p.message.queue.clone(), p.fingerprint))
@@ -288,9 +295,9 @@ fn has_state(m: &ExportedMessage) -> bool {
 
 /// The delivery an exported message was: stored as new (`redelivered` would make ingest look
 /// for copies itself; the flag is restored afterwards).
-fn incoming(m: &ExportedMessage) -> IncomingMessage {
+fn incoming(m: &mut ExportedMessage) -> IncomingMessage {
     IncomingMessage {
-        body: m.body.clone(),
+        body: std::mem::take(&mut m.body),
         ..incoming_without_body(m)
     }
 }
