@@ -241,7 +241,8 @@ impl Metrics {
             .inc();
     }
 
-    pub fn replayed(&self, outcome: &str, n: u64) {
+    /// `outcome`: an [`crate::archive::Outcome`]'s name.
+    pub fn replayed(&self, outcome: &'static str, n: u64) {
         self.replayed
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
@@ -259,7 +260,8 @@ impl Metrics {
         self.canary_pauses.inc();
     }
 
-    pub fn webhook(&self, outcome: &str) {
+    /// `outcome`: `sent`, `failed` or `dropped`.
+    pub fn webhook(&self, outcome: &'static str) {
         self.webhooks
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
