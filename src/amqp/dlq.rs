@@ -72,7 +72,7 @@ impl Dlq {
         let name = match (vhost.is_empty(), key.split_once('/')) {
             (true, None) => key,
             (_, Some((_, name))) => name,
-            // Not a key of that vhost (an archive written before keys were one per DLQ).
+            // No key of another vhost lacks its `vhost/` prefix: kept whole.
             (false, None) => key,
         };
         Dlq {
