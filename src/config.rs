@@ -279,8 +279,10 @@ pub struct RetentionArgs {
 }
 
 impl RetentionArgs {
-    pub fn policy(&self) -> Result<crate::retention::Policy, String> {
-        crate::retention::Policy::new(&self.specs)
+    /// The policy, its queues named as `--queue` names them from the AMQP URL `amqp_url`.
+    pub fn policy(&self, amqp_url: &str) -> Result<crate::retention::Policy, String> {
+        let home = crate::amqp::dlq::home_vhost(amqp_url);
+        crate::retention::Policy::new(&self.specs, &home)
     }
 }
 

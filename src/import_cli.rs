@@ -2,7 +2,9 @@
 //! time, through ingest (search, totals, groups and fields are derived as for a delivery),
 //! then gives each stored message its exported status, note, times and replays. Idempotent:
 //! the n-th line with a given queue and fingerprint is stored only while the archive holds
-//! fewer than n such messages, so importing twice adds nothing.
+//! fewer than n such messages, so importing twice adds nothing. A line is held to what ingest
+//! could have archived ([`admit`]) and to [`MAX_LINE_BYTES`]: one that is not is refused —
+//! said with its number and why — and the import goes on with the others.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -10,7 +12,8 @@ use std::io::BufRead;
 use anyhow::Context;
 
 use crate::archive::{
-    self, Archive, ExportedMessage, IncomingMessage, IngestRules, MessageStatus, PreparedMessage,
+    self, admit, Archive, ExportedMessage, IncomingMessage, IngestRules, MessageStatus,
+    PreparedMessage,
 };
 use crate::config::{redact_url, ImportConfig};
 
@@ -18,6 +21,11 @@ use crate::config::{redact_url, ImportConfig};
 const BATCH: usize = 500;
 /// …and body bytes.
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// The longest line read: a body of [`admit::MAX_BODY_BYTES`] in base64 (171 MiB) and 21 MiB
+/// for the rest. A longer one is read through without being kept.
+pub const MAX_LINE_BYTES: usize = 192 << 20;
+/// Refused lines said one by one; past them, only counted.
+const REFUSALS_SAID: u64 = 100;
 
 /// What an import did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -25,37 +33,126 @@ pub struct Imported {
     pub stored: u64,
     /// Already in the archive (an earlier import, or the archive it was exported from).
     pub present: u64,
+    /// Lines refused (said as they were met).
+    pub refused: u64,
 }
 
-/// Reads the whole export from `input` into `archive`.
+/// Reads the whole export from `input` into `archive`, telling `refused` the number of each
+/// line it refuses and why.
 pub async fn import(
     archive: &dyn Archive,
     input: &mut dyn BufRead,
     home_vhost: &str,
     rules: &IngestRules,
+    refused: &mut dyn FnMut(usize, &str),
 ) -> anyhow::Result<Imported> {
     let mut state = Importer::default();
     let (mut batch, mut bytes, mut number) = (Vec::new(), 0, 0usize);
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
-        line.clear();
-        let read = input.read_line(&mut line).context("reading the export")?;
-        if read > 0 && !line.trim().is_empty() {
+        let read = read_line(input, &mut line, MAX_LINE_BYTES).context("reading the export")?;
+        let end = read == Line::End;
+        if !end {
             number += 1;
-            let m: ExportedMessage = serde_json::from_str(line.trim_end())
-                .with_context(|| format!("line {number} is not an exported message"))?;
-            bytes += m.body.len();
-            batch.push(m.stored(home_vhost));
         }
-        if !batch.is_empty() && (read == 0 || batch.len() >= BATCH || bytes >= BATCH_BYTES) {
-            state.store(archive, &batch, rules).await?;
+        let parsed = match read {
+            Line::End => None,
+            Line::TooLong(length) => Some(Err(format!(
+                "{length} bytes long; a line holds at most {MAX_LINE_BYTES}"
+            ))),
+            Line::Read if line.trim_ascii().is_empty() => None,
+            Line::Read => Some(parse(&line, home_vhost)),
+        };
+        if line.capacity() > BATCH_BYTES {
+            // A long line's buffer is not kept beside what it became.
+            line = Vec::new();
+        }
+        match parsed {
+            Some(Ok(m)) => {
+                bytes += m.body.len();
+                batch.push(m);
+            }
+            Some(Err(why)) => {
+                state.imported.refused += 1;
+                refused(number, &why);
+            }
+            None => {}
+        }
+        if !batch.is_empty() && (end || batch.len() >= BATCH || bytes >= BATCH_BYTES) {
+            state.store(archive, &mut batch, rules).await?;
             batch.clear();
             bytes = 0;
         }
-        if read == 0 {
+        if end {
             return Ok(state.imported());
         }
     }
+}
+
+/// An exported line as this archive would store it, or why it is refused.
+fn parse(line: &[u8], home_vhost: &str) -> Result<ExportedMessage, String> {
+    let m: ExportedMessage =
+        serde_json::from_slice(line).map_err(|e| format!("not an exported message ({e})"))?;
+    if !m.vhost.is_empty() {
+        crate::amqp::dlq::check_name("vhost", &m.vhost)?;
+    }
+    crate::amqp::dlq::check_name("queue", &m.queue)?;
+    let m = m.stored(home_vhost);
+    admit::check_body("body", m.body.len())?;
+    for r in &m.replays {
+        if let Some(body) = &r.edited_body {
+            admit::check_body("a replay's edited body", body.len())?;
+        }
+    }
+    // The rest as ingest's own check, on the message without its body (not copied for it).
+    admit::check(&incoming_without_body(&m))?;
+    Ok(m)
+}
+
+/// What [`read_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// A line, in the buffer (without its line feed).
+    Read,
+    /// A line of this many bytes, longer than allowed: read through, not kept.
+    TooLong(u64),
+    /// The end of the input.
+    End,
+}
+
+/// Reads one line of `input` into `line` (cleared first), keeping at most `max` bytes of it.
+fn read_line(input: &mut dyn BufRead, line: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+    line.clear();
+    let (mut length, mut any) = (0u64, false);
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let newline = buf.iter().position(|b| *b == b'\n');
+        let part = &buf[..newline.unwrap_or(buf.len())];
+        length += part.len() as u64;
+        if length <= max as u64 {
+            line.extend_from_slice(part);
+        } else if line.capacity() > 0 {
+            *line = Vec::new();
+        }
+        let used = newline.map_or(buf.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            break;
+        }
+    }
+    Ok(match (any, length > max as u64) {
+        (false, _) => Line::End,
+        (true, true) => Line::TooLong(length),
+        (true, false) => Line::Read,
+    })
 }
 
 /// Storing exported messages batch after batch (an import, a migration): what it remembers
@@ -80,31 +177,37 @@ impl Importer {
         self.ids.get(&id).copied()
     }
 
-    /// Stores what of `batch` the archive does not hold yet, in order.
+    /// Stores what of `batch` the archive does not hold yet, in order. Their bodies are
+    /// moved into the archive's form, not copied: `batch` keeps none.
     pub async fn store(
         &mut self,
         archive: &dyn Archive,
-        batch: &[ExportedMessage],
+        batch: &mut [ExportedMessage],
         rules: &IngestRules,
     ) -> anyhow::Result<()> {
         // A replayed copy of a message of the same batch: the original is stored first, so
         // that the copy can point at its new id.
-        let mut start = 0;
+        let mut starts = vec![0];
         for (i, m) in batch.iter().enumerate() {
+            let start = *starts.last().expect("one at least");
             if m.replay_of
                 .is_some_and(|of| batch[start..i].iter().any(|b| b.id == of))
             {
-                self.store_part(archive, &batch[start..i], rules).await?;
-                start = i;
+                starts.push(i);
             }
         }
-        self.store_part(archive, &batch[start..], rules).await
+        starts.push(batch.len());
+        for part in starts.windows(2) {
+            self.store_part(archive, &mut batch[part[0]..part[1]], rules)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn store_part(
         &mut self,
         archive: &dyn Archive,
-        batch: &[ExportedMessage],
+        batch: &mut [ExportedMessage],
         rules: &IngestRules,
     ) -> anyhow::Result<()> {
         if batch.is_empty() {
@@ -112,7 +215,7 @@ impl Importer {
         }
         // Each line with its place among the lines of its queue and fingerprint.
         let mut prepared = Vec::with_capacity(batch.len());
-        for m in batch {
+        for m in batch.iter_mut() {
             let mut p = PreparedMessage::with_rules(incoming(m), rules);
             p.replay_of = m.replay_of.and_then(|old| self.ids.get(&old).copied());
             let n = self
@@ -122,6 +225,7 @@ impl Importer {
             *n += 1;
             prepared.push((p, *n));
         }
+        let batch: &[ExportedMessage] = batch;
         let keys: Vec<(String, [u8; 32])> = prepared
             .iter()
             .map(|(p, _)| (p.message.queue.clone(), p.fingerprint))
@@ -191,7 +295,15 @@ fn has_state(m: &ExportedMessage) -> bool {
 
 /// The delivery an exported message was: stored as new (`redelivered` would make ingest look
 /// for copies itself; the flag is restored afterwards).
-fn incoming(m: &ExportedMessage) -> IncomingMessage {
+fn incoming(m: &mut ExportedMessage) -> IncomingMessage {
+    IncomingMessage {
+        body: std::mem::take(&mut m.body),
+        ..incoming_without_body(m)
+    }
+}
+
+/// [`incoming`] with an empty body.
+fn incoming_without_body(m: &ExportedMessage) -> IncomingMessage {
     IncomingMessage {
         vhost: m.vhost.clone(),
         queue: m.queue.clone(),
@@ -200,7 +312,7 @@ fn incoming(m: &ExportedMessage) -> IncomingMessage {
         redelivered: false,
         properties: m.properties.clone(),
         headers: m.headers.clone(),
-        body: m.body.clone(),
+        body: Vec::new(),
         received_at: m.archived_at,
         decode_problems: Vec::new(),
         stream_offset: None,
@@ -214,22 +326,79 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let archive = archive::open(url)
         .await
         .with_context(|| format!("opening the archive {}", redact_url(url)))?;
+    let mut said = 0u64;
+    let mut refused = |number: usize, why: &str| {
+        said += 1;
+        if said <= REFUSALS_SAID {
+            eprintln!("line {number} refused: {why}");
+        }
+    };
     let imported = match config.input.as_deref() {
         Some(path) if path != std::path::Path::new("-") => {
             let file =
                 std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-            let mut input = std::io::BufReader::new(file);
-            import(archive.as_ref(), &mut input, &home_vhost, &rules).await?
+            let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+            import(
+                archive.as_ref(),
+                &mut input,
+                &home_vhost,
+                &rules,
+                &mut refused,
+            )
+            .await?
         }
         _ => {
             let mut input = std::io::stdin().lock();
-            import(archive.as_ref(), &mut input, &home_vhost, &rules).await?
+            import(
+                archive.as_ref(),
+                &mut input,
+                &home_vhost,
+                &rules,
+                &mut refused,
+            )
+            .await?
         }
     };
+    if imported.refused > REFUSALS_SAID {
+        eprintln!(
+            "… and {} more lines refused",
+            crate::web::messages::thousands(imported.refused - REFUSALS_SAID)
+        );
+    }
     eprintln!(
-        "imported {} messages; {} were in the archive already",
+        "imported {} messages; {} were in the archive already; {} lines refused",
         crate::web::messages::thousands(imported.stored),
-        crate::web::messages::thousands(imported.present)
+        crate::web::messages::thousands(imported.present),
+        crate::web::messages::thousands(imported.refused)
+    );
+    anyhow::ensure!(
+        imported.refused == 0,
+        "{} lines were refused (said above): mend them and import the file again (what is \
+         imported already is not imported twice)",
+        imported.refused
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_longer_than_the_bound_are_read_through_not_kept() {
+        let text = format!("short\n{}\n\nlast", "x".repeat(100));
+        let mut input = std::io::BufReader::with_capacity(7, text.as_bytes());
+        let mut line = Vec::new();
+        let mut next = || {
+            let read = read_line(&mut input, &mut line, 10).unwrap();
+            (read, String::from_utf8(line.clone()).unwrap())
+        };
+        assert_eq!(next(), (Line::Read, "short".into()));
+        let (read, kept) = next();
+        assert_eq!(read, Line::TooLong(100));
+        assert!(kept.is_empty());
+        assert_eq!(next(), (Line::Read, String::new()));
+        assert_eq!(next(), (Line::Read, "last".into()));
+        assert_eq!(next(), (Line::End, String::new()));
+    }
 }

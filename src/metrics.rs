@@ -1,5 +1,9 @@
 //! Prometheus metrics: what ingest counts as it goes, and the archive totals read at scrape time.
+//! Every label value is from a bounded set: DLQs this process consumes (an operator's
+//! choice), outcomes and kinds Lazarus names, and, for what messages say, [`reason_label`]
+//! and [`QUEUE_LABELS`] — a producer cannot add series.
 
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
 use prometheus_client::encoding::{
@@ -11,11 +15,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::amqp::dlq::Dlq;
 use crate::archive::QueueReasonCount;
 
+/// A consumed DLQ's series: `queue` is its [`Dlq::key`], one per DLQ.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueLabels {
     pub queue: String,
+}
+
+impl QueueLabels {
+    pub fn of(dlq: &Dlq) -> Self {
+        QueueLabels { queue: dlq.key() }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -91,6 +103,29 @@ impl EncodeLabelSet for OutcomeLabels {
         [("outcome", Escaped(&self.outcome))].encode(encoder)
     }
 }
+
+/// The death reasons RabbitMQ gives (and `none`, a message without death history): each is
+/// a `reason` label of its own; any other (a forged or future one) counts as `other`.
+pub const KNOWN_REASONS: [&str; 5] = ["rejected", "expired", "maxlen", "delivery_limit", "none"];
+
+/// The `reason` label of a first-death reason: itself when RabbitMQ gives it, else `other`.
+/// The reason is the publisher's to write (`x-death`, `x-first-death-reason`), so its values
+/// cannot each be a series.
+pub fn reason_label(reason: &str) -> &'static str {
+    KNOWN_REASONS
+        .into_iter()
+        .find(|known| *known == reason)
+        .unwrap_or("other")
+}
+
+/// At most this many `queue` labels of the archive totals besides the DLQs this process
+/// consumes: the queues with most messages. The archive may hold queues nobody consumes
+/// (an imported file's, a DLQ no longer named); past the bound they are summed under
+/// [`OTHER_QUEUES`].
+pub const QUEUE_LABELS: usize = 50;
+
+/// The `queue` label of the archive totals of the queues past [`QUEUE_LABELS`].
+pub const OTHER_QUEUES: &str = "(other queues)";
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -205,16 +240,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn ingest_error(&self, queue: &str, kind: &str) {
+    /// `kind`: `broker`, `queue_missing`, `database` or `crash`.
+    pub fn ingest_error(&self, dlq: &Dlq, kind: &'static str) {
         self.ingest_errors
             .get_or_create(&IngestErrorLabels {
-                queue: queue.to_owned(),
+                queue: dlq.key(),
                 kind: kind.to_owned(),
             })
             .inc();
     }
 
-    pub fn replayed(&self, outcome: &str, n: u64) {
+    /// `outcome`: an [`crate::archive::Outcome`]'s name.
+    pub fn replayed(&self, outcome: &'static str, n: u64) {
         self.replayed
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
@@ -222,11 +259,9 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn set_connected(&self, queue: &str, connected: bool) {
+    pub fn set_connected(&self, dlq: &Dlq, connected: bool) {
         self.consumer_connected
-            .get_or_create(&QueueLabels {
-                queue: queue.to_owned(),
-            })
+            .get_or_create(&QueueLabels::of(dlq))
             .set(i64::from(connected));
     }
 
@@ -235,7 +270,7 @@ impl Metrics {
     }
 
     /// `n` webhook notifications had `outcome`.
-    pub fn webhook(&self, outcome: &str, n: u64) {
+    pub fn webhook(&self, outcome: &'static str, n: u64) {
         if n > 0 {
             self.webhooks
                 .get_or_create(&OutcomeLabels {
@@ -255,18 +290,20 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, with archive totals as of now (`None`: the database
-    /// did not answer; `database_up` says so and the totals are left out).
-    pub fn render(&self, counts: Option<&[QueueReasonCount]>) -> String {
+    /// did not answer; `database_up` says so and the totals are left out). `consumed`: the
+    /// archive keys of the DLQs this process consumes, each a `queue` label whatever the
+    /// bound.
+    pub fn render(&self, counts: Option<&[QueueReasonCount]>, consumed: &[String]) -> String {
         self.database_up.set(i64::from(counts.is_some()));
         // Totals that no longer exist (purged) must not linger at their last value.
         self.archived.clear();
-        for c in counts.unwrap_or_default() {
+        for ((queue, reason), messages) in bounded_totals(counts.unwrap_or_default(), consumed) {
             self.archived
                 .get_or_create(&QueueReasonLabels {
-                    queue: c.queue.clone(),
-                    reason: c.reason.clone(),
+                    queue,
+                    reason: reason.to_owned(),
                 })
-                .set(c.messages);
+                .set(messages);
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
@@ -275,15 +312,94 @@ impl Metrics {
     }
 }
 
+/// The archive totals by bounded labels: reasons past [`KNOWN_REASONS`] as `other`, queues
+/// neither consumed nor among the [`QUEUE_LABELS`] largest as [`OTHER_QUEUES`], summed.
+fn bounded_totals(
+    counts: &[QueueReasonCount],
+    consumed: &[String],
+) -> BTreeMap<(String, &'static str), i64> {
+    let mut by_queue: BTreeMap<&str, i64> = BTreeMap::new();
+    for c in counts {
+        *by_queue.entry(c.queue.as_str()).or_default() += c.messages;
+    }
+    let mut others: Vec<(&str, i64)> = by_queue
+        .into_iter()
+        .filter(|(q, _)| !consumed.iter().any(|c| c == q))
+        .collect();
+    // Largest first, then by name: every instance on one archive names the same ones.
+    others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named: HashSet<&str> = others
+        .iter()
+        .take(QUEUE_LABELS)
+        .map(|(q, _)| *q)
+        .chain(consumed.iter().map(String::as_str))
+        .collect();
+    let mut out = BTreeMap::new();
+    for c in counts {
+        let queue = match named.contains(c.queue.as_str()) {
+            true => c.queue.clone(),
+            false => OTHER_QUEUES.to_owned(),
+        };
+        *out.entry((queue, reason_label(&c.reason))).or_default() += c.messages;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn count(queue: &str, reason: &str, messages: i64) -> QueueReasonCount {
+        QueueReasonCount {
+            queue: queue.into(),
+            reason: reason.into(),
+            messages,
+            open: messages,
+            oldest: time::OffsetDateTime::UNIX_EPOCH,
+            newest: time::OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn forged_reasons_and_queues_past_the_bound_share_a_series() {
+        let mut counts: Vec<QueueReasonCount> = (0..200)
+            .map(|i| count("orders.dlq", &format!("forged-{i}"), 1))
+            .collect();
+        counts.push(count("orders.dlq", "rejected", 7));
+        counts.push(count("orders.dlq", "delivery_limit", 2));
+        for i in 0..QUEUE_LABELS + 10 {
+            counts.push(count(
+                &format!("imported-{i:03}"),
+                "expired",
+                100 + i as i64,
+            ));
+        }
+        counts.push(count("consumed.dlq", "maxlen", 1));
+        let totals = bounded_totals(&counts, &["consumed.dlq".to_owned()]);
+        let reason = |q: &str, r: &'static str| totals.get(&(q.to_owned(), r)).copied();
+        assert_eq!(reason("orders.dlq", "other"), Some(200));
+        assert_eq!(reason("orders.dlq", "rejected"), Some(7));
+        assert_eq!(reason("orders.dlq", "delivery_limit"), Some(2));
+        assert_eq!(
+            reason("consumed.dlq", "maxlen"),
+            Some(1),
+            "consumed: always named"
+        );
+        // The smallest imported queues (000..=010, with orders.dlq's 209 among the named).
+        assert_eq!(reason(OTHER_QUEUES, "expired"), Some((100..111).sum()));
+        assert_eq!(reason("imported-059", "expired"), Some(159));
+        assert_eq!(reason("imported-010", "expired"), None);
+        let queues: HashSet<&str> = totals.keys().map(|(q, _)| q.as_str()).collect();
+        assert_eq!(queues.len(), QUEUE_LABELS + 2, "{queues:?}");
+        assert_eq!(reason_label("rejected"), "rejected");
+        assert_eq!(reason_label("Rejected"), "other");
+    }
+
     #[test]
     fn label_values_are_escaped_as_the_text_format_requires() {
         let metrics = Metrics::default();
-        metrics.ingest_error("a\\b\"c\nd", "database");
-        let text = metrics.render(Some(&[]));
+        metrics.ingest_error(&Dlq::home("a\\b\"c\nd"), "database");
+        let text = metrics.render(Some(&[]), &[]);
         assert!(
             text.contains(r#"lazarus_ingest_errors_total{queue="a\\b\"c\nd",kind="database"} 1"#),
             "{text}"
@@ -293,27 +409,20 @@ mod tests {
     #[test]
     fn a_scrape_says_whether_the_database_answered() {
         let metrics = Metrics::default();
-        let count = QueueReasonCount {
-            queue: "orders.dlq".into(),
-            reason: "rejected".into(),
-            messages: 3,
-            open: 3,
-            oldest: time::OffsetDateTime::UNIX_EPOCH,
-            newest: time::OffsetDateTime::UNIX_EPOCH,
-        };
-        let up = metrics.render(Some(std::slice::from_ref(&count)));
+        let count = count("orders.dlq", "rejected", 3);
+        let up = metrics.render(Some(std::slice::from_ref(&count)), &[]);
         assert!(up.contains("lazarus_database_up 1"), "{up}");
         assert!(up.contains(r#"lazarus_archived_messages{queue="orders.dlq",reason="rejected"} 3"#));
-        let down = metrics.render(None);
+        let down = metrics.render(None, &[]);
         assert!(down.contains("lazarus_database_up 0"), "{down}");
         assert!(!down.contains("lazarus_archived_messages{"), "{down}");
         metrics.canary_paused();
         assert!(metrics
-            .render(None)
+            .render(None, &[])
             .contains("lazarus_replay_canary_pauses_total 1"));
         metrics.retention_deleted(7);
         assert!(metrics
-            .render(None)
+            .render(None, &[])
             .contains("lazarus_retention_deleted_messages_total 7"));
     }
 }

@@ -131,7 +131,7 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
     // The source's checksum, taken from the batches copied (not read a second time).
     let mut source = Checksum::default();
     loop {
-        let batch = from
+        let mut batch = from
             .export_batch(&selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
             .await?;
         let Some(last) = batch.last() else {
@@ -139,7 +139,7 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
         };
         after = last.id;
         source.add(&batch);
-        importer.store(to.as_ref(), &batch, &rules).await?;
+        importer.store(to.as_ref(), &mut batch, &rules).await?;
         done += batch.len() as u64;
         if said.elapsed() >= Duration::from_secs(2) {
             let imported = importer.imported();

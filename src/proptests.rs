@@ -247,4 +247,21 @@ proptest! {
         prop_assert!(cause.template.chars().count() <= crate::cause::MAX_TEMPLATE_CHARS);
         prop_assert!(cause.message.chars().count() <= 300);
     }
+
+    #[test]
+    fn every_dlq_has_a_key_of_its_own_that_reads_back(
+        vhosts in vec("[a-c/%]{0,3}", 2),
+        names in vec("[a-c/%]{1,3}", 2),
+        home in "[a-c/]{1,2}",
+    ) {
+        // Keys never start a vhost with `/` or hold `%` unescaped, and an empty vhost is home's.
+        let dlq = |i: usize| crate::amqp::dlq::Dlq {
+            vhost: crate::amqp::dlq::stored_vhost(&vhosts[i], &home),
+            name: names[i].clone(),
+        };
+        let (a, b) = (dlq(0), dlq(1));
+        prop_assert_eq!(crate::amqp::dlq::Dlq::parse(&a.key(), &home).unwrap(), a.clone());
+        prop_assert_eq!(crate::amqp::dlq::Dlq::from_key(&a.key(), &a.vhost), a.clone());
+        prop_assert_eq!(a.key() == b.key(), a == b, "{:?} {:?}", a, b);
+    }
 }

@@ -52,7 +52,7 @@ impl Application {
         );
         let retention = config
             .retention
-            .policy()
+            .policy(&config.connection.amqp_url)
             .map_err(anyhow::Error::msg)
             .context("--retention")?;
         let archive = archive::open_served(&config.connection.database_url)
@@ -162,7 +162,7 @@ impl Application {
         } = self;
         // Not ready until each DLQ is consumed: none is before the archive takes writes.
         for dlq in &dlqs {
-            state.status.set(&dlq.key(), ConsumerState::Connecting);
+            state.status.set(dlq, ConsumerState::Connecting);
         }
         let work = Work {
             config: config.clone(),
@@ -279,7 +279,10 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         Duration::from_secs(config.settle_secs),
         token.clone(),
     ));
-    let retention = config.retention.policy().unwrap_or_default();
+    let retention = config
+        .retention
+        .policy(&config.connection.amqp_url)
+        .unwrap_or_default();
     if !retention.is_empty() {
         tracker.spawn(crate::retention::keep(
             background.clone(),
@@ -347,7 +350,7 @@ async fn archive_ready(work: &Work, token: &CancellationToken) -> bool {
                 }
                 for dlq in &work.dlqs {
                     work.state.status.set(
-                        &dlq.key(),
+                        dlq,
                         ConsumerState::DatabaseUnavailable(e.to_string()),
                     );
                 }

@@ -1,9 +1,12 @@
-//! Live state of each DLQ consumer and of the database, for `/readyz` and the metrics.
+//! Live state of each DLQ consumer and of the database, for `/readyz` and the metrics. Each
+//! DLQ is kept as its [`Dlq`]; it is written as its key only where it is shown.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+
+use crate::amqp::dlq::Dlq;
 
 /// Where one DLQ consumer stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -23,55 +26,55 @@ pub enum ConsumerState {
 /// Shared, cheap to clone; no lock is held across an `.await`.
 #[derive(Debug, Clone, Default)]
 pub struct IngestStatus {
-    queues: Arc<Mutex<BTreeMap<String, ConsumerState>>>,
-    /// The DLQ behind each key (a key reads `vhost/name` outside the AMQP URL's vhost).
-    dlqs: Arc<Mutex<BTreeMap<String, crate::amqp::dlq::Dlq>>>,
+    /// Each DLQ consumed, and where its consumer stands.
+    queues: Arc<Mutex<BTreeMap<Dlq, ConsumerState>>>,
     /// What puts a DLQ's messages at risk although it is consumed (a delivery limit).
-    warnings: Arc<Mutex<BTreeMap<String, String>>>,
+    warnings: Arc<Mutex<BTreeMap<Dlq, String>>>,
 }
 
 impl IngestStatus {
-    pub fn set(&self, queue: &str, state: ConsumerState) {
+    pub fn set(&self, dlq: &Dlq, state: ConsumerState) {
         self.queues
             .lock()
             .expect("status lock poisoned")
-            .insert(queue.to_owned(), state);
+            .insert(dlq.clone(), state);
     }
 
-    /// Notes a DLQ being consumed, under its key.
-    pub fn consumes(&self, dlq: &crate::amqp::dlq::Dlq) {
-        self.dlqs
-            .lock()
-            .expect("status lock poisoned")
-            .insert(dlq.key(), dlq.clone());
+    /// The DLQs consumed.
+    pub fn dlqs(&self) -> Vec<Dlq> {
+        let queues = self.queues.lock().expect("status lock poisoned");
+        queues.keys().cloned().collect()
     }
 
-    /// The DLQs consumed, as they were named (not read back from their keys).
-    pub fn dlqs(&self) -> Vec<crate::amqp::dlq::Dlq> {
-        let dlqs = self.dlqs.lock().expect("status lock poisoned");
-        dlqs.values().cloned().collect()
-    }
-
+    /// Each consumer's state, by the key of its DLQ (as `/readyz` and the overview show it).
     pub fn snapshot(&self) -> BTreeMap<String, ConsumerState> {
-        self.queues.lock().expect("status lock poisoned").clone()
+        let queues = self.queues.lock().expect("status lock poisoned");
+        queues.iter().map(|(d, s)| (d.key(), s.clone())).collect()
     }
 
     /// Reports a risk to a DLQ's messages (kept until the process restarts).
-    pub fn warn(&self, queue: &str, warning: String) {
+    pub fn warn(&self, dlq: &Dlq, warning: String) {
         self.warnings
             .lock()
             .expect("status lock poisoned")
-            .insert(queue.to_owned(), warning);
+            .insert(dlq.clone(), warning);
     }
 
+    /// Whether a risk to the DLQ's messages was reported.
+    pub fn warned(&self, dlq: &Dlq) -> bool {
+        let warnings = self.warnings.lock().expect("status lock poisoned");
+        warnings.contains_key(dlq)
+    }
+
+    /// The risks reported, by the key of their DLQ.
     pub fn warnings(&self) -> BTreeMap<String, String> {
-        self.warnings.lock().expect("status lock poisoned").clone()
+        let warnings = self.warnings.lock().expect("status lock poisoned");
+        warnings.iter().map(|(d, w)| (d.key(), w.clone())).collect()
     }
 
     /// Whether every consumer is consuming.
     pub fn all_consuming(&self) -> bool {
-        self.snapshot()
-            .values()
-            .all(|s| *s == ConsumerState::Consuming)
+        let queues = self.queues.lock().expect("status lock poisoned");
+        queues.values().all(|s| *s == ConsumerState::Consuming)
     }
 }

@@ -19,8 +19,10 @@ use crate::archive::Actor;
 use crate::replay::policy::glob;
 
 /// Which discovered DLQs to archive (`*` matches any run of characters): a pattern without
-/// `/` matches names in the AMQP URL's vhost, one with `/` matches `vhost/name` in any vhost
-/// (the vhost written as `--queue` takes it: `%2F` for `/`).
+/// `/` matches names in the AMQP URL's vhost, one with `/` is `VHOST/NAME` — what comes
+/// before its first `/` matches the vhost (written as `--queue` takes it: `%2F` for `/`),
+/// the rest the name. Vhost and name are matched apart: `*/orders.dlq` is `orders.dlq` of
+/// any vhost, never a home queue named `x/orders.dlq`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Patterns {
     pub include: Vec<String>,
@@ -39,11 +41,11 @@ impl From<&crate::config::DiscoverPatterns> for Patterns {
 impl Patterns {
     /// Whether `dlq` is to be archived; `home` is the AMQP URL's vhost.
     fn admits(&self, dlq: &Dlq, home: &str) -> bool {
-        let anywhere = qualify_always(dlq.vhost_name(home), &dlq.name);
+        let vhost = crate::amqp::dlq::escape(dlq.vhost_name(home));
         let at_home = dlq.vhost.is_empty();
-        let matches = |p: &String| match p.contains('/') {
-            true => glob(p, &anywhere),
-            false => at_home && glob(p, &dlq.name),
+        let matches = |p: &String| match p.split_once('/') {
+            Some((v, name)) => glob(v, &vhost) && glob(name, &dlq.name),
+            None => at_home && glob(p, &dlq.name),
         };
         let included = match self.include.is_empty() {
             true => at_home,
@@ -53,13 +55,10 @@ impl Patterns {
     }
 }
 
-/// `vhost/name`, the vhost escaped as in a `--queue`, whichever vhost it is.
+/// `vhost/name` as a pattern with `/` is matched against (the vhost named and escaped as
+/// in a `--queue`, the home one too), for showing a DLQ of any vhost on one line.
 fn qualify_always(vhost: &str, name: &str) -> String {
-    let key = crate::amqp::dlq::qualify(vhost, name);
-    match vhost.is_empty() {
-        true => format!("/{key}"),
-        false => key,
-    }
+    format!("{}/{name}", crate::amqp::dlq::escape(vhost))
 }
 
 /// What one look decided.
@@ -67,8 +66,8 @@ fn qualify_always(vhost: &str, name: &str) -> String {
 pub struct Choice {
     /// DLQs to archive from now on (not archived here yet).
     pub adopt: Vec<DiscoveredDlq>,
-    /// `vhost/name` of DLQs left alone, and why.
-    pub left: BTreeMap<String, String>,
+    /// DLQs left alone, and why.
+    pub left: BTreeMap<Dlq, String>,
 }
 
 /// Of the DLQs found, those to start archiving (`home`: the AMQP URL's vhost; `archived`:
@@ -80,17 +79,10 @@ pub fn choose(
     patterns: &Patterns,
 ) -> Choice {
     let mut choice = Choice::default();
-    let mut keys: HashSet<String> = archived.iter().map(Dlq::key).collect();
     for dlq in found {
         let id = dlq.identity(home);
         let why = if archived.contains(&id) {
             continue;
-        } else if keys.contains(&id.key()) {
-            format!(
-                "another archived DLQ goes by its name in the archive, {:?} (a queue of the \
-                 AMQP URL's vhost whose name holds /)",
-                id.key()
-            )
         } else if dlq.dead_letters_again {
             "it dead-letters again (a retry or delay queue): name it with --queue to archive it"
                 .to_owned()
@@ -101,18 +93,15 @@ pub fn choose(
                     "in vhost {:?}: --discover archives the AMQP URL's vhost {home:?} only, \
                      unless a --discover-include with / names it (such as {}/*)",
                     dlq.vhost,
-                    crate::amqp::dlq::qualify(&dlq.vhost, "").trim_end_matches('/')
+                    crate::amqp::dlq::escape(&dlq.vhost)
                 ),
                 true => "--discover-include/--discover-exclude leave it out".to_owned(),
             }
         } else {
-            keys.insert(id.key());
             choice.adopt.push(dlq);
             continue;
         };
-        choice
-            .left
-            .insert(format!("{}/{}", dlq.vhost, dlq.name), why);
+        choice.left.insert(id, why);
     }
     choice
 }
@@ -135,7 +124,7 @@ pub async fn discover(
     tracker: TaskTracker,
 ) {
     let mut archived: HashSet<Dlq> = settings.configured.iter().cloned().collect();
-    let mut told: HashSet<String> = HashSet::new();
+    let mut told: HashSet<Dlq> = HashSet::new();
     let shutdown = ctx.shutdown.clone();
     loop {
         let consumed: Vec<Dlq> = archived.iter().cloned().collect();
@@ -148,8 +137,9 @@ pub async fn discover(
                     &settings.patterns,
                 );
                 for (dlq, why) in choice.left {
-                    if told.insert(dlq.clone()) {
-                        tracing::info!(dlq, "--discover leaves this DLQ alone: {why}");
+                    let queue = dlq.key();
+                    if told.insert(dlq) {
+                        tracing::info!(queue, "--discover leaves this DLQ alone: {why}");
                     }
                 }
                 for dlq in choice.adopt {
@@ -201,8 +191,8 @@ pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()
         println!("no dead-letter queues found");
     }
     for dlq in &dlqs {
-        let key = format!("{}/{}", dlq.vhost, dlq.name);
-        let decision = match choice.left.get(&key) {
+        let key = qualify_always(&dlq.vhost, &dlq.name);
+        let decision = match choice.left.get(&dlq.identity(&home)) {
             Some(why) => format!("leave: {why}"),
             None if adopted.contains(&dlq.identity(&home)) => "archive".to_owned(),
             None => "archived already (--queue)".to_owned(),
@@ -249,14 +239,12 @@ mod tests {
         let choice = choose(found, "/", &archived, &patterns);
         let adopted: Vec<&str> = choice.adopt.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(adopted, ["orders.dlq", "mail.dlq"]);
-        let left: Vec<&str> = choice.left.keys().map(String::as_str).collect();
-        assert_eq!(
-            left,
-            ["//audit.dlq", "//orders.retry", "billing/invoices.dlq"]
-        );
-        assert!(choice.left["//orders.retry"].contains("retry or delay queue"));
-        assert!(choice.left["billing/invoices.dlq"].contains("vhost \"billing\""));
-        assert!(choice.left["//audit.dlq"].contains("--discover-exclude"));
+        let left: Vec<String> = choice.left.keys().map(Dlq::key).collect();
+        assert_eq!(left, ["audit.dlq", "orders.retry", "billing/invoices.dlq"]);
+        let why = |spec: &str| &choice.left[&Dlq::parse(spec, "/").unwrap()];
+        assert!(why("orders.retry").contains("retry or delay queue"));
+        assert!(why("billing/invoices.dlq").contains("vhost \"billing\""));
+        assert!(why("audit.dlq").contains("--discover-exclude"));
     }
 
     #[test]
@@ -298,5 +286,45 @@ mod tests {
         };
         assert!(admits(&default_vhost, "orders.dlq"));
         assert!(!admits(&default_vhost, "shop/orders.dlq"));
+    }
+
+    #[test]
+    fn a_home_name_holding_a_slash_is_no_other_vhosts_queue() {
+        let admits = |p: &Patterns, spec: &str| p.admits(&Dlq::parse(spec, "/").unwrap(), "/");
+        let any_orders = Patterns {
+            include: vec!["*/orders.dlq".into()],
+            exclude: Vec::new(),
+        };
+        assert!(admits(&any_orders, "shop/orders.dlq"));
+        assert!(admits(&any_orders, "orders.dlq"));
+        assert!(
+            !admits(&any_orders, "/shop/orders.dlq"),
+            "home queue shop/orders.dlq"
+        );
+        let shop = Patterns {
+            include: vec!["shop/*".into()],
+            exclude: Vec::new(),
+        };
+        assert!(!admits(&shop, "/shop/orders.dlq"));
+    }
+
+    #[test]
+    fn both_dlqs_one_name_could_be_confused_with_are_adopted_in_either_order() {
+        let every = Patterns {
+            include: vec!["*/*".into()],
+            exclude: Vec::new(),
+        };
+        let pair = [
+            dlq("/", "secdisc2/orders.dlq", false),
+            dlq("secdisc2", "orders.dlq", false),
+        ];
+        for order in [pair.to_vec(), pair.iter().rev().cloned().collect()] {
+            let choice = choose(order, "/", &HashSet::new(), &every);
+            let mut adopted: Vec<String> =
+                choice.adopt.iter().map(|d| d.identity("/").key()).collect();
+            adopted.sort();
+            assert_eq!(adopted, ["/secdisc2/orders.dlq", "secdisc2/orders.dlq"]);
+            assert!(choice.left.is_empty(), "{:?}", choice.left);
+        }
     }
 }

@@ -79,10 +79,10 @@ pub async fn supervise(dlq: Dlq, ctx: ConsumerContext) {
             Ok(()) => return,
             Err(e) => {
                 tracing::error!(queue, error = %e, "consumer crashed; restarting it");
-                ctx.metrics.ingest_error(&queue, "crash");
-                ctx.metrics.set_connected(&queue, false);
+                ctx.metrics.ingest_error(&dlq, "crash");
+                ctx.metrics.set_connected(&dlq, false);
                 ctx.status.set(
-                    &queue,
+                    &dlq,
                     ConsumerState::Disconnected(format!("consumer crashed: {e}")),
                 );
             }
@@ -94,17 +94,16 @@ pub async fn supervise(dlq: Dlq, ctx: ConsumerContext) {
     }
 }
 
-/// Consumes `dlq` until shutdown, reconnecting with backoff after every failure. Its status,
-/// metrics and archived messages go by [`Dlq::key`].
+/// Consumes `dlq` until shutdown, reconnecting with backoff after every failure. Its status
+/// and metrics go by the [`Dlq`], its archived messages by [`Dlq::key`].
 pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
     let queue = dlq.key();
-    ctx.status.consumes(&dlq);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut kind = None;
     loop {
-        ctx.status.set(&queue, ConsumerState::Connecting);
+        ctx.status.set(&dlq, ConsumerState::Connecting);
         let result = consume(&dlq, &ctx, &mut backoff, &mut kind).await;
-        ctx.metrics.set_connected(&queue, false);
+        ctx.metrics.set_connected(&dlq, false);
         match result {
             Ok(()) => break,
             Err(ConsumeError::QueueMissing(_)) => {
@@ -112,8 +111,8 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
                     queue,
                     "DLQ does not exist; Lazarus never creates it, retrying"
                 );
-                ctx.metrics.ingest_error(&queue, "queue_missing");
-                ctx.status.set(&queue, ConsumerState::QueueMissing);
+                ctx.metrics.ingest_error(&dlq, "queue_missing");
+                ctx.status.set(&dlq, ConsumerState::QueueMissing);
             }
             Err(ConsumeError::AbandonedOnShutdown) => {
                 tracing::warn!(
@@ -126,11 +125,11 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
             Err(ConsumeError::ShuttingDown) => break,
             Err(ConsumeError::Database(e)) => {
                 tracing::warn!(queue, error = %e, "database unavailable; retrying");
-                ctx.metrics.ingest_error(&queue, "database");
+                ctx.metrics.ingest_error(&dlq, "database");
                 ctx.status
-                    .set(&queue, ConsumerState::DatabaseUnavailable(e.to_string()));
+                    .set(&dlq, ConsumerState::DatabaseUnavailable(e.to_string()));
             }
-            Err(ConsumeError::Broker(e)) if e.reply_code() == Some(530) => {
+            Err(ConsumeError::Broker(e)) if e.vhost_refused() => {
                 // NOT_ALLOWED on opening: the vhost does not exist, or the user may not use it.
                 let refused = super::dlq::refused(&dlq.vhost);
                 let text = match dlq.vhost.is_empty() {
@@ -142,14 +141,14 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
                     ),
                 };
                 tracing::warn!(queue, "{text}");
-                ctx.metrics.ingest_error(&queue, "broker");
-                ctx.status.set(&queue, ConsumerState::Disconnected(text));
+                ctx.metrics.ingest_error(&dlq, "broker");
+                ctx.status.set(&dlq, ConsumerState::Disconnected(text));
             }
             Err(e) => {
                 tracing::warn!(queue, error = %e, "consumer lost; reconnecting");
-                ctx.metrics.ingest_error(&queue, "broker");
+                ctx.metrics.ingest_error(&dlq, "broker");
                 ctx.status
-                    .set(&queue, ConsumerState::Disconnected(e.to_string()));
+                    .set(&dlq, ConsumerState::Disconnected(e.to_string()));
             }
         }
         tokio::select! {
@@ -157,7 +156,7 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
             _ = ctx.shutdown.cancelled() => break,
         }
     }
-    ctx.status.set(&queue, ConsumerState::Stopped);
+    ctx.status.set(&dlq, ConsumerState::Stopped);
 }
 
 async fn consume(
@@ -169,7 +168,7 @@ async fn consume(
     let queue = &dlq.key();
     // Deliveries the database cannot take would only go back to the queue, and on a quorum
     // queue every return counts toward its delivery limit: take none until it answers.
-    wait_for_database(queue, ctx).await?;
+    wait_for_database(dlq, ctx).await?;
     let name = format!("lazarus consumer {queue}");
     let connection = connect(&ctx.amqp_url, &dlq.vhost, &name).await?;
     let result = consume_on(&connection, dlq, ctx, backoff, kind).await;
@@ -179,14 +178,14 @@ async fn consume(
 }
 
 /// Waits until the archive would take a write; `Err` only when shutting down meanwhile.
-async fn wait_for_database(queue: &str, ctx: &ConsumerContext) -> Result<(), ConsumeError> {
+async fn wait_for_database(dlq: &Dlq, ctx: &ConsumerContext) -> Result<(), ConsumeError> {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match ctx.archive.writable().await {
             Ok(()) => return Ok(()),
             Err(e) => {
                 ctx.status
-                    .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
+                    .set(dlq, ConsumerState::DatabaseUnavailable(e.to_string()));
                 tokio::select! {
                     _ = sleep(backoff.next_delay()) => {}
                     _ = ctx.shutdown.cancelled() => return Err(ConsumeError::ShuttingDown),
@@ -260,7 +259,7 @@ struct StreamPosition {
 impl StreamPosition {
     /// The delivery's offset; notes a gap (the stream's retention removed messages before
     /// Lazarus could read them, for instance while it was stopped).
-    fn read(&mut self, queue: &str, delivery: &Delivery, ctx: &ConsumerContext) -> Option<u64> {
+    fn read(&mut self, dlq: &Dlq, delivery: &Delivery, ctx: &ConsumerContext) -> Option<u64> {
         let offset = delivery
             .content
             .headers
@@ -272,8 +271,8 @@ impl StreamPosition {
                 "the stream's retention removed offsets {next} to {} before Lazarus read them",
                 offset - 1
             );
-            tracing::warn!(queue, "{text}");
-            ctx.status.warn(queue, text);
+            tracing::warn!(queue = %dlq, "{text}");
+            ctx.status.warn(dlq, text);
         }
         self.next = Some(offset + 1);
         Some(offset)
@@ -290,11 +289,11 @@ async fn consume_on(
     let (mut channel, mut stream) = start_consuming(connection, dlq, ctx, kind).await?;
     let queue = &dlq.key();
     tracing::info!(queue, broker = %connection.server().version, kind = ?kind, "consuming");
-    ctx.status.set(queue, ConsumerState::Consuming);
-    ctx.metrics.set_connected(queue, true);
+    ctx.status.set(dlq, ConsumerState::Consuming);
+    ctx.metrics.set_connected(dlq, true);
     backoff.reset();
 
-    let watch = DeliveryLimitWatch::new(queue, connection.server().major_version());
+    let watch = DeliveryLimitWatch::new(dlq, connection.server().major_version());
     if let Some(management) = &ctx.management {
         tokio::spawn(check_delivery_limit(
             management.clone(),
@@ -338,34 +337,34 @@ async fn consume_deliveries(
         tokio::select! {
             biased;
             _ = ctx.shutdown.cancelled() => {
-                flush(channel, queue, &mut batch, ctx, storing).await?;
+                flush(channel, dlq, &mut batch, ctx, storing).await?;
                 return Ok(());
             }
             stored = async { storing.batches.front_mut().expect("checked").done().await }, if !storing.batches.is_empty() => {
                 let store = storing.batches.pop_front().expect("checked");
-                store.acked(channel, stored, queue, ctx).await?;
+                store.acked(channel, stored, dlq, ctx).await?;
             }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                hand_over(channel, queue, &mut batch, ctx, storing).await?;
+                hand_over(channel, dlq, &mut batch, ctx, storing).await?;
             }
             event = channel.next_event() => match event {
                 Event::Delivery(delivery) => {
                     watch.check(&delivery, ctx);
-                    let offset = stream.as_mut().and_then(|s| s.read(queue, &delivery, ctx));
+                    let offset = stream.as_mut().and_then(|s| s.read(dlq, &delivery, ctx));
                     batch.push(queue, &dlq.vhost, delivery, offset, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
-                        hand_over(channel, queue, &mut batch, ctx, storing).await?;
+                        hand_over(channel, dlq, &mut batch, ctx, storing).await?;
                     }
                 }
                 // The channel or consumer is gone. Store what we hold anyway: if the broker
                 // dropped it (a deleted queue) this is the only copy; if it redelivers it, the
                 // archive recognises what it committed. The ack then fails, and we reconnect.
                 Event::Closed(e) => {
-                    let _ = flush(channel, queue, &mut batch, ctx, storing).await;
+                    let _ = flush(channel, dlq, &mut batch, ctx, storing).await;
                     return Err(e.into());
                 }
                 Event::ConsumerCancelled => {
-                    let _ = flush(channel, queue, &mut batch, ctx, storing).await;
+                    let _ = flush(channel, dlq, &mut batch, ctx, storing).await;
                     return Err(ConsumeError::Cancelled);
                 }
                 Event::Ack { .. } | Event::Nack { .. } | Event::Return(_) => {}
@@ -378,7 +377,7 @@ async fn consume_deliveries(
 /// step from losing them if it is a quorum queue with a delivery limit (RabbitMQ 4's
 /// default is 20, and a DLQ has no dead-letter exchange of its own to send them on to).
 struct DeliveryLimitWatch {
-    queue: String,
+    dlq: Dlq,
     broker_major: u32,
     warned: std::sync::atomic::AtomicBool,
 }
@@ -387,9 +386,9 @@ struct DeliveryLimitWatch {
 const DELIVERY_COUNT_WARNING: i64 = 3;
 
 impl DeliveryLimitWatch {
-    fn new(queue: &str, broker_major: u32) -> Self {
+    fn new(dlq: &Dlq, broker_major: u32) -> Self {
         DeliveryLimitWatch {
-            queue: queue.to_owned(),
+            dlq: dlq.clone(),
             broker_major,
             warned: Default::default(),
         }
@@ -412,8 +411,8 @@ impl DeliveryLimitWatch {
         let text = delivery_limit_warning(&format!(
             "messages of this DLQ have been delivered {count} times: {limit}"
         ));
-        tracing::warn!(queue = %self.queue, delivery_count = count, "{text}");
-        ctx.status.warn(&self.queue, text);
+        tracing::warn!(queue = %self.dlq, delivery_count = count, "{text}");
+        ctx.status.warn(&self.dlq, text);
     }
 }
 
@@ -443,7 +442,7 @@ async fn check_delivery_limit(
     let queue = dlq.key();
     let mut failed_before = false;
     for _ in 0..ATTEMPTS {
-        if status.warnings().contains_key(&queue) {
+        if status.warned(&dlq) {
             return; // Said already (on an earlier connection, or by its delivery counts).
         }
         match management
@@ -458,7 +457,7 @@ async fn check_delivery_limit(
                          (its delivery limit, says the management API)"
                     ));
                     tracing::warn!(queue, delivery_limit = limit, "{text}");
-                    status.warn(&queue, text);
+                    status.warn(&dlq, text);
                     return;
                 }
                 DeliveryLimit::NotYetKnown => {}
@@ -553,7 +552,7 @@ impl Storing {
     /// Starts storing the batch, whose last delivery is `last_tag`; `before` says when the
     /// batch before it has its ids.
     fn start(
-        queue: &str,
+        dlq: &Dlq,
         last_tag: u64,
         batch: &mut Batch,
         ctx: &ConsumerContext,
@@ -561,9 +560,9 @@ impl Storing {
     ) -> Self {
         let bytes = batch.bytes;
         let messages = std::mem::take(batch).messages;
-        let (queue, ctx) = (queue.to_owned(), ctx.clone());
+        let (dlq, ctx) = (dlq.clone(), ctx.clone());
         let (numbering, numbered) = Numbering::after(before);
-        let task = tokio::spawn(async move { store(&queue, messages, &ctx, numbering).await });
+        let task = tokio::spawn(async move { store(&dlq, messages, &ctx, numbering).await });
         Storing {
             last_tag,
             bytes,
@@ -587,14 +586,14 @@ impl Storing {
         self,
         channel: &Channel,
         stored: Result<(), ConsumeError>,
-        queue: &str,
+        dlq: &Dlq,
         ctx: &ConsumerContext,
     ) -> Result<(), ConsumeError> {
         stored?;
         // Durable now: acknowledge everything up to its last delivery in one frame.
         channel.ack(self.last_tag, true).await?;
-        ctx.status.set(queue, ConsumerState::Consuming);
-        ctx.metrics.set_connected(queue, true);
+        ctx.status.set(dlq, ConsumerState::Consuming);
+        ctx.metrics.set_connected(dlq, true);
         Ok(())
     }
 
@@ -602,11 +601,11 @@ impl Storing {
     async fn settle(
         mut self,
         channel: &Channel,
-        queue: &str,
+        dlq: &Dlq,
         ctx: &ConsumerContext,
     ) -> Result<(), ConsumeError> {
         let stored = self.done().await;
-        self.acked(channel, stored, queue, ctx).await
+        self.acked(channel, stored, dlq, ctx).await
     }
 }
 
@@ -629,27 +628,27 @@ impl InFlight {
 /// acked first when as many as the archive takes at once are.
 async fn hand_over(
     channel: &Channel,
-    queue: &str,
+    dlq: &Dlq,
     batch: &mut Batch,
     ctx: &ConsumerContext,
     storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
     while storing.batches.len() >= storing.at_once {
         let oldest = storing.batches.pop_front().expect("checked");
-        oldest.settle(channel, queue, ctx).await?;
+        oldest.settle(channel, dlq, ctx).await?;
     }
     let Some(last_tag) = batch.last_tag else {
         return Ok(());
     };
     let before = storing.batches.back_mut().and_then(|b| b.numbered.take());
     let held: usize = storing.batches.iter().map(|b| b.bytes).sum();
-    let started = Storing::start(queue, last_tag, batch, ctx, before);
+    let started = Storing::start(dlq, last_tag, batch, ctx, before);
     // Batches cut by their size (big bodies), or in flight together past it, are stored
     // before more is read: what is held stays within twice the `--batch-max-bytes` it bounds.
     let big = held + started.bytes >= ctx.settings.max_bytes;
     storing.batches.push_back(started);
     if big {
-        settle_all(channel, queue, ctx, storing).await?;
+        settle_all(channel, dlq, ctx, storing).await?;
     }
     Ok(())
 }
@@ -657,12 +656,12 @@ async fn hand_over(
 /// Waits for every batch in flight to be stored, acking each in turn.
 async fn settle_all(
     channel: &Channel,
-    queue: &str,
+    dlq: &Dlq,
     ctx: &ConsumerContext,
     storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
     while let Some(oldest) = storing.batches.pop_front() {
-        oldest.settle(channel, queue, ctx).await?;
+        oldest.settle(channel, dlq, ctx).await?;
     }
     Ok(())
 }
@@ -670,20 +669,20 @@ async fn settle_all(
 /// Stores and acks everything held: the batches being stored, then the one filling.
 async fn flush(
     channel: &Channel,
-    queue: &str,
+    dlq: &Dlq,
     batch: &mut Batch,
     ctx: &ConsumerContext,
     storing: &mut InFlight,
 ) -> Result<(), ConsumeError> {
-    hand_over(channel, queue, batch, ctx, storing).await?;
-    settle_all(channel, queue, ctx, storing).await
+    hand_over(channel, dlq, batch, ctx, storing).await?;
+    settle_all(channel, dlq, ctx, storing).await
 }
 
 /// Stores a batch, retrying while the database is unavailable. Its rows are numbered after
 /// the batch before it and keep their numbers on a retry ([`Numbering`]), so archive ids
 /// follow delivery order whichever of the batches stored at once commits first.
 async fn store(
-    queue: &str,
+    dlq: &Dlq,
     mut messages: Vec<PreparedMessage>,
     ctx: &ConsumerContext,
     mut numbering: Numbering,
@@ -696,9 +695,7 @@ async fn store(
                 ctx.metrics
                     .batch_commit_seconds
                     .observe(started.elapsed().as_secs_f64());
-                let labels = QueueLabels {
-                    queue: queue.to_owned(),
-                };
+                let labels = QueueLabels::of(dlq);
                 ctx.metrics
                     .ingested
                     .get_or_create(&labels)
@@ -710,11 +707,11 @@ async fn store(
                 return Ok(());
             }
             Err(e) => {
-                tracing::error!(queue, error = %e, messages = messages.len(), "storing batch failed; holding it unacked and retrying");
-                ctx.metrics.ingest_error(queue, "database");
+                tracing::error!(queue = %dlq, error = %e, messages = messages.len(), "storing batch failed; holding it unacked and retrying");
+                ctx.metrics.ingest_error(dlq, "database");
                 ctx.status
-                    .set(queue, ConsumerState::DatabaseUnavailable(e.to_string()));
-                ctx.metrics.set_connected(queue, false);
+                    .set(dlq, ConsumerState::DatabaseUnavailable(e.to_string()));
+                ctx.metrics.set_connected(dlq, false);
                 // A connection lost during COMMIT leaves its outcome unknown (PostgreSQL):
                 // the retry stores only what it finds no archived copy of.
                 for m in &mut messages {

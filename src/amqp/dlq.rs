@@ -1,6 +1,10 @@
-//! A dead-letter queue's name across vhosts: `--queue name` is in the AMQP URL's vhost (the
-//! instance's home), `--queue vhost/name` in another. The archive keys a DLQ by [`Dlq::key`],
-//! which is the bare name at home (as before vhosts were known) and `vhost/name` elsewhere.
+//! A dead-letter queue across vhosts: the pair (vhost, name), [`Dlq`], is what identifies
+//! one — in maps, status, metrics, retention and discovery. Where one string must stand for
+//! it (the archive's `queue` column, a page, a metrics label, `--queue`), it is [`Dlq::key`]:
+//! the bare name at home (the AMQP URL's vhost), `/name` for a home name holding `/`, and
+//! `vhost/name` elsewhere with `/` and `%` of the vhost percent-encoded. Every (vhost, name)
+//! has its own key and [`Dlq::parse`] reads it back: a home queue `a/b` (`/a/b`) and the
+//! queue `b` of vhost `a` (`a/b`) never share one.
 
 /// A DLQ, in the home vhost (`vhost` empty) or in a named one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -30,15 +34,20 @@ impl Dlq {
         if name.is_empty() {
             return Err(format!("{spec:?} names no queue: give name or vhost/name"));
         }
+        if !vhost.is_empty() {
+            check_name("vhost", &vhost).map_err(|e| format!("{spec:?}: {e}"))?;
+        }
+        check_name("queue", name).map_err(|e| format!("{spec:?}: {e}"))?;
         Ok(Dlq {
             vhost: stored_vhost(&vhost, home),
             name: name.to_owned(),
         })
     }
 
-    /// The DLQ as the archive keys it and every page shows it: the bare name at home,
-    /// `vhost/name` elsewhere (`/` and `%` in the vhost percent-encoded, so the first `/`
-    /// always ends the vhost).
+    /// The DLQ as the archive keys it, every page shows it and `--queue` takes it: the bare
+    /// name at home (`/name` when the name holds `/`), `vhost/name` elsewhere (`/` and `%`
+    /// in the vhost percent-encoded, so the first `/` always ends the vhost, and an empty
+    /// vhost before it is home's). One key per DLQ: `Dlq::parse(&d.key(), home) == d`.
     pub fn key(&self) -> String {
         qualify(&self.vhost, &self.name)
     }
@@ -56,13 +65,16 @@ impl Dlq {
         named_vhost(&self.vhost, home)
     }
 
-    /// Reads back an archive key (`name`, or `vhost/name` with an encoded vhost) given the
-    /// vhost stored beside it: only a message of another vhost has the prefix.
+    /// The DLQ of an archived message, from its `queue` column ([`Dlq::key`]) and the vhost
+    /// stored beside it: the name is what follows the prefix that vhost's key has (none for
+    /// a home name without `/`).
     pub fn from_key(key: &str, vhost: &str) -> Self {
-        if vhost.is_empty() {
-            return Dlq::home(key);
-        }
-        let name = key.split_once('/').map_or(key, |(_, name)| name);
+        let name = match (vhost.is_empty(), key.split_once('/')) {
+            (true, None) => key,
+            (_, Some((_, name))) => name,
+            // No key of another vhost lacks its `vhost/` prefix: kept whole.
+            (false, None) => key,
+        };
         Dlq {
             vhost: vhost.to_owned(),
             name: name.to_owned(),
@@ -76,27 +88,39 @@ impl std::fmt::Display for Dlq {
     }
 }
 
-/// Every `--queue`, each once; two DLQs the archive would keep under one key (a home queue
-/// `a/b` and the queue `b` of vhost `a`) are refused.
+/// Every `--queue`, each once.
 pub fn parse_all(specs: &[String], home: &str) -> Result<Vec<Dlq>, String> {
     let mut dlqs: Vec<Dlq> = Vec::new();
     for spec in specs {
         let dlq = Dlq::parse(spec, home)?;
-        if let Some(twin) = dlqs.iter().find(|d| d.key() == dlq.key()) {
-            return Err(match *twin == dlq {
-                true => format!("{spec:?} names the {} twice", dlq.describe()),
-                false => format!(
-                    "{spec:?}: the {} and the {} would be archived under the same name {:?}; \
-                     archive one of them (or each from an instance of its own)",
-                    twin.describe(),
-                    dlq.describe(),
-                    dlq.key()
-                ),
-            });
+        if dlqs.contains(&dlq) {
+            return Err(format!("{spec:?} names the {} twice", dlq.describe()));
         }
         dlqs.push(dlq);
     }
     Ok(dlqs)
+}
+
+/// Whether `name` can be a vhost's or queue's (`what`) name, as RabbitMQ and the archive
+/// hold one: 1 to 255 bytes (an AMQP short string) without control characters (NUL cannot
+/// be stored as PostgreSQL text; RabbitMQ takes line breaks out of queue names). `?`,
+/// markup and the like are RabbitMQ's to allow, and it does.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("the {what} name is empty"));
+    }
+    if name.len() > usize::from(u8::MAX) {
+        return Err(format!(
+            "the {what} name is {} bytes; RabbitMQ's hold at most 255",
+            name.len()
+        ));
+    }
+    match name.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!(
+            "the {what} name {name:?} holds the control character {c:?}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The vhost `amqp_url` names (`/` when it names none): the instance's home.
@@ -140,16 +164,17 @@ pub fn in_vhost(vhost: &str) -> String {
     }
 }
 
-/// A queue name of `vhost` (empty: home) as the archive keys it.
+/// A queue name of `vhost` (empty: home) as the archive keys it ([`Dlq::key`]).
 pub fn qualify(vhost: &str, name: &str) -> String {
-    if vhost.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{}/{name}", escape(vhost))
+    match (vhost.is_empty(), name.contains('/')) {
+        (true, false) => name.to_owned(),
+        (true, true) => format!("/{name}"),
+        (false, _) => format!("{}/{name}", escape(vhost)),
     }
 }
 
-fn escape(vhost: &str) -> String {
+/// A vhost's name as a key writes it: `/` and `%` percent-encoded.
+pub fn escape(vhost: &str) -> String {
     vhost.replace('%', "%25").replace('/', "%2F")
 }
 
@@ -212,7 +237,8 @@ mod tests {
         assert_eq!(dlq.key(), "prod%2Feu/x/y");
         assert_eq!(Dlq::parse(&dlq.key(), "/").unwrap(), dlq);
         assert_eq!(Dlq::from_key(&dlq.key(), "prod/eu"), dlq);
-        assert_eq!(Dlq::from_key("a/b", ""), Dlq::home("a/b"));
+        assert_eq!(Dlq::home("a/b").key(), "/a/b");
+        assert_eq!(Dlq::from_key("/a/b", ""), Dlq::home("a/b"));
         let percent = Dlq::parse("50%25/q", "/").unwrap();
         assert_eq!(percent.vhost, "50%");
         assert_eq!(percent.key(), "50%25/q");
@@ -226,15 +252,18 @@ mod tests {
     }
 
     #[test]
-    fn two_dlqs_under_one_key_are_refused() {
+    fn a_home_name_with_a_slash_and_a_vhosts_queue_have_keys_of_their_own() {
+        let home = Dlq::home("secdisc2/orders.dlq");
+        let other = Dlq::parse("secdisc2/orders.dlq", "/").unwrap();
+        assert_eq!(other.vhost, "secdisc2");
+        assert_eq!(home.key(), "/secdisc2/orders.dlq");
+        assert_eq!(other.key(), "secdisc2/orders.dlq");
+        for dlq in [&home, &other] {
+            assert_eq!(Dlq::parse(&dlq.key(), "/").unwrap(), *dlq);
+            assert_eq!(Dlq::from_key(&dlq.key(), &dlq.vhost), *dlq);
+        }
         let specs = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let both = parse_all(&specs(&["/a/b", "a/b"]), "/").unwrap_err();
-        assert!(both.contains("same name \"a/b\""), "{both}");
-        assert!(
-            both.contains("queue \"a/b\" of the AMQP URL's vhost"),
-            "{both}"
-        );
-        assert!(both.contains("queue \"b\" of vhost \"a\""), "{both}");
+        assert_eq!(parse_all(&specs(&["/a/b", "a/b"]), "/").unwrap().len(), 2);
         let twice = parse_all(&specs(&["dlq", "%2F/dlq"]), "/").unwrap_err();
         assert!(twice.contains("twice"), "{twice}");
         let fine = parse_all(&specs(&["dlq", "a/dlq", "b/dlq"]), "/").unwrap();
@@ -248,5 +277,9 @@ mod tests {
             .contains("names no queue"));
         assert!(Dlq::parse("%zz/q", "/").unwrap_err().contains("hex escape"));
         assert!(Dlq::parse("%ff/q", "/").unwrap_err().contains("UTF-8"));
+        assert!(Dlq::parse("a%00/q", "/").unwrap_err().contains("control"));
+        assert!(Dlq::parse(&"q".repeat(256), "/")
+            .unwrap_err()
+            .contains("255"));
     }
 }

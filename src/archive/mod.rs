@@ -3,6 +3,7 @@
 //! `postgres`, with what they share in `sql`), chosen from the database URL here.
 
 mod accounts;
+pub mod admit;
 mod audit_text;
 mod copies;
 mod jobs;

@@ -10,8 +10,8 @@ use crate::death::{self, DeathHistory, DELIVERY_COUNTERS};
 /// A message exactly as the broker delivered it from a DLQ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncomingMessage {
-    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)): its name, or
-    /// `vhost/name` outside the AMQP URL's vhost.
+    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)): its name
+    /// (`/name` when it holds `/`), or `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
     /// The DLQ's vhost; empty: the AMQP URL's own.
     pub vhost: String,

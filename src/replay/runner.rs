@@ -136,7 +136,7 @@ impl<'a> Runner<'a> {
                     self.publishers.insert(vhost.to_owned(), publisher);
                 }
                 // NOT_ALLOWED: no such vhost, or no access to it. Waiting would not mend it.
-                Err(e) if e.reply_code() == Some(530) => {
+                Err(e) if e.vhost_refused() => {
                     tracing::warn!(job = id, vhost, error = %e, "replay job refused a vhost");
                     return Err(Stop::Refused(format!(
                         "{} ({e}), so nothing more was published. Create it or give the user \

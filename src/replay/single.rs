@@ -29,6 +29,10 @@ pub enum ReplayError {
     MissingExchange(String, String),
     #[error("RabbitMQ is unreachable: {0}")]
     Broker(String),
+    /// The message's vhost, refused by the broker on opening: what [`crate::amqp::dlq::refused`]
+    /// and the broker said.
+    #[error("{0} ({1}): it does not exist, or the user may not use it; nothing was published")]
+    VhostRefused(String, String),
     #[error("a replay of this message (requested {0}) is still waiting for the broker's confirm; it settles by itself")]
     InProgress(String),
     #[error("request_key {0:?} was used for another message; use a new key")]
@@ -167,9 +171,13 @@ pub async fn replay_one(
         return Err(ReplayError::InProgress(at));
     }
     // Back into the vhost it came from.
-    let connection = connect(amqp_url, &message.summary.vhost, "lazarus replay")
+    let vhost = &message.summary.vhost;
+    let connection = connect(amqp_url, vhost, "lazarus replay")
         .await
-        .map_err(|e| ReplayError::Broker(e.to_string()))?;
+        .map_err(|e| match e.vhost_refused() {
+            true => ReplayError::VhostRefused(crate::amqp::dlq::refused(vhost), e.to_string()),
+            false => ReplayError::Broker(e.to_string()),
+        })?;
     let mut publisher = Publisher::open(connection)
         .await
         .map_err(|e| ReplayError::Broker(e.to_string()))?;

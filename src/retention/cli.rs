@@ -60,7 +60,10 @@ pub fn plan_text(plan: &Plan) -> String {
 /// Runs the command; an error when the policy is wrong, the database fails, or another
 /// instance is running a pass.
 pub async fn run(config: RetentionConfig) -> anyhow::Result<()> {
-    let policy = config.retention.policy().map_err(anyhow::Error::msg)?;
+    let policy = config
+        .retention
+        .policy(&config.connection.amqp_url)
+        .map_err(anyhow::Error::msg)?;
     if policy.is_empty() {
         println!("no --retention (LAZARUS_RETENTION) given: everything is kept");
         return Ok(());

@@ -1,9 +1,13 @@
 //! Retention policies as `--retention` spells them, `[QUEUE:]RULE[,RULE...]`: a policy
-//! without a queue is every DLQ's, a queue's own replaces the rules it names (pure).
+//! without a queue is every DLQ's, a queue's own replaces the rules it names (pure). A queue
+//! is named as `--queue` names it and kept as its [`Dlq`], so `%2F/orders.dlq` and
+//! `orders.dlq` are one DLQ, and a home queue `/a/b` is not the queue `b` of vhost `a`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+
+use crate::amqp::dlq::Dlq;
 
 /// What one DLQ keeps; `None`: no such limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -166,12 +170,13 @@ impl FromStr for RetentionSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     all: Rules,
-    queues: BTreeMap<String, Rules>,
+    queues: BTreeMap<Dlq, Rules>,
 }
 
 impl Policy {
-    /// The policy of these `--retention` values; a queue (or "all") given twice is refused.
-    pub fn new(specs: &[RetentionSpec]) -> Result<Policy, String> {
+    /// The policy of these `--retention` values, their queues in the AMQP URL vhost `home`
+    /// unless they name another; a queue (or "all") given twice is refused.
+    pub fn new(specs: &[RetentionSpec], home: &str) -> Result<Policy, String> {
         let mut policy = Policy::default();
         let mut all_given = false;
         for spec in specs {
@@ -184,8 +189,12 @@ impl Policy {
                     policy.all = spec.rules;
                 }
                 Some(queue) => {
-                    if policy.queues.insert(queue.clone(), spec.rules).is_some() {
-                        return Err(format!("--retention for {queue:?} is given twice"));
+                    let dlq = Dlq::parse(queue, home)?;
+                    if policy.queues.insert(dlq.clone(), spec.rules).is_some() {
+                        return Err(format!(
+                            "--retention for the {} is given twice",
+                            dlq.describe()
+                        ));
                     }
                 }
             }
@@ -198,10 +207,10 @@ impl Policy {
         self.all == Rules::default() && self.queues.is_empty()
     }
 
-    /// The rules that apply to `queue`.
-    pub fn for_queue(&self, queue: &str) -> Rules {
-        match self.queues.get(queue) {
-            Some(own) => self.all.overridden_by(*own),
+    /// The rules that apply to the DLQ the archive keys as `key` ([`Dlq::key`]).
+    pub fn for_queue(&self, key: &str) -> Rules {
+        match self.queues.iter().find(|(dlq, _)| dlq.key() == key) {
+            Some((_, own)) => self.all.overridden_by(*own),
             None => self.all,
         }
     }
@@ -220,8 +229,9 @@ impl Policy {
         if self.all != Rules::default() {
             parts.push(format!("all: {}", text(&self.all)));
         }
-        for queue in self.queues.keys() {
-            parts.push(format!("{queue}: {}", text(&self.for_queue(queue))));
+        for (dlq, own) in &self.queues {
+            let rules = self.all.overridden_by(*own);
+            parts.push(format!("{}: {}", dlq.key(), text(&rules)));
         }
         parts.join("; ")
     }
@@ -285,10 +295,13 @@ mod tests {
 
     #[test]
     fn a_queue_policy_replaces_only_the_rules_it_names() {
-        let policy = Policy::new(&[
-            spec("days=90,size=1GiB"),
-            spec("orders.dlq:days=30,messages=1000"),
-        ])
+        let policy = Policy::new(
+            &[
+                spec("days=90,size=1GiB"),
+                spec("orders.dlq:days=30,messages=1000"),
+            ],
+            "/",
+        )
         .unwrap();
         assert_eq!(
             policy.for_queue("orders.dlq").list(),
@@ -303,13 +316,31 @@ mod tests {
             "all: days=90, size=1GiB; orders.dlq: days=30, messages=1000, size=1GiB"
         );
         assert!(!policy.is_empty());
-        assert!(Policy::new(&[]).unwrap().is_empty());
+        assert!(Policy::new(&[], "/").unwrap().is_empty());
     }
 
     #[test]
     fn a_queue_given_twice_is_refused() {
-        assert!(Policy::new(&[spec("q:days=1"), spec("q:days=2")]).is_err());
-        assert!(Policy::new(&[spec("days=1"), spec("days=2")]).is_err());
+        assert!(Policy::new(&[spec("q:days=1"), spec("q:days=2")], "/").is_err());
+        assert!(Policy::new(&[spec("q:days=1"), spec("%2F/q:days=2")], "/").is_err());
+        assert!(Policy::new(&[spec("days=1"), spec("days=2")], "/").is_err());
+    }
+
+    #[test]
+    fn each_dlq_has_its_own_rules_whatever_its_name_holds() {
+        let policy = Policy::new(
+            &[
+                spec("/secdisc2/orders.dlq:messages=1"),
+                spec("secdisc2/orders.dlq:messages=2"),
+                spec("%2F/plain.dlq:days=3"),
+            ],
+            "/",
+        )
+        .unwrap();
+        assert_eq!(policy.for_queue("/secdisc2/orders.dlq").messages, Some(1));
+        assert_eq!(policy.for_queue("secdisc2/orders.dlq").messages, Some(2));
+        assert_eq!(policy.for_queue("plain.dlq").days, Some(3));
+        assert!(Policy::new(&[spec("%zz/q:days=1")], "/").is_err());
     }
 
     #[test]

@@ -61,6 +61,7 @@ impl From<ReplayError> for AppError {
             ReplayError::UnknownMessage(_) => AppError::NotFound(e.to_string()),
             ReplayError::NoTarget
             | ReplayError::MissingExchange(..)
+            | ReplayError::VhostRefused(..)
             | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
             ReplayError::NotAllowed(_) => AppError::Forbidden(e.to_string()),

@@ -93,11 +93,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
             None
         }
     };
+    let consumed: Vec<String> = state.status.dlqs().iter().map(|d| d.key()).collect();
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(counts.as_deref()),
+        state.metrics.render(counts.as_deref(), &consumed),
     )
 }

@@ -190,8 +190,8 @@ fn exposition_with_every_family() -> String {
     };
     metrics.ingested.get_or_create(&queue).inc();
     metrics.duplicates.get_or_create(&queue).inc();
-    metrics.set_connected("orders.dlq", true);
-    metrics.ingest_error("orders.dlq", "database");
+    metrics.set_connected(&lazarus::amqp::dlq::Dlq::home("orders.dlq"), true);
+    metrics.ingest_error(&lazarus::amqp::dlq::Dlq::home("orders.dlq"), "database");
     metrics.batch_commit_seconds.observe(0.01);
     metrics.replayed("published", 1);
     metrics.canary_paused();
@@ -204,7 +204,7 @@ fn exposition_with_every_family() -> String {
         oldest: time::OffsetDateTime::UNIX_EPOCH,
         newest: time::OffsetDateTime::UNIX_EPOCH,
     };
-    metrics.render(Some(std::slice::from_ref(&count)))
+    metrics.render(Some(std::slice::from_ref(&count)), &[])
 }
 
 #[test]

@@ -582,3 +582,114 @@ async fn discover_reads_the_management_api_over_https_rabbitmq4() {
     assert!(!said.contains("guest:guest"), "{said}");
     node.stop().await;
 }
+
+/// A home-vhost queue named `<vhost>/orders.dlq` and the queue `orders.dlq` of that vhost,
+/// both DLQs, found through the management API with `--discover-include '*/*'`: each is
+/// archived under its own key (`/<vhost>/orders.dlq` and `<vhost>/orders.dlq`), in either
+/// order the API lists them, with its own metrics series, `/readyz` entry and retention rule.
+/// (Before, they shared the key `<vhost>/orders.dlq`: the one listed first was archived, the
+/// other left alone.)
+async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first: bool) {
+    let broker = Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let (home_prefix, other_prefix) = match home_listed_first {
+                true => ("keys-a", "keys-b"),
+                false => ("keys-b", "keys-a"),
+            };
+            let home = Vhost::create(home_prefix);
+            let other = Vhost::create(other_prefix);
+            assert_eq!(home.name < other.name, home_listed_first);
+            let impostor = format!("{}/orders.dlq", other.name);
+            let mut th = Topology::on(&home.url()).await;
+            th.queue(&impostor, Default::default()).await;
+            dying_queue(&mut th, "orders", &impostor).await;
+            let mut to = Topology::on(&other.url()).await;
+            to.queue("orders.dlq", Default::default()).await;
+            dying_queue(&mut to, "orders", "orders.dlq").await;
+
+            let management = broker.management_url().unwrap();
+            let app = TestApp::spawn_with(&[], |c| {
+                c.connection.amqp_url = home.url();
+                c.management_url = Some(management.clone());
+                c.discover.discover = true;
+                c.discover.patterns.include = vec!["*/*".into()];
+                c.discover.discover_interval_secs = 1;
+            })
+            .await;
+            publish_many(&th.channel, "", "orders", "home", 2).await;
+            publish_many(&to.channel, "", "orders", "other", 3).await;
+            app.wait_for_archived(5, Duration::from_secs(60)).await;
+
+            let (home_key, other_key) = (format!("/{impostor}"), impostor.clone());
+            let home_messages = app.all_messages(&home_key).await;
+            let other_messages = app.all_messages(&other_key).await;
+            assert_eq!(home_messages.len(), 2, "{home_messages:?}");
+            assert_eq!(other_messages.len(), 3, "{other_messages:?}");
+            assert!(home_messages
+                .iter()
+                .all(|m| m["vhost"] == home.name.as_str()));
+            assert!(other_messages
+                .iter()
+                .all(|m| m["vhost"] == other.name.as_str()));
+            assert_eq!(th.depth(&impostor).await, 0);
+            assert_eq!(to.depth("orders.dlq").await, 0);
+
+            // Each has its own series and consumer state.
+            let series = |name: &str, queue: &str| format!("{name}{{queue=\"{queue}\"}} ");
+            let ingested = "lazarus_ingested_messages_total";
+            assert_eq!(app.counter(&series(ingested, &home_key)).await, 2);
+            assert_eq!(app.counter(&series(ingested, &other_key)).await, 3);
+            let connected = "lazarus_consumer_connected";
+            assert_eq!(app.counter(&series(connected, &home_key)).await, 1);
+            assert_eq!(app.counter(&series(connected, &other_key)).await, 1);
+            let ready = app.json("/readyz", 200).await;
+            assert_eq!(ready["queues"][&home_key]["state"], "consuming", "{ready}");
+            assert_eq!(ready["queues"][&other_key]["state"], "consuming", "{ready}");
+            let answer = app.json("/api/dlqs", 200).await;
+            for (vhost, name) in [(&home.name, impostor.as_str()), (&other.name, "orders.dlq")] {
+                let found = dlq(&answer, vhost, name).unwrap_or_else(|| panic!("{answer}"));
+                assert_eq!(found["archived"], true, "{found}");
+            }
+
+            // A retention rule per DLQ, named as --queue names it.
+            let specs: Vec<lazarus::retention::RetentionSpec> = [
+                format!("{home_key}:messages=1"),
+                format!("{other_key}:messages=2"),
+            ]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+            let policy = lazarus::retention::Policy::new(&specs, &home.name).unwrap();
+            let pass = lazarus::retention::run_pass(
+                app.archive.as_ref(),
+                &policy,
+                "test",
+                Duration::from_secs(3600),
+                &tokio_util::sync::CancellationToken::new(),
+                time::OffsetDateTime::now_utc(),
+            )
+            .await
+            .unwrap()
+            .expect("no other run under way");
+            assert_eq!(pass.run.deleted, 2, "{:?}", pass.run);
+            assert_eq!(app.all_messages(&home_key).await.len(), 1);
+            assert_eq!(app.all_messages(&other_key).await.len(), 2);
+
+            let mut app = app;
+            app.stop().await;
+            th.cleanup().await;
+            to.cleanup().await;
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_home_queue_named_like_another_vhosts_listed_first_is_its_own_dlq_rabbitmq4() {
+    a_home_queue_named_like_another_vhosts_is_its_own_dlq(true).await
+}
+
+#[tokio::test]
+async fn a_home_queue_named_like_another_vhosts_listed_second_is_its_own_dlq_rabbitmq4() {
+    a_home_queue_named_like_another_vhosts_is_its_own_dlq(false).await
+}

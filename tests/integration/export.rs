@@ -261,7 +261,7 @@ async fn import_into_a_new_archive(
 }
 
 #[tokio::test]
-async fn an_import_stops_at_a_line_that_is_not_an_export_and_says_which() {
+async fn an_import_refuses_a_line_that_is_not_an_export_and_says_which() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("a.db").display());
     let file = dir.path().join("broken.ndjson");
@@ -274,8 +274,12 @@ async fn an_import_stops_at_a_line_that_is_not_an_export_and_says_which() {
         .unwrap();
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("line 1 is not an exported message"), "{said}");
+    assert!(
+        said.contains("line 2 refused: not an exported message"),
+        "{said}"
+    );
     assert!(said.contains("missing field"), "{said}");
+    assert!(said.contains("1 lines refused"), "{said}");
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
         .args([
             "import",
@@ -286,6 +290,200 @@ async fn an_import_stops_at_a_line_that_is_not_an_export_and_says_which() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("opening /nonexistent/export.ndjson"));
+}
+
+/// An exported line of a message of `vhost` (empty: the importing instance's) and `queue`.
+fn exported(id: i64, vhost: &str, queue: &str) -> lazarus::archive::ExportedMessage {
+    lazarus::archive::ExportedMessage {
+        id,
+        queue: queue.into(),
+        vhost: vhost.into(),
+        archived_at: time::OffsetDateTime::now_utc(),
+        exchange: "dlx".into(),
+        routing_key: "work".into(),
+        redelivered: false,
+        properties: Default::default(),
+        headers: None,
+        body: format!("message {id}").into_bytes(),
+        status: lazarus::archive::MessageStatus::Archived,
+        status_note: None,
+        status_at: None,
+        replayed_at: None,
+        replay_of: None,
+        replays: Vec::new(),
+    }
+}
+
+/// One line of `m` with its body replaced by `body_chars` characters of base64 (`A`: zero
+/// bytes), written in pieces so that the test does not hold it whole.
+fn write_big_line(
+    out: &mut dyn std::io::Write,
+    m: &lazarus::archive::ExportedMessage,
+    body_chars: usize,
+) -> usize {
+    let mut m = m.clone();
+    m.body = Vec::new();
+    let line = serde_json::to_string(&m).unwrap();
+    let (before, after) = line.split_once("\"body\":\"\"").expect("an empty body");
+    out.write_all(before.as_bytes()).unwrap();
+    out.write_all(b"\"body\":\"").unwrap();
+    let chunk = vec![b'A'; 1 << 20];
+    let mut left = body_chars;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        out.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    out.write_all(b"\"").unwrap();
+    out.write_all(after.as_bytes()).unwrap();
+    out.write_all(b"\n").unwrap();
+    before.len() + after.len() + body_chars + 10
+}
+
+/// A field of /proc/PID/FILE (`VmHWM` of status, `rchar` of io), as a number.
+fn proc_field(pid: u32, file: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A hostile export, through standard input: a 300 MB line, a 150 MiB body, a 129 MiB one
+/// (past RabbitMQ's default `max_message_size`, what ingest can archive), a vhost holding NUL,
+/// a queue name and a routing key longer than AMQP carries, a line that is not JSON — each
+/// refused, said with its line number and why, the good lines around them imported (a vhost
+/// holding `?` and markup, which RabbitMQ allows, among them), and the process' peak memory
+/// below 256 MiB (its `VmHWM`, read once it has read everything and waits for the end).
+#[tokio::test]
+async fn a_hostile_import_is_refused_line_by_line_in_bounded_memory() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args(["import", "-", "--database-url", &db])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut written = 0;
+        let line = |stdin: &mut std::process::ChildStdin, m: &lazarus::archive::ExportedMessage| {
+            let text = format!("{}\n", serde_json::to_string(m).unwrap());
+            stdin.write_all(text.as_bytes()).unwrap();
+            text.len()
+        };
+        written += line(&mut stdin, &exported(1, "", "orders.dlq"));
+        // 2: 300 MB; 3: a 150 MiB body; 4: a 129 MiB body.
+        written += write_big_line(&mut stdin, &exported(2, "", "orders.dlq"), 300_000_000);
+        written += write_big_line(
+            &mut stdin,
+            &exported(3, "", "orders.dlq"),
+            (150 << 20) / 3 * 4,
+        );
+        written += write_big_line(
+            &mut stdin,
+            &exported(4, "", "orders.dlq"),
+            (129 << 20) / 3 * 4,
+        );
+        written += line(&mut stdin, &exported(5, "bad\0vhost", "orders.dlq"));
+        written += line(&mut stdin, &exported(6, "tenant?<b>x</b>", "orders.dlq"));
+        written += line(&mut stdin, &exported(7, "", &"q".repeat(300)));
+        let mut long_key = exported(8, "", "orders.dlq");
+        long_key.routing_key = "k".repeat(256);
+        written += line(&mut stdin, &long_key);
+        stdin.write_all(b"{not json\n").unwrap();
+        written += 11;
+        written += line(&mut stdin, &exported(10, "", "orders.dlq"));
+        (stdin, written)
+    });
+    let (stdin, written) = writer.join().unwrap();
+    // Everything read (and the process waiting for more): its peak so far is the import's.
+    let start = std::time::Instant::now();
+    loop {
+        let read = proc_field(pid, "io", "rchar").unwrap_or(0);
+        let waiting = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .is_ok_and(|s| s.contains("State:\tS"));
+        if read >= written as u64 && waiting {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "read {read} of {written}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let peak_mib = proc_field(pid, "status", "VmHWM").unwrap() / 1024;
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!("import of a hostile export: peak RSS {peak_mib} MiB\n{said}");
+    assert!(
+        !out.status.success(),
+        "refused lines make the import fail: {said}"
+    );
+    for (line, why) in [
+        (2, "300000"),
+        (3, "bytes long; a line holds at most"),
+        (4, "at most 134217728 are archived"),
+        (5, "control character"),
+        (7, "255"),
+        (8, "routing_key is 256 bytes"),
+        (9, "not an exported message"),
+    ] {
+        let told = format!("line {line} refused: ");
+        let text = said
+            .lines()
+            .find(|l| l.starts_with(&told))
+            .unwrap_or_else(|| panic!("{told} in {said}"));
+        assert!(text.contains(why), "{text}");
+    }
+    assert!(
+        said.contains("imported 3 messages; 0 were in the archive already; 7 lines refused"),
+        "{said}"
+    );
+    assert_eq!(count_rows(&db, "SELECT count(*) FROM messages").await, 3);
+    let markup = "SELECT count(*) FROM messages WHERE vhost = 'tenant?<b>x</b>'";
+    assert_eq!(count_rows(&db, markup).await, 1);
+    assert!(peak_mib < 256, "peak RSS {peak_mib} MiB");
+}
+
+/// A replay of a message whose vhost the broker does not have (an imported one) answers
+/// 400 naming the vhost, not 503 "RabbitMQ is unreachable"; nothing is recorded as sent.
+#[tokio::test]
+async fn a_replay_into_a_vhost_the_broker_lacks_says_so() {
+    let app = TestApp::spawn(&[]).await;
+    let vhost = format!("{}?<i>", unique("no-such-vhost"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.ndjson");
+    let line = serde_json::to_string(&exported(1, &vhost, "orders.dlq")).unwrap();
+    std::fs::write(&file, format!("{line}\n")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .arg("import")
+        .arg(&file)
+        .args(["--database-url", &app.database_url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = app.json("/api/messages", 200).await;
+    let id = list["messages"][0]["id"].as_str().unwrap().to_owned();
+    let request = json!({"target": {"exchange": "", "routing_key": "anywhere"}});
+    let answer = app
+        .post_json(&format!("/api/messages/{id}/replay"), request, 400)
+        .await;
+    let error = answer["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("RabbitMQ refuses the vhost {vhost:?}")),
+        "{error}"
+    );
+    assert!(!error.contains("unreachable"), "{error}");
+    let detail = app.json(&format!("/api/messages/{id}"), 200).await;
+    assert_eq!(detail["status"], "archived", "{detail}");
 }
 
 /// Messages of the migration test: 5,000 by default (the debug binary, in CI's time);

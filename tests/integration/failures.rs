@@ -995,11 +995,12 @@ async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
         .iter()
         .find(|(name, _, _)| name == "lazarus_archived_messages")
         .unwrap_or_else(|| panic!("no archive total\n{text}"));
+    // A reason RabbitMQ does not give is `other` (it is the publisher's to write).
     assert_eq!(
         archived.1,
         [
             ("queue".to_owned(), dlq.clone()),
-            ("reason".to_owned(), hostile.to_owned())
+            ("reason".to_owned(), "other".to_owned())
         ],
         "{text}"
     );
@@ -1012,6 +1013,136 @@ async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
         ),
         "{text}"
     );
+    t.cleanup().await;
+}
+
+/// `x-death` is the publisher's to write: 200 dead letters with 200 forged reasons, beside
+/// real ones the broker dead-lettered, are 200 messages of the `reason="other"` series, not
+/// 200 series; the queues of an imported file past the bound (120 of them) share one
+/// `queue` label. Every label of every series is counted.
+#[tokio::test]
+async fn forged_death_reasons_and_imported_queues_add_no_metrics_series() {
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &unique("cardinality")).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    for i in 0..200 {
+        let mut death = FieldTable::default();
+        death.insert("queue".into(), s(&work));
+        death.insert("reason".into(), s(&format!("forged-{i}")));
+        death.insert("count".into(), AMQPValue::LongLongInt(1));
+        death.insert("exchange".into(), s(""));
+        death.insert(
+            "routing-keys".into(),
+            AMQPValue::FieldArray(vec![s(&work)].into()),
+        );
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()),
+        );
+        headers.insert("x-first-death-queue".into(), s(&work));
+        headers.insert("x-first-death-reason".into(), s(&format!("forged-{i}")));
+        headers.insert("x-first-death-exchange".into(), s(""));
+        let props = json_props(&format!("forged-{i}")).with_headers(headers);
+        t.publish("", &dlq, b"{}", props).await;
+    }
+    publish_many(&t.channel, "", &work, "real", 3).await;
+    let worker = rejecting_worker(&work).await;
+    app.wait_for_archived(203, Duration::from_secs(60)).await;
+    worker.abort();
+
+    // An export of one of them, imported back as 120 messages of 120 queues nobody consumes.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args([
+            "export",
+            "--queue",
+            &dlq,
+            "--database-url",
+            &app.database_url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap())
+        .expect("an exported line");
+    let file = dir.path().join("queues.ndjson");
+    let mut text = String::new();
+    for i in 0..120 {
+        let mut m = line.clone();
+        m["queue"] = json!(format!("imported-{i:03}"));
+        m["id"] = json!(format!("{}", 1_000_000 + i));
+        text.push_str(&format!("{m}\n"));
+    }
+    std::fs::write(&file, text).unwrap();
+    let imported = std::process::Command::new(env!("CARGO_BIN_EXE_lazarus"))
+        .args(["import", "--database-url", &app.database_url])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+
+    let text = app.get("/metrics").await.text();
+    let samples: Vec<Sample> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| parse_sample(l).unwrap_or_else(|| panic!("{l:?}")))
+        .collect();
+    let archived: Vec<&Sample> = samples
+        .iter()
+        .filter(|(name, _, _)| name == "lazarus_archived_messages")
+        .collect();
+    let label = |s: &Sample, name: &str| {
+        s.1.iter()
+            .find(|(l, _)| l == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let mut of_dlq: Vec<(String, f64)> = archived
+        .iter()
+        .filter(|s| label(s, "queue") == dlq)
+        .map(|s| (label(s, "reason"), s.2))
+        .collect();
+    of_dlq.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        of_dlq,
+        [("other".to_owned(), 200.0), ("rejected".to_owned(), 3.0)],
+        "{text}"
+    );
+    let queues: std::collections::BTreeSet<String> =
+        archived.iter().map(|s| label(s, "queue")).collect();
+    // The consumed DLQ, the 50 largest others, and the rest summed.
+    assert_eq!(queues.len(), 52, "{queues:?}");
+    let rest: f64 = archived
+        .iter()
+        .filter(|s| label(s, "queue") == "(other queues)")
+        .map(|s| s.2)
+        .sum();
+    assert_eq!(rest, 70.0, "{text}");
+    // Every series of the scrape: 205 before the bounds (one per forged reason).
+    let series = samples.len();
+    assert!(series < 150, "{series} series:\n{text}");
+    for (name, labels, _) in &samples {
+        for (l, value) in labels {
+            let bounded = match l.as_str() {
+                "queue" => {
+                    value == &dlq || value.starts_with("imported-") || value == "(other queues)"
+                }
+                "reason" => ["rejected", "other"].contains(&value.as_str()),
+                "le" | "kind" | "outcome" => true,
+                _ => false,
+            };
+            assert!(bounded, "{name} {l}={value:?}");
+        }
+    }
     t.cleanup().await;
 }
 

@@ -24,7 +24,7 @@ async fn dead_letter(t: &Topology, app: &TestApp, work: &str, prefix: &str, n: u
 
 fn policy(specs: &[&str]) -> Policy {
     let specs: Vec<RetentionSpec> = specs.iter().map(|s| s.parse().unwrap()).collect();
-    Policy::new(&specs).unwrap()
+    Policy::new(&specs, "/").unwrap()
 }
 
 /// One pass as if it were `days` from now.

@@ -414,3 +414,112 @@ async fn an_export_names_vhosts_and_imports_into_an_instance_of_another_vhost() 
     home_shop.cleanup().await;
     other_shop.cleanup().await;
 }
+
+on_both_backends!(an_archive_of_an_earlier_version_gets_one_key_per_dlq);
+/// An archive an earlier version wrote, where a home queue `x/y` was keyed `x/y` — the key of
+/// the queue `y` of vhost `x` — is given one key per DLQ when opened: the home queue's
+/// messages, first-death queue, totals, counts and failure group read `/x/y`; the queue `b`
+/// of vhost `a` keeps `a/b`.
+async fn an_archive_of_an_earlier_version_gets_one_key_per_dlq() {
+    use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
+    use lazarus::archive::{IncomingMessage, PreparedMessage};
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let message = |vhost: &str, queue: &str, first_died_in: &str| {
+        let death = Table::from([
+            ("queue", AmqpValue::text(first_died_in)),
+            ("reason", AmqpValue::text("rejected")),
+            ("count", AmqpValue::LongLongInt(1)),
+            ("exchange", AmqpValue::text("")),
+            (
+                "routing-keys",
+                AmqpValue::Array(vec![AmqpValue::text(first_died_in)]),
+            ),
+        ]);
+        let headers = Table::from([
+            ("x-death", AmqpValue::Array(vec![AmqpValue::Table(death)])),
+            ("x-first-death-queue", AmqpValue::text(first_died_in)),
+            ("x-first-death-reason", AmqpValue::text("rejected")),
+            ("x-first-death-exchange", AmqpValue::text("")),
+        ]);
+        PreparedMessage::new(IncomingMessage {
+            vhost: vhost.into(),
+            queue: queue.into(),
+            exchange: String::new(),
+            routing_key: first_died_in.into(),
+            redelivered: false,
+            properties: MessageProperties::default(),
+            headers: Some(headers),
+            body: queue.as_bytes().to_vec(),
+            received_at: time::OffsetDateTime::now_utc(),
+            decode_problems: Vec::new(),
+            stream_offset: None,
+        })
+    };
+    {
+        let archive = lazarus::archive::open(&url).await.unwrap();
+        let batch = [
+            message("", "x/y", "x/y.work"),
+            message("a", "a/b", "b.work"),
+        ];
+        archive.store_batch(&batch).await.unwrap();
+    }
+    // As the earlier version keyed them: a home name bare (its first-death queue too), the
+    // other vhost's prefixed; its last migration not run yet.
+    let (last, status) = match url.starts_with("sqlite://") {
+        true => (24, ""),
+        false => (
+            18,
+            "UPDATE message_status SET group_queue = 'x/y.work' WHERE group_queue = '/x/y.work';",
+        ),
+    };
+    execute_sql(
+        &url,
+        &format!(
+            "UPDATE messages SET first_death_queue = 'x/y.work' WHERE queue = 'x/y'; \
+             UPDATE failure_groups SET queue = 'x/y.work' WHERE queue = '/x/y.work'; {status} \
+             DELETE FROM _sqlx_migrations WHERE version = {last}"
+        ),
+    )
+    .await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    for (sql, n) in [
+        (
+            "SELECT count(*) FROM messages WHERE vhost = '' AND queue = '/x/y' \
+          AND first_death_queue = '/x/y.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM messages WHERE vhost = 'a' AND queue = 'a/b' \
+          AND first_death_queue = 'a/b.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM queue_reason_counts WHERE queue = '/x/y' AND messages = 1",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM queue_reason_counts WHERE queue = 'a/b' AND messages = 1",
+            1,
+        ),
+        ("SELECT count(*) FROM queue_reason_counts", 2),
+        ("SELECT count(*) FROM hourly_counts WHERE queue = '/x/y'", 1),
+        ("SELECT count(*) FROM hourly_counts WHERE queue = 'a/b'", 1),
+        (
+            "SELECT count(*) FROM failure_groups WHERE queue = '/x/y.work'",
+            1,
+        ),
+        (
+            "SELECT count(*) FROM failure_groups WHERE queue = 'a/b.work'",
+            1,
+        ),
+        ("SELECT count(*) FROM failure_groups", 2),
+    ] {
+        assert_eq!(count_rows(&url, sql).await, n, "{sql}");
+    }
+    if !url.starts_with("sqlite://") {
+        let sql = "SELECT count(*) FROM message_status WHERE group_queue = '/x/y.work'";
+        assert_eq!(count_rows(&url, sql).await, 1);
+    }
+    drop(archive);
+}

@@ -54,6 +54,12 @@ impl WireError {
             _ => None,
         }
     }
+
+    /// The broker refused the vhost on opening (530 NOT_ALLOWED: it does not exist, or the
+    /// user may not use it): the broker is there, and waiting does not mend it.
+    pub fn vhost_refused(&self) -> bool {
+        matches!(self, WireError::ConnectionClosed(r) if r.code == 530)
+    }
 }
 
 /// Something that happened on a channel without being asked for.
@@ -123,7 +129,7 @@ impl ServerInfo {
 const READ_BUDGET_BYTES: usize = 32 * 1024 * 1024;
 /// Frames larger than this are refused. RabbitMQ does not split a content header, and
 /// dead-lettering can grow one past the negotiated frame size.
-const MAX_INBOUND_FRAME: usize = 64 * 1024 * 1024;
+pub const MAX_INBOUND_FRAME: usize = 64 * 1024 * 1024;
 /// Frame size asked for when the broker sets no limit.
 const DEFAULT_FRAME_MAX: u32 = 128 * 1024;
 /// Heartbeat asked for when the URL says nothing: a dead broker is noticed within a minute.

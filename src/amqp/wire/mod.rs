@@ -14,4 +14,6 @@ mod connection;
 pub mod method;
 
 pub use codec::ContentHeader;
-pub use connection::{Channel, Connection, Delivery, Event, Returned, ServerInfo, WireError};
+pub use connection::{
+    Channel, Connection, Delivery, Event, Returned, ServerInfo, WireError, MAX_INBOUND_FRAME,
+};

@@ -136,12 +136,15 @@ pub fn push_freeze<'a, DB: sqlx::Database>(
     if spec.to_first_death_queue {
         // The default exchange routes a queue's name to that queue alone. A message without
         // death history has no such queue: no target.
-        // Outside the home vhost the column holds vhost/name, the vhost escaped (no `/`).
+        // The column holds the queue's key (`Dlq::key`): outside the home vhost vhost/name,
+        // the vhost escaped (no `/`); at home the name, after a `/` when it holds one.
         q.push(
             ", messages.id, CASE WHEN messages.first_death_queue IS NULL THEN NULL ELSE '' END, \
-             CASE WHEN messages.vhost = '' THEN messages.first_death_queue \
-             ELSE substr(messages.first_death_queue, length(replace(replace(messages.vhost, \
-             '%', '%25'), '/', '%2F')) + 2) END",
+             CASE WHEN messages.vhost <> '' \
+             THEN substr(messages.first_death_queue, length(replace(replace(messages.vhost, \
+             '%', '%25'), '/', '%2F')) + 2) \
+             WHEN messages.first_death_queue LIKE '/%' THEN substr(messages.first_death_queue, 2) \
+             ELSE messages.first_death_queue END",
         );
         return;
     }
