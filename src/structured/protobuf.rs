@@ -7,12 +7,9 @@
 
 use std::collections::HashMap;
 
-use base64::Engine;
-use serde_json::{Map, Value};
-
 use crate::amqp::headers::Table;
 
-use super::{float, Decoded, Reader, MAX_DEPTH};
+use super::{DecodeError, JsonText, Reader, Written, MAX_DEPTH};
 
 /// The message types Lazarus can decode, and how it tells which one a body holds.
 #[derive(Debug, Default)]
@@ -161,9 +158,9 @@ impl Schemas {
         Some(full)
     }
 
-    /// The message `bytes` hold as JSON, read as the message type named `name`.
-    pub fn to_json(&self, bytes: &[u8], name: &str) -> Decoded {
-        self.message(bytes, name, 0)
+    /// The message `bytes` hold, read as the message type named `name`, written as JSON.
+    pub fn write_json(&self, bytes: &[u8], name: &str, out: &mut JsonText) -> Written {
+        self.message(out, &[bytes], name, 0)
     }
 
     fn add_set(&mut self, bytes: &[u8]) -> Result<(), String> {
@@ -260,197 +257,361 @@ impl Schemas {
         Ok(())
     }
 
-    fn message(&self, bytes: &[u8], name: &str, depth: usize) -> Decoded {
+    /// A message whose encoding is `parts` one after another (a message seen twice is the
+    /// merge of both, as protobuf says), each field's values together in the order the
+    /// fields first appear.
+    fn message(&self, out: &mut JsonText, parts: &[&[u8]], name: &str, depth: usize) -> Written {
         if depth >= MAX_DEPTH {
-            return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+            return Err(format!("nested deeper than {MAX_DEPTH} levels").into());
         }
-        if let Some(value) = well_known(bytes, name)? {
-            return Ok(value);
+        if self.well_known(out, parts, name)? {
+            return Ok(());
         }
-        let Some(message) = self.messages.get(name) else {
-            return unknown_fields(bytes);
+        let message = self.messages.get(name);
+        // The wire format checked, and whether each field's items lie together (encoders
+        // write fields in number order): then they are written as they come, else picked out.
+        let (mut count, mut in_order, mut last) = (0usize, true, 0u32);
+        for item in parts.iter().flat_map(|p| Wire::new(p)) {
+            let (number, _) = item?;
+            in_order &= number >= last;
+            (count, last) = (count + 1, number);
+        }
+        out.begin_object()?;
+        if in_order {
+            let mut current = None;
+            for (i, part) in parts.iter().enumerate() {
+                let mut wire = Wire::new(part);
+                loop {
+                    let at = wire.reader.at;
+                    let Some(item) = wire.next() else { break };
+                    let (number, _) = item?;
+                    if current.replace(number) != Some(number) {
+                        let run = Items::Run {
+                            parts: &parts[i..],
+                            at,
+                            number,
+                        };
+                        self.group(out, message, number, &run, depth)?;
+                    }
+                }
+            }
+        } else {
+            // Each item is held (counted against the budget) to sort them by field.
+            let held = count * std::mem::size_of::<(u32, u32, Item<'_>)>();
+            out.hold(held)?;
+            let mut items = Vec::with_capacity(count);
+            for (seq, item) in parts.iter().flat_map(|p| Wire::new(p)).enumerate() {
+                let (number, item) = item?;
+                items.push((number, seq as u32, item));
+            }
+            items.sort_by_key(|(number, _, _)| *number);
+            // The fields, by where each first appears: (first position, start, end).
+            let mut groups: Vec<(u32, usize, usize)> = Vec::new();
+            for (i, (number, seq, _)) in items.iter().enumerate() {
+                match groups.last_mut() {
+                    Some(g) if items[g.1].0 == *number => g.2 = i + 1,
+                    _ => groups.push((*seq, i, i + 1)),
+                }
+            }
+            let held_groups = groups.len() * std::mem::size_of::<(u32, usize, usize)>();
+            out.hold(held_groups)?;
+            groups.sort_unstable();
+            for (_, start, end) in groups {
+                let number = items[start].0;
+                self.group(
+                    out,
+                    message,
+                    number,
+                    &Items::Picked(&items[start..end]),
+                    depth,
+                )?;
+            }
+            out.release(held + held_groups);
+        }
+        out.end()
+    }
+
+    /// One field's values: by its name when the message type knows it, else by number.
+    fn group(
+        &self,
+        out: &mut JsonText,
+        message: Option<&MessageType>,
+        number: u32,
+        items: &Items<'_, '_>,
+        depth: usize,
+    ) -> Written {
+        let Some(field) = message.and_then(|m| m.fields.get(&number)) else {
+            out.key(&number.to_string())?;
+            out.begin_array()?;
+            for item in items.iter() {
+                unknown(out, item)?;
+            }
+            return out.end();
         };
-        let mut out = Map::new();
+        out.key(&field.name)?;
+        let map_entry = (field.kind == Kind::Message && field.repeated)
+            .then(|| self.messages.get(&field.type_name))
+            .flatten()
+            .filter(|m| m.map_entry);
+        if let Some(entry) = map_entry {
+            out.begin_object()?;
+            for item in items.iter() {
+                self.map_entry(out, field, entry, item, depth)?;
+            }
+            return out.end();
+        }
+        if field.repeated {
+            out.begin_array()?;
+            for item in items.iter() {
+                self.values(out, field, item, depth)?;
+            }
+            return out.end();
+        }
+        if field.kind == Kind::Message {
+            // Seen more than once: the merge of all, their encodings one after another.
+            let held = items.iter().count() * std::mem::size_of::<&[u8]>();
+            out.hold(held)?;
+            let parts = items
+                .iter()
+                .map(|item| match item {
+                    Item::Bytes(b) => Ok(b),
+                    _ => Err(wrong(field)),
+                })
+                .collect::<Result<Vec<&[u8]>, String>>()?;
+            self.message(out, &parts, &field.type_name, depth + 1)?;
+            out.release(held);
+            return Ok(());
+        }
+        // A singular field seen more than once: the last one counts.
+        match items.iter().last() {
+            Some(item) => self.values(out, field, item, depth),
+            None => out.null(),
+        }
+    }
+
+    /// A `map<K, V>` entry as a member: its key as the name (text as it is, else its JSON
+    /// text), its value as the value.
+    fn map_entry(
+        &self,
+        out: &mut JsonText,
+        field: &Field,
+        entry: &MessageType,
+        item: Item<'_>,
+        depth: usize,
+    ) -> Written {
+        let Item::Bytes(bytes) = item else {
+            return Err(wrong(field).into());
+        };
+        let depth = depth + 1;
+        if depth >= MAX_DEPTH {
+            return Err(format!("nested deeper than {MAX_DEPTH} levels").into());
+        }
+        let (mut key, mut value) = (None, None);
         for item in Wire::new(bytes) {
-            let (number, item) = item?;
-            let Some(field) = message.fields.get(&number) else {
-                push(&mut out, number.to_string(), unknown(item), true);
-                continue;
-            };
-            for value in self.field(field, item, depth)? {
-                self.put(&mut out, field, value);
+            match item? {
+                (1, item) => key = Some(item),
+                (2, item) => value = Some(item),
+                _ => {}
             }
         }
-        Ok(Value::Object(out))
+        let mut name = JsonText::new(out.room());
+        match (key, entry.fields.get(&1)) {
+            (Some(item), Some(f)) => self.values(&mut name, f, item, depth)?,
+            (Some(item), None) => unknown(&mut name, item)?,
+            (None, _) => name.str("")?,
+        }
+        out.key_json(name.as_str())?;
+        match (value, entry.fields.get(&2)) {
+            (Some(item), Some(f)) => self.values(out, f, item, depth),
+            (Some(item), None) => unknown(out, item),
+            (None, _) => out.null(),
+        }
     }
 
     /// A field's values in one wire item: several when a repeated number field is packed.
-    fn field(&self, field: &Field, item: Item<'_>, depth: usize) -> Result<Vec<Value>, String> {
-        let scalar = |item: Item<'_>| self.scalar(field, item);
+    fn values(&self, out: &mut JsonText, field: &Field, item: Item<'_>, depth: usize) -> Written {
         match (field.kind, item) {
-            (Kind::Message, Item::Bytes(b)) => {
-                Ok(vec![self.message(b, &field.type_name, depth + 1)?])
-            }
-            (Kind::String, Item::Bytes(b)) => Ok(vec![Value::String(text(b))]),
-            (Kind::Bytes, Item::Bytes(b)) => Ok(vec![base64(b)]),
-            (Kind::Group, _) => Ok(vec![unknown(item)]),
+            (Kind::Message, Item::Bytes(b)) => self.message(out, &[b], &field.type_name, depth + 1),
+            (Kind::String, Item::Bytes(b)) => out.lossy(b),
+            (Kind::Bytes, Item::Bytes(b)) => out.base64(b),
+            (Kind::Group, _) => unknown(out, item),
             // Packed: numbers one after another, each as its wire type would be.
             (_, Item::Bytes(packed)) if field.repeated => {
                 let mut r = Reader {
                     bytes: packed,
                     at: 0,
                 };
-                let mut values = Vec::new();
                 while r.at < packed.len() {
                     let item = match wire_type(field.kind) {
                         1 => Item::Fixed64(r.fixed(8)?),
                         5 => Item::Fixed32(r.fixed(4)? as u32),
                         _ => Item::Varint(r.varint()?),
                     };
-                    values.push(scalar(item)?);
+                    self.scalar(out, field, item)?;
                 }
-                Ok(values)
+                Ok(())
             }
-            (_, item) => Ok(vec![scalar(item)?]),
+            (_, item) => self.scalar(out, field, item),
         }
     }
 
-    fn scalar(&self, field: &Field, item: Item<'_>) -> Decoded {
-        let wrong = || {
-            format!(
-                "field {} ({:?}) has the wire type of another kind",
-                field.name, field.kind
-            )
-        };
-        Ok(match (field.kind, item) {
-            (Kind::Double, Item::Fixed64(n)) => float(f64::from_bits(n)),
-            (Kind::Float, Item::Fixed32(n)) => float(f64::from(f32::from_bits(n))),
-            (Kind::Int64, Item::Varint(n)) => Value::from(n as i64),
-            (Kind::UInt64, Item::Varint(n)) => Value::from(n),
-            (Kind::Int32, Item::Varint(n)) => Value::from(n as i32),
-            (Kind::UInt32, Item::Varint(n)) => Value::from(n as u32),
-            (Kind::Fixed64, Item::Fixed64(n)) => Value::from(n),
-            (Kind::SFixed64, Item::Fixed64(n)) => Value::from(n as i64),
-            (Kind::Fixed32, Item::Fixed32(n)) => Value::from(n),
-            (Kind::SFixed32, Item::Fixed32(n)) => Value::from(n as i32),
-            (Kind::Bool, Item::Varint(n)) => Value::Bool(n != 0),
-            (Kind::SInt32, Item::Varint(n)) => Value::from(zigzag(n) as i32),
-            (Kind::SInt64, Item::Varint(n)) => Value::from(zigzag(n)),
+    fn scalar(&self, out: &mut JsonText, field: &Field, item: Item<'_>) -> Written {
+        match (field.kind, item) {
+            (Kind::Double, Item::Fixed64(n)) => out.f64(f64::from_bits(n)),
+            (Kind::Float, Item::Fixed32(n)) => out.f64(f64::from(f32::from_bits(n))),
+            (Kind::Int64, Item::Varint(n)) => out.i64(n as i64),
+            (Kind::UInt64, Item::Varint(n)) => out.u64(n),
+            (Kind::Int32, Item::Varint(n)) => out.i64(i64::from(n as i32)),
+            (Kind::UInt32, Item::Varint(n)) => out.u64(u64::from(n as u32)),
+            (Kind::Fixed64, Item::Fixed64(n)) => out.u64(n),
+            (Kind::SFixed64, Item::Fixed64(n)) => out.i64(n as i64),
+            (Kind::Fixed32, Item::Fixed32(n)) => out.u64(u64::from(n)),
+            (Kind::SFixed32, Item::Fixed32(n)) => out.i64(i64::from(n as i32)),
+            (Kind::Bool, Item::Varint(n)) => out.bool(n != 0),
+            (Kind::SInt32, Item::Varint(n)) => out.i64(i64::from(zigzag(n) as i32)),
+            (Kind::SInt64, Item::Varint(n)) => out.i64(zigzag(n)),
             (Kind::Enum, Item::Varint(n)) => {
                 let n = n as i32;
                 match self.enums.get(&field.type_name).and_then(|e| e.get(&n)) {
-                    Some(name) => Value::String(name.clone()),
-                    None => Value::from(n),
+                    Some(name) => out.str(name),
+                    None => out.i64(i64::from(n)),
                 }
             }
-            _ => return Err(wrong()),
-        })
+            _ => Err(wrong(field).into()),
+        }
     }
 
-    /// Adds a field's value: repeated fields collect into an array (maps into an object),
-    /// a singular one seen again replaces the first (messages merge, as protobuf says).
-    fn put(&self, out: &mut Map<String, Value>, field: &Field, value: Value) {
-        let is_map = field.kind == Kind::Message
-            && field.repeated
-            && self
-                .messages
-                .get(&field.type_name)
-                .is_some_and(|m| m.map_entry);
-        if is_map {
-            let entries = out
-                .entry(field.name.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let (Value::Object(entries), Value::Object(mut entry)) = (entries, value) {
-                let key = match entry.remove("key") {
-                    Some(Value::String(s)) => s,
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                };
-                entries.insert(key, entry.remove("value").unwrap_or(Value::Null));
+    /// `google.protobuf.Timestamp`, `Duration` and the wrappers, as protobuf's JSON writes
+    /// them; `false` (nothing written) for any other message.
+    fn well_known(
+        &self,
+        out: &mut JsonText,
+        parts: &[&[u8]],
+        name: &str,
+    ) -> Result<bool, DecodeError> {
+        let Some(short) = name.strip_prefix("google.protobuf.") else {
+            return Ok(false);
+        };
+        let items = || parts.iter().flat_map(|p| Wire::new(p));
+        if matches!(short, "Timestamp" | "Duration") {
+            let (mut first, mut second) = (None, None);
+            for item in items() {
+                match item? {
+                    (1, Item::Varint(n)) => first = Some(n as i64),
+                    (2, Item::Varint(n)) => second = Some(n as i32),
+                    _ => return Ok(false),
+                }
             }
-            return;
-        }
-        push(out, field.name.clone(), value, field.repeated);
-    }
-}
-
-/// Adds `value` under `key`: into an array when `repeated`, else replacing (objects merged).
-fn push(out: &mut Map<String, Value>, key: String, value: Value, repeated: bool) {
-    match (out.get_mut(&key), value) {
-        (Some(Value::Array(items)), value) if repeated => items.push(value),
-        (None, value) if repeated => {
-            out.insert(key, Value::Array(vec![value]));
-        }
-        (Some(Value::Object(old)), Value::Object(new)) => old.extend(new),
-        (_, value) => {
-            out.insert(key, value);
-        }
-    }
-}
-
-/// `google.protobuf.Timestamp`, `Duration` and the wrappers, as protobuf's JSON writes them.
-fn well_known(bytes: &[u8], name: &str) -> Result<Option<Value>, String> {
-    let Some(short) = name.strip_prefix("google.protobuf.") else {
-        return Ok(None);
-    };
-    let (mut first, mut second) = (None, None);
-    if matches!(short, "Timestamp" | "Duration") {
-        for item in Wire::new(bytes) {
-            match item? {
-                (1, Item::Varint(n)) => first = Some(n as i64),
-                (2, Item::Varint(n)) => second = Some(n as i32),
-                _ => return Ok(None),
-            }
-        }
-        let (seconds, nanos) = (first.unwrap_or(0), second.unwrap_or(0));
-        return Ok(Some(Value::String(match short {
-            "Timestamp" => {
-                let at = time::OffsetDateTime::from_unix_timestamp(seconds)
-                    .ok()
-                    .and_then(|t| t.replace_nanosecond(nanos.max(0) as u32).ok());
-                match at.and_then(|t| {
-                    t.format(&time::format_description::well_known::Rfc3339)
+            let (seconds, nanos) = (first.unwrap_or(0), second.unwrap_or(0));
+            let text = match short {
+                "Timestamp" => {
+                    let at = time::OffsetDateTime::from_unix_timestamp(seconds)
                         .ok()
-                }) {
-                    Some(text) => text,
-                    None => return Ok(None),
+                        .and_then(|t| t.replace_nanosecond(nanos.max(0) as u32).ok());
+                    match at.and_then(|t| {
+                        t.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    }) {
+                        Some(text) => text,
+                        None => return Ok(false),
+                    }
                 }
+                _ => duration(seconds, nanos),
+            };
+            out.str(&text)?;
+            return Ok(true);
+        }
+        let kind = match short {
+            "DoubleValue" => Kind::Double,
+            "FloatValue" => Kind::Float,
+            "Int64Value" => Kind::Int64,
+            "UInt64Value" => Kind::UInt64,
+            "Int32Value" => Kind::Int32,
+            "UInt32Value" => Kind::UInt32,
+            "BoolValue" => Kind::Bool,
+            "StringValue" => Kind::String,
+            "BytesValue" => Kind::Bytes,
+            _ => return Ok(false),
+        };
+        let field = Field {
+            name: "value".into(),
+            kind,
+            repeated: false,
+            type_name: String::new(),
+        };
+        let mut value = None;
+        for item in items() {
+            match item? {
+                (1, item) => value = Some(item),
+                _ => return Ok(false),
             }
-            _ => duration(seconds, nanos),
-        })));
+        }
+        // An absent value is the default one.
+        match value {
+            Some(item) => Schemas::default().values(out, &field, item, 0)?,
+            None => match kind {
+                Kind::Bool => out.bool(false)?,
+                Kind::String | Kind::Bytes => out.str("")?,
+                _ => out.u64(0)?,
+            },
+        }
+        Ok(true)
     }
-    let kind = match short {
-        "DoubleValue" => Kind::Double,
-        "FloatValue" => Kind::Float,
-        "Int64Value" => Kind::Int64,
-        "UInt64Value" => Kind::UInt64,
-        "Int32Value" => Kind::Int32,
-        "UInt32Value" => Kind::UInt32,
-        "BoolValue" => Kind::Bool,
-        "StringValue" => Kind::String,
-        "BytesValue" => Kind::Bytes,
-        _ => return Ok(None),
-    };
-    let field = Field {
-        name: "value".into(),
-        kind,
-        repeated: false,
-        type_name: String::new(),
-    };
-    let schemas = Schemas::default();
-    let mut value = None;
-    for item in Wire::new(bytes) {
-        match item? {
-            (1, item) => value = schemas.field(&field, item, 0)?.pop(),
-            _ => return Ok(None),
+}
+
+/// Where a field's items are: a run of them as they came, or picked out of wire order.
+enum Items<'s, 'a> {
+    /// The items of `number` from byte `at` of the first of `parts` on, while they last.
+    Run {
+        parts: &'s [&'a [u8]],
+        at: usize,
+        number: u32,
+    },
+    Picked(&'s [(u32, u32, Item<'a>)]),
+}
+
+impl<'a> Items<'_, 'a> {
+    fn iter(&self) -> Box<dyn Iterator<Item = Item<'a>> + '_> {
+        match *self {
+            Items::Run { parts, at, number } => Box::new(
+                parts
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(i, part)| {
+                        let mut wire = Wire::new(part);
+                        if i == 0 {
+                            wire.reader.at = at;
+                        }
+                        wire
+                    })
+                    .map_while(Result::ok)
+                    .take_while(move |(n, _)| *n == number)
+                    .map(|(_, item)| item),
+            ),
+            Items::Picked(items) => Box::new(items.iter().map(|(_, _, item)| *item)),
         }
     }
-    // An absent value is the default one.
-    Ok(Some(value.unwrap_or_else(|| match kind {
-        Kind::Bool => Value::Bool(false),
-        Kind::String | Kind::Bytes => Value::String(String::new()),
-        _ => Value::from(0),
-    })))
+}
+
+fn wrong(field: &Field) -> String {
+    format!(
+        "field {} ({:?}) has the wire type of another kind",
+        field.name, field.kind
+    )
+}
+
+/// A field the schema does not know: numbers as they are, length-delimited bytes as text
+/// when they are UTF-8, else base64.
+fn unknown(out: &mut JsonText, item: Item<'_>) -> Written {
+    match item {
+        Item::Varint(n) | Item::Fixed64(n) => out.u64(n),
+        Item::Fixed32(n) => out.u64(u64::from(n)),
+        Item::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(s) => out.str(s),
+            Err(_) => out.base64(b),
+        },
+        Item::Group => out.str("(group)"),
+    }
 }
 
 /// A `Duration` as protobuf's JSON writes it: seconds with 0, 3, 6 or 9 decimals, then `s`.
@@ -464,34 +625,6 @@ fn duration(seconds: i64, nanos: i32) -> String {
         true => format!("{sign}{}s", seconds.unsigned_abs()),
         false => format!("{sign}{}.{fraction}s", seconds.unsigned_abs()),
     }
-}
-
-/// A message whose type is not known: its fields by number, each as its wire type reads.
-fn unknown_fields(bytes: &[u8]) -> Decoded {
-    let mut out = Map::new();
-    for item in Wire::new(bytes) {
-        let (number, item) = item?;
-        push(&mut out, number.to_string(), unknown(item), true);
-    }
-    Ok(Value::Object(out))
-}
-
-/// A field the schema does not know: numbers as they are, length-delimited bytes as text
-/// when they are UTF-8, else base64.
-fn unknown(item: Item<'_>) -> Value {
-    match item {
-        Item::Varint(n) | Item::Fixed64(n) => Value::from(n),
-        Item::Fixed32(n) => Value::from(n),
-        Item::Bytes(b) => match std::str::from_utf8(b) {
-            Ok(s) => Value::String(s.to_owned()),
-            Err(_) => base64(b),
-        },
-        Item::Group => Value::String("(group)".into()),
-    }
-}
-
-fn base64(bytes: &[u8]) -> Value {
-    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -664,6 +797,15 @@ pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The JSON a message decodes to (parsed back), or the error's text.
+    fn json_of(schemas: &Schemas, bytes: &[u8], name: &str) -> Result<serde_json::Value, String> {
+        let mut out = JsonText::new(1 << 20);
+        schemas
+            .write_json(bytes, name, &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::from_str(out.as_str()).expect("a decode writes JSON"))
+    }
+
     /// Protobuf wire format written by hand, for descriptors and bodies.
     #[derive(Default)]
     pub struct Out(pub Vec<u8>);
@@ -788,7 +930,7 @@ pub(crate) mod tests {
     fn a_message_reads_as_its_schema_says() {
         let schemas = shop();
         assert_eq!(
-            schemas.to_json(&order_bytes(), "shop.Order").unwrap(),
+            json_of(&schemas, &order_bytes(), "shop.Order").unwrap(),
             json!({
                 "order_id": "ORD-7",
                 "cents": -5,
@@ -852,13 +994,14 @@ pub(crate) mod tests {
         assert_eq!(duration(1, 500_000_000), "1.500s");
         assert_eq!(duration(-1, -1), "-1.000000001s");
         let wrapped = Out::default().text(1, "hi").done();
+        let none = Schemas::default();
         assert_eq!(
-            well_known(&wrapped, "google.protobuf.StringValue").unwrap(),
-            Some(json!("hi"))
+            json_of(&none, &wrapped, "google.protobuf.StringValue").unwrap(),
+            json!("hi")
         );
         assert_eq!(
-            well_known(&[], "google.protobuf.Int64Value").unwrap(),
-            Some(json!(0))
+            json_of(&none, &[], "google.protobuf.Int64Value").unwrap(),
+            json!(0)
         );
     }
 
@@ -866,34 +1009,71 @@ pub(crate) mod tests {
     fn without_a_schema_fields_read_by_number() {
         let bytes = Out::default().int(1, 150).text(2, "testing").done();
         assert_eq!(
-            Schemas::default().to_json(&bytes, "").unwrap(),
+            json_of(&Schemas::default(), &bytes, "").unwrap(),
             json!({"1": [150], "2": ["testing"]})
         );
         // Groups are skipped, nested ones too.
         let group = [0x0b, 0x13, 0x08, 0x01, 0x14, 0x0c, 0x10, 0x02];
         assert_eq!(
-            Schemas::default().to_json(&group, "").unwrap(),
+            json_of(&Schemas::default(), &group, "").unwrap(),
             json!({"1": ["(group)"], "2": [2]})
         );
+        // Out of number order: each field's values together, fields as they first appear.
+        let bytes = Out::default()
+            .int(3, 1)
+            .text(2, "a")
+            .int(3, 2)
+            .int(1, 7)
+            .text(2, "b")
+            .done();
+        let text = {
+            let mut out = JsonText::new(1 << 10);
+            Schemas::default().write_json(&bytes, "", &mut out).unwrap();
+            out.into_string()
+        };
+        assert_eq!(text, r#"{"3":[1,2],"2":["a","b"],"1":[7]}"#);
+    }
+
+    #[test]
+    fn a_field_seen_twice_is_the_last_or_the_merge_as_protobuf_says() {
+        let schemas = shop();
+        let twice = [order_bytes(), order_bytes()].concat();
+        let once = json_of(&schemas, &order_bytes(), "shop.Order").unwrap();
+        let merged = json_of(&schemas, &twice, "shop.Order").unwrap();
+        // Singular fields keep the last value; repeated ones hold both.
+        for (key, value) in once.as_object().unwrap() {
+            match value {
+                serde_json::Value::Array(items) => {
+                    assert_eq!(
+                        merged[key].as_array().unwrap().len(),
+                        2 * items.len(),
+                        "{key}"
+                    )
+                }
+                serde_json::Value::Object(map) if !map.is_empty() => {
+                    // A map field's entries, the same keys twice: one each.
+                    assert_eq!(merged[key].as_object().unwrap().len(), map.len(), "{key}")
+                }
+                _ => assert_eq!(&merged[key], value, "{key}"),
+            }
+        }
     }
 
     #[test]
     fn lies_and_depth_are_errors_not_allocations_or_crashes() {
         let schemas = shop();
         // A length beyond the end.
-        let err = schemas
-            .to_json(&[0x0a, 0xff, 0xff, 0xff, 0x0f], "shop.Order")
-            .unwrap_err();
+        let err = json_of(&schemas, &[0x0a, 0xff, 0xff, 0xff, 0x0f], "shop.Order").unwrap_err();
         assert!(err.contains("left"), "{err}");
         // A varint that never ends, an 11-byte one, field 0, wire type 7.
-        assert!(schemas.to_json(&[0x10, 0xff], "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x10, 0xff], "shop.Order").is_err());
         let mut long = vec![0x10];
         long.extend([0xff; 11]);
-        assert!(schemas.to_json(&long, "shop.Order").is_err());
-        assert!(schemas.to_json(&[0x00, 0x01], "shop.Order").is_err());
-        assert!(schemas.to_json(&[0x0f], "shop.Order").is_err());
+        assert!(json_of(&schemas, &long, "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x00, 0x01], "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x0f], "shop.Order").is_err());
         // A string field sent as a number.
-        let err = schemas.to_json(&[0x08, 0x01], "shop.Order").unwrap_err();
+        let err = json_of(&schemas, &[0x08, 0x01], "shop.Order").unwrap_err();
         assert!(err.contains("order_id"), "{err}");
         // Lines nested in lines, deeper than the limit (field 6 of Order is a Line: a Line
         // holding field 6 reads as unknown, so nest Orders through an unknown type instead).
@@ -902,13 +1082,13 @@ pub(crate) mod tests {
             deep = Out::default().bytes(6, &deep).done();
         }
         assert!(
-            schemas.to_json(&deep, "shop.Order").is_ok(),
+            json_of(&schemas, &deep, "shop.Order").is_ok(),
             "unknown bytes are not parsed"
         );
         let mut deep = vec![0x0b; 300];
         deep.extend([0x0c; 300]);
         assert!(
-            Schemas::default().to_json(&deep, "").is_err(),
+            json_of(&Schemas::default(), &deep, "").is_err(),
             "groups nested too deep"
         );
     }

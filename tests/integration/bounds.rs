@@ -1,0 +1,247 @@
+//! What a hostile viewer costs the real binary, in peak resident memory and inside a cgroup
+//! the size of the shipped Kubernetes manifest's memory limit: bodies that decode to many
+//! times their size, floods of list requests, dead letters of 100 MiB.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lapin::BasicProperties;
+use serde_json::Value;
+
+use crate::helpers::*;
+use crate::served::{lazarus_cli, MemoryCgroup, Served};
+
+/// The shipped manifest's memory limit (deploy/kubernetes/lazarus.yaml).
+const MANIFEST_LIMIT_MIB: u64 = 384;
+/// What every attack here must stay under.
+const PEAK_MIB: u64 = 256;
+
+/// The served process in a cgroup of the manifest's limit, when this machine lets a test
+/// make one (said so, when not: the peak resident memory is still measured).
+fn confine(served: &Served) -> Option<MemoryCgroup> {
+    match MemoryCgroup::confine(served.pid, MANIFEST_LIMIT_MIB) {
+        Ok(cgroup) => Some(cgroup),
+        Err(why) => {
+            eprintln!("SKIPPED the cgroup half of this test: {why}");
+            None
+        }
+    }
+}
+
+/// The process survived, the OOM killer never ran, and the peak stayed under `PEAK_MIB`.
+fn assert_bounded(served: &Served, cgroup: Option<&MemoryCgroup>, what: &str) {
+    if let Some(cgroup) = cgroup {
+        eprintln!(
+            "{what}: cgroup of {MANIFEST_LIMIT_MIB} MiB charged at most {} MiB (limit reached {} times)",
+            cgroup.max_usage_mib(),
+            cgroup.failcnt()
+        );
+        assert_eq!(cgroup.oom_kills(), 0, "{what}: the OOM killer ran");
+    }
+    assert!(served.alive(), "{what}: the server died");
+    let peak = served.peak_rss_mib();
+    eprintln!("{what}: peak RSS {peak} MiB");
+    assert!(peak < PEAK_MIB, "{what} took the server to {peak} MiB");
+}
+
+/// A server with viewer and operator tokens, masking on (as the attack ran).
+async fn served_with_tokens(dlq: &str, db: &str) -> (Served, String, String) {
+    let token = |name: &str, role: &str| {
+        let token = lazarus_cli(db, &["token", "create", name, "--role", role], None);
+        format!("Bearer {}", token.trim())
+    };
+    let (viewer, operator) = (token("v", "viewer"), token("o", "operator"));
+    let served = Served::start(
+        dlq,
+        db,
+        &["--auth", "users", "--mask", "/card/number"],
+        None,
+    )
+    .await;
+    (served, viewer, operator)
+}
+
+async fn get(addr: SocketAddr, bearer: &str, path: &str) -> HttpResponse {
+    http_with(addr, "GET", path, &[("Authorization", bearer)], None).await
+}
+
+/// The ids of the messages archived from `dlq` by message-id, once there are `n`.
+async fn archived_ids(
+    addr: SocketAddr,
+    bearer: &str,
+    dlq: &str,
+    n: usize,
+) -> Vec<(String, String)> {
+    let start = Instant::now();
+    loop {
+        let page = get(
+            addr,
+            bearer,
+            &format!("/api/messages?queue={dlq}&limit=500"),
+        )
+        .await;
+        assert_eq!(page.status, 200, "{}", page.text());
+        let page: Value = serde_json::from_slice(&page.body).unwrap();
+        let messages = page["messages"].as_array().unwrap();
+        if messages.len() >= n {
+            return messages
+                .iter()
+                .map(|m| {
+                    let name = m["message_id"].as_str().unwrap_or_default().to_owned();
+                    (name, m["id"].as_str().unwrap().to_owned())
+                })
+                .collect();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{} of {n} archived",
+            messages.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Bodies of a byte or a few a value — or none: an AMQP 1.0 array of four billion nulls
+/// in 12 bytes — that stand for JSON many times their size: (message-id, content type,
+/// `type` property, body).
+fn decode_bombs() -> Vec<(&'static str, &'static str, Option<&'static str>, Vec<u8>)> {
+    // Just under the 8 MiB a body is decoded to be masked, as the attack sent them.
+    const SIZE: usize = 8_000_000;
+    let array32 = |head: u8, n: usize| [vec![head], (n as u32).to_be_bytes().to_vec()].concat();
+    let nulls = SIZE - 5;
+    let exts = (SIZE - 5) / 3;
+    // A MessagePack array nested 99 deep holding 2 MB of nulls: an operator's page decodes
+    // it (under 2 MiB), and pretty-printed at that depth each null is a 200-byte line.
+    let deep_nulls = 2_000_000 - 99 - 5;
+    vec![
+        (
+            "msgpack-nulls",
+            "application/x-msgpack",
+            None,
+            [array32(0xdd, nulls), vec![0xc0; nulls]].concat(),
+        ),
+        (
+            "msgpack-ext",
+            "application/msgpack",
+            None,
+            [array32(0xdd, exts), [0xd4, 0x01, 0x00].repeat(exts)].concat(),
+        ),
+        (
+            "msgpack-deep",
+            "application/x-msgpack",
+            None,
+            [
+                vec![0x91; 99],
+                array32(0xdd, deep_nulls),
+                vec![0xc0; deep_nulls],
+            ]
+            .concat(),
+        ),
+        (
+            "cbor-nulls",
+            "application/cbor",
+            None,
+            [array32(0x9a, nulls), vec![0xf6; nulls]].concat(),
+        ),
+        (
+            "protobuf-by-number",
+            "application/x-protobuf",
+            None,
+            [0x08, 0x00].repeat(SIZE / 2),
+        ),
+        (
+            // Fields out of number order: each must be picked out of the wire.
+            "protobuf-interleaved",
+            "application/x-protobuf",
+            None,
+            [0x10, 0x00, 0x08, 0x00].repeat(SIZE / 4),
+        ),
+        (
+            "amqp10-array",
+            "application/octet-stream",
+            Some("amqp-1.0"),
+            vec![
+                0x00, 0x53, 0x77, 0xf0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0x40,
+            ],
+        ),
+    ]
+}
+
+/// Each body is archived (ingest decodes it for the index and the mask) and opened at once
+/// by viewers (masked: decoded whole, up to 8 MiB) and operators (decoded to show): the
+/// decode writes JSON within its budget, so the process stays small, and each page says
+/// why it shows what it shows.
+#[tokio::test]
+async fn bodies_that_decode_to_many_times_their_size_cost_bounded_memory() {
+    let p = unique("decodebombs");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("archive.db").display());
+    let (served, viewer, operator) = served_with_tokens(&dlq, &db).await;
+    let cgroup = confine(&served);
+    let bombs = decode_bombs();
+    for (name, content_type, kind, body) in &bombs {
+        let mut properties = BasicProperties::default()
+            .with_content_type((*content_type).into())
+            .with_message_id((*name).into());
+        if let Some(kind) = kind {
+            properties = properties.with_type((*kind).into());
+        }
+        t.publish("", &dlq, body, properties).await;
+    }
+    let ids = archived_ids(served.addr, &operator, &dlq, bombs.len()).await;
+    assert_eq!(ids.len(), bombs.len());
+    assert_bounded(&served, cgroup.as_ref(), "archiving the bodies");
+
+    // Two viewers and an operator open each one, all at once.
+    let mut requests = Vec::new();
+    for (name, id) in &ids {
+        for (who, bearer, path) in [
+            ("viewer", &viewer, format!("/messages/{id}")),
+            ("viewer", &viewer, format!("/messages/{id}")),
+            ("viewer", &viewer, format!("/api/messages/{id}")),
+            ("viewer", &viewer, format!("/api/messages/{id}/body")),
+            ("operator", &operator, format!("/messages/{id}")),
+        ] {
+            let (addr, bearer, name) = (served.addr, bearer.clone(), name.clone());
+            requests.push(tokio::spawn(async move {
+                (name, who, path.clone(), get(addr, &bearer, &path).await)
+            }));
+        }
+    }
+    let mut seen = Vec::new();
+    for request in requests {
+        seen.push(request.await.unwrap());
+    }
+    for (name, who, path, answer) in &seen {
+        assert_eq!(
+            answer.status,
+            200,
+            "{name}: {who} {path}: {}",
+            answer.text()
+        );
+    }
+    // What the pages say of them.
+    let page = |name: &str, who: &str| {
+        seen.iter()
+            .find(|(n, w, p, _)| n == name && *w == who && p.starts_with("/messages/"))
+            .map(|(_, _, _, answer)| answer.text())
+            .unwrap()
+    };
+    for name in ["msgpack-nulls", "msgpack-ext", "cbor-nulls", "msgpack-deep"] {
+        let text = page(name, "viewer");
+        assert!(text.contains("too large to mask"), "{name}: {text}");
+    }
+    for name in ["msgpack-deep", "amqp10-array"] {
+        let text = page(name, "operator");
+        assert!(
+            text.contains("shown as JSON: its first 256 KiB"),
+            "{name}: {text}"
+        );
+    }
+    assert_bounded(&served, cgroup.as_ref(), "opening them");
+    drop(cgroup);
+    t.cleanup().await;
+}
