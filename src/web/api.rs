@@ -30,6 +30,7 @@ pub(super) async fn list_messages(
 ) -> Result<Json<MessagePage>, AppError> {
     let (filter, page) = params.parse(&state.business_fields, &state.home_vhost)?;
     state.masking.check_search(caller.role, &filter)?;
+    let _reading = state.reads.acquire().await?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
         state.masking.summary(caller.role, m);
@@ -91,6 +92,7 @@ pub(super) async fn get_message(
         raw: id,
     }: MessageId,
 ) -> Result<impl IntoResponse, AppError> {
+    let _reading = state.reads.acquire().await?;
     let mut message = state
         .archive
         .get_message(numeric)

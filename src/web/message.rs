@@ -368,6 +368,7 @@ pub async fn detail_page(
             "no archived message with id {id:?}"
         )))
     };
+    let _reading = state.reads.acquire().await.map_err(page_error)?;
     let mut message = state
         .archive
         .get_message(numeric)

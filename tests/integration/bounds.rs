@@ -245,3 +245,121 @@ async fn bodies_that_decode_to_many_times_their_size_cost_bounded_memory() {
     drop(cgroup);
     t.cleanup().await;
 }
+
+/// A GET whose answer is counted, not kept (a thousand of them at once must not grow the
+/// test): its status, its size, and whether it says when to retry.
+async fn get_counted(addr: SocketAddr, bearer: &str, path: &str) -> (u16, usize, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {bearer}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (mut head, mut size, mut buf) = (Vec::new(), 0, vec![0u8; 64 * 1024]);
+    loop {
+        let n = stream.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        if head.len() < 4096 {
+            head.extend_from_slice(&buf[..n.min(4096)]);
+        }
+        size += n;
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{path}: no response ({size} bytes)"));
+    (status, size, head.contains("\r\nretry-after: "))
+}
+
+/// A dead-letter queue fed by the broker's own dead-lettering (a work queue whose messages
+/// expire at once): (work queue, DLQ).
+async fn expiring_into_dlq(t: &mut Topology, p: &str) -> (String, String) {
+    let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
+    t.exchange(&dlx, lapin::ExchangeKind::Fanout).await;
+    t.queue(&dlq, Default::default()).await;
+    t.bind(&dlq, &dlx, "").await;
+    let expiring = args(&[
+        ("x-dead-letter-exchange", s(&dlx)),
+        ("x-message-ttl", lapin::types::AMQPValue::LongInt(0)),
+    ]);
+    t.queue(&work, expiring).await;
+    (work, dlq)
+}
+
+/// A thousand viewers ask for 500 rows each at once, then a thousand more for every other
+/// page that holds rows: a few are read at a time, a short queue waits, the rest hear 503
+/// with `Retry-After` at once — the process stays small and what it used is given back.
+#[tokio::test]
+async fn a_thousand_viewers_listing_500_rows_at_once_cost_bounded_memory() {
+    let p = unique("listflood");
+    let mut t = Topology::new().await;
+    let (work, dlq) = expiring_into_dlq(&mut t, &p).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("archive.db").display());
+    let (served, viewer, _) = served_with_tokens(&dlq, &db).await;
+    let cgroup = confine(&served);
+    publish_many(&t.channel, "", &work, "flood", 600).await;
+    let ids = archived_ids(served.addr, &viewer, &dlq, 500).await;
+    let id = &ids[0].1;
+    assert_bounded(&served, cgroup.as_ref(), "archiving 600 dead letters");
+    let resident_before = served.status_kib("VmRSS") / 1024;
+
+    let waves: [Vec<String>; 2] = [
+        vec!["/api/messages?limit=500".to_owned()],
+        vec![
+            "/messages?limit=500".to_owned(),
+            format!("/messages?limit=500&queue={dlq}&q=flood*"),
+            "/messages/count".to_owned(),
+            format!("/api/messages/{id}"),
+            format!("/messages/{id}"),
+            "/".to_owned(),
+            "/replays".to_owned(),
+            "/api/replays".to_owned(),
+        ],
+    ];
+    for paths in waves {
+        let requests: Vec<_> = (0..1000)
+            .map(|i| {
+                let (addr, bearer) = (served.addr, viewer.clone());
+                let path = paths[i % paths.len()].clone();
+                tokio::spawn(async move { (get_counted(addr, &bearer, &path).await, path) })
+            })
+            .collect();
+        let (mut answered, mut refused, mut bytes) = (0, 0, 0);
+        for request in requests {
+            let ((status, size, retry_after), path) = request.await.unwrap();
+            match status {
+                200 => answered += 1,
+                503 => {
+                    assert!(retry_after, "{path}: a 503 says when to retry");
+                    refused += 1;
+                }
+                other => panic!("{path} answered {other}"),
+            }
+            bytes += size;
+        }
+        eprintln!(
+            "{paths:?}: {answered} answered, {refused} refused (503), {} MiB sent",
+            bytes >> 20
+        );
+        assert!(answered >= 64, "only {answered} of 1000 were answered");
+        assert_bounded(
+            &served,
+            cgroup.as_ref(),
+            &format!("1,000 at once of {paths:?}"),
+        );
+    }
+    // What the flood used is given back (within what the allocator keeps for reuse).
+    let resident_after = served.status_kib("VmRSS") / 1024;
+    eprintln!("resident before the floods: {resident_before} MiB, after: {resident_after} MiB");
+    assert!(
+        resident_after < resident_before + 64,
+        "the floods left the server at {resident_after} MiB (from {resident_before} MiB)"
+    );
+    drop(cgroup);
+    t.cleanup().await;
+}
