@@ -11,6 +11,7 @@ mod audit;
 pub mod auth;
 mod client;
 mod dlqs;
+mod download;
 mod error;
 mod export;
 mod extract;
@@ -86,6 +87,8 @@ pub struct AppState {
     /// Reading lists, counts and messages (rows held while a page is built): a few at a
     /// time.
     pub reads: Arc<limits::Gate>,
+    /// Body downloads, each streamed a piece at a time: a few at once.
+    pub downloads: Arc<limits::Gate>,
     /// Password hashing (argon2 is slow and takes 19 MiB on purpose): a few at a time.
     pub hashing: Arc<limits::WorkLimit>,
     /// Where replays may publish (`--replay-exchange`).
@@ -131,6 +134,11 @@ impl AppState {
                 2 * limits::cores(),
                 READ_QUEUE,
                 "reading the archive",
+            )),
+            downloads: Arc::new(limits::Gate::new(
+                2 * limits::cores(),
+                READ_QUEUE,
+                "downloading bodies",
             )),
             hashing: Arc::new(limits::WorkLimit::new(
                 limits::cores(),

@@ -10,6 +10,9 @@ use crate::structured::{self, DecodeError};
 pub const DISPLAY_LIMIT: usize = 256 * 1024;
 /// Bodies up to this size are parsed as JSON for pretty-printing.
 const JSON_LIMIT: usize = 2 * 1024 * 1024;
+/// How much of a stored body a page reads: what it can decode, and one byte to know there
+/// is more.
+pub const READ_LIMIT: usize = JSON_LIMIT + 1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayloadKind {
@@ -49,10 +52,13 @@ pub struct PayloadView {
     pub notes: Vec<String>,
 }
 
-pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
+/// What a page shows of a body of `size` bytes whose start (or all) is `body`.
+pub fn view(body: &[u8], size: u64, encoding: &body::Encoding<'_>) -> PayloadView {
     let content_type = encoding.content_type;
     let mut notes = Vec::new();
-    if body.is_empty() {
+    // Only the start of a large body is read: what follows it is not known here.
+    let stored_whole = body.len() as u64 >= size;
+    if body.is_empty() && stored_whole {
         return PayloadView {
             kind: PayloadKind::Empty,
             tokens: vec![],
@@ -63,17 +69,24 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
     let (bytes, complete) = match body::decompress(body, encoding, JSON_LIMIT) {
         Ok(Some(decoded)) => {
             notes.push(format!(
-                "{}-decoded from {} stored bytes",
-                decoded.codec,
-                body.len()
+                "{}-decoded from {size} stored bytes",
+                decoded.codec
             ));
-            (decoded.bytes, decoded.complete)
+            (decoded.bytes, decoded.complete && stored_whole)
         }
         // Only what a page can use is copied, not a 16 MiB body.
         Ok(None) => (
             body[..body.len().min(JSON_LIMIT)].to_vec(),
-            body.len() <= JSON_LIMIT,
+            body.len() <= JSON_LIMIT && stored_whole,
         ),
+        // The start of a compressed body cut before the decoder had the page's worth.
+        Err(e) if !stored_whole => {
+            notes.push(format!(
+                "{e} (from the first {} of {size} stored bytes): they are shown",
+                structured::size(body.len())
+            ));
+            return hex_view(body, notes);
+        }
         Err(e) => {
             notes.push(format!("{e}: the stored bytes are shown"));
             return hex_view(body, notes);
@@ -340,6 +353,11 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// The view of a whole body.
+    fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
+        super::view(body, body.len() as u64, encoding)
+    }
+
     fn shown(v: &PayloadView) -> String {
         v.tokens.iter().map(|t| t.text.as_str()).collect()
     }
@@ -462,5 +480,41 @@ mod tests {
             &body::Encoding::new(Some("application/x-msgpack"), None),
         );
         assert_eq!(v.kind, PayloadKind::Hex);
+    }
+}
+
+#[cfg(test)]
+mod starts {
+    use super::*;
+
+    #[test]
+    fn the_start_of_a_large_body_is_shown_as_a_start() {
+        let start = br#"{"order": "O-1", "pad": "xxxxxxxx"#;
+        let v = view(
+            start,
+            100 << 20,
+            &body::Encoding::new(Some("application/json"), None),
+        );
+        assert_eq!(v.kind, PayloadKind::Text);
+        assert!(v.truncated);
+        // The start of a gzip body: what it decodes to, cut.
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for i in 0..200_000 {
+            write!(gz, "{i:08x}").unwrap();
+        }
+        let gz = gz.finish().unwrap();
+        let v = view(
+            &gz[..gz.len() / 2],
+            gz.len() as u64,
+            &body::Encoding::new(None, Some("gzip")),
+        );
+        assert!(v.truncated, "{:?}", v.notes);
+        let v = view(
+            &gz[..10],
+            gz.len() as u64,
+            &body::Encoding::new(None, Some("gzip")),
+        );
+        assert_eq!(v.kind, PayloadKind::Hex, "{:?}", v.notes);
     }
 }
