@@ -1,11 +1,13 @@
-//! MessagePack, CBOR, AMQP 1.0 and Protocol Buffers bodies as JSON values (pure), so that the
+//! MessagePack, CBOR, AMQP 1.0 and Protocol Buffers bodies as JSON text (pure), so that the
 //! viewer, search, business fields and masks treat them as the JSON they stand for (Celery's
 //! `msgpack` serializer, `application/x-msgpack`, `application/cbor`, what RabbitMQ 4 marks
 //! `type: amqp-1.0`, in `amqp10`, and protobuf messages of configured schemas, in
-//! `protobuf`). Decoding is bounded: nesting depth, and no allocation larger than the bytes
-//! left, whatever a length prefix claims. Byte strings become hex strings (base64 in
-//! protobuf, as its JSON has them), extension types `{"ext": type, "hex": …}`, non-text map
-//! keys their JSON text.
+//! `protobuf`). Decoding is bounded by what it produces, not what it reads: the JSON is
+//! written token by token within the caller's budget (`json`), never built as a tree, so a
+//! body of one-byte values — or an AMQP 1.0 array of zero-byte ones — costs the budget at
+//! most; nesting is bounded too, and a length prefix never allocates. Byte strings become hex
+//! strings (base64 in protobuf, as its JSON has them), extension types `{"ext": type, "hex":
+//! …}`, non-text map keys their JSON text; a repeated map key is written each time.
 
 use std::fmt;
 

@@ -280,3 +280,42 @@ pub(super) async fn replay_message(
     };
     Ok((status, Json(answer.record().clone())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::StoredBody;
+
+    fn start(bytes: &[u8], size: u64) -> BodyStart {
+        BodyStart {
+            body: StoredBody {
+                bytes: bytes.to_vec(),
+                content_type: None,
+                content_encoding: None,
+                headers: None,
+                message_type: None,
+            },
+            size,
+        }
+    }
+
+    #[test]
+    fn the_detail_holds_a_bodys_start_and_says_so() {
+        let whole = BodyJson::new(&start("café".as_bytes(), 5));
+        assert_eq!((whole.encoding, whole.data.as_str()), ("text", "café"));
+        assert!(!whole.truncated);
+        // Cut inside "é": text up to it, not base64.
+        let cut = BodyJson::new(&start(&"café".as_bytes()[..4], 100));
+        assert_eq!(
+            (cut.encoding, cut.data.as_str(), cut.size),
+            ("text", "caf", 100)
+        );
+        assert!(cut.truncated);
+        let binary = BodyJson::new(&start(&[0xff, 0x00], 2));
+        assert_eq!(binary.encoding, "base64");
+        let large = vec![b'a'; DETAIL_BODY_BYTES + 10];
+        let large = BodyJson::new(&start(&large, large.len() as u64));
+        assert_eq!(large.data.len(), DETAIL_BODY_BYTES);
+        assert!(large.truncated);
+    }
+}
