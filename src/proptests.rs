@@ -172,9 +172,13 @@ proptest! {
                 Err(DecodeError::TooLarge { start, limit, .. }) => {
                     prop_assert_eq!(limit, budget);
                     prop_assert!(start.len() <= budget);
-                    // The start is the start of what a large enough budget writes.
+                    // The start is the start of what a large enough budget writes, which is
+                    // longer than this one — or protobuf's, whose fields out of number order
+                    // are picked out with an index the budget pays for too.
                     if let Ok(whole) = to_json(&bytes, format, 1 << 20) {
-                        prop_assert!(whole.len() > budget && whole.starts_with(&start), "{} / {}", start, whole);
+                        prop_assert!(whole.starts_with(&start), "{} / {}", start, whole);
+                        let protobuf = matches!(format, Format::RawProtobuf | Format::Protobuf(..));
+                        prop_assert!(whole.len() > budget || protobuf, "{} fits in {}", whole, budget);
                     }
                 }
                 Err(DecodeError::Invalid(why)) => prop_assert!(why.contains("does not decode"), "{}", why),
