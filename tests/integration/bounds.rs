@@ -37,6 +37,7 @@ fn assert_bounded(served: &Served, cgroup: Option<&MemoryCgroup>, what: &str) {
             cgroup.failcnt()
         );
         assert_eq!(cgroup.oom_kills(), 0, "{what}: the OOM killer ran");
+        assert_eq!(cgroup.failcnt(), 0, "{what}: the cgroup reached its limit");
     }
     assert!(served.alive(), "{what}: the server died");
     let peak = served.peak_rss_mib();
@@ -162,18 +163,18 @@ fn decode_bombs() -> Vec<(&'static str, &'static str, Option<&'static str>, Vec<
     ]
 }
 
+on_both_backends!(bodies_that_decode_to_many_times_their_size_cost_bounded_memory);
 /// Each body is archived (ingest decodes it for the index and the mask) and opened at once
 /// by viewers (masked: decoded whole, up to 8 MiB) and operators (decoded to show): the
 /// decode writes JSON within its budget, so the process stays small, and each page says
 /// why it shows what it shows.
-#[tokio::test]
 async fn bodies_that_decode_to_many_times_their_size_cost_bounded_memory() {
     let p = unique("decodebombs");
     let dlq = format!("{p}.dlq");
     let mut t = Topology::new().await;
     t.queue(&dlq, Default::default()).await;
     let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("archive.db").display());
+    let db = archive_url(dir.path()).await;
     // Masking on, as the attack ran: viewers' bodies are decoded whole to be masked.
     let (served, viewer, operator) =
         served_with_tokens(&dlq, &db, &["--mask", "/card/number"]).await;
@@ -320,16 +321,16 @@ async fn expiring_into_dlq(t: &mut Topology, p: &str) -> (String, String) {
     (work, dlq)
 }
 
+on_both_backends!(a_thousand_viewers_listing_500_rows_at_once_cost_bounded_memory);
 /// A thousand viewers ask for 500 rows each at once, then a thousand more for every other
 /// page that holds rows: a few are read at a time, a short queue waits, the rest hear 503
 /// with `Retry-After` at once — the process stays small and what it used is given back.
-#[tokio::test]
 async fn a_thousand_viewers_listing_500_rows_at_once_cost_bounded_memory() {
     let p = unique("listflood");
     let mut t = Topology::new().await;
     let (work, dlq) = expiring_into_dlq(&mut t, &p).await;
     let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("archive.db").display());
+    let db = archive_url(dir.path()).await;
     let (served, viewer, _) = served_with_tokens(&dlq, &db, &["--mask", "/card/number"]).await;
     let cgroup = confine(&served);
     publish_many(&t.channel, "", &work, "flood", 600).await;
