@@ -405,7 +405,10 @@ pub async fn detail_page(
             let encoding = body.encoding().with_schemas(schemas);
             let payload = payload::view(&body.bytes, start.size, &encoding);
             let marked = highlight::mark(&payload, &terms);
-            let editable = editable_body(&archived, &body.bytes).filter(|_| start.is_whole());
+            // Only those who may replay get the form (its JSON is laid out as a tree).
+            let editable = (role >= crate::archive::Role::Operator && start.is_whole())
+                .then(|| editable_body(&archived, &body.bytes))
+                .flatten();
             (payload, marked, editable)
         })
         .await
