@@ -276,7 +276,8 @@ pub enum NotText {
 }
 
 /// The whole body as text, decoded as its content-encoding and charset say, when it
-/// decodes to at most `limit` bytes: never more than that is decompressed.
+/// decodes to at most `limit` bytes: never more than that is decompressed, nor written as
+/// the JSON a MessagePack, CBOR, AMQP 1.0 or protobuf body stands for.
 pub fn whole_text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Result<String, NotText> {
     let decompressed = decompress(body, encoding, limit).map_err(|_| NotText::Undecodable)?;
     let bytes = match &decompressed {
@@ -285,7 +286,11 @@ pub fn whole_text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Result<
         None if body.len() > limit => return Err(NotText::TooLarge),
         None => body,
     };
-    let text = content_text(bytes, encoding, false).ok_or(NotText::Undecodable)?;
+    let text = match content_text(bytes, encoding, false, limit) {
+        Some(Content::Whole(text)) => text,
+        Some(Content::Start(_)) => return Err(NotText::TooLarge),
+        None => return Err(NotText::Undecodable),
+    };
     match text.len() <= limit {
         true => Ok(text),
         false => Err(NotText::TooLarge),
@@ -299,24 +304,36 @@ pub fn text(body: &[u8], encoding: &Encoding<'_>, limit: usize) -> Option<String
         Some(d) => (&d.bytes[..], !d.complete),
         None => (&body[..body.len().min(limit)], body.len() > limit),
     };
-    let mut text = content_text(bytes, encoding, cut)?;
+    let mut text = match content_text(bytes, encoding, cut, limit)? {
+        Content::Whole(text) | Content::Start(text) => text,
+    };
     text.truncate(prefix(&text, limit).len());
     Some(text)
 }
 
+/// What a body's bytes read as.
+enum Content {
+    Whole(String),
+    /// The start of the JSON a structured body stands for: the whole is longer than asked.
+    Start(String),
+}
+
 /// Decompressed bytes as text: MessagePack, CBOR, AMQP 1.0 and protobuf as the JSON they
-/// stand for (only whole: a cut one does not decode), anything else in its charset.
-fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool) -> Option<String> {
-    let structured = match crate::structured::Format::of(encoding) {
-        Some(format) if !cut => crate::structured::to_json(bytes, format).ok(),
+/// stand for (only whole: a cut one does not decode; at most `limit` bytes of it), anything
+/// else in its charset.
+fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool, limit: usize) -> Option<Content> {
+    use crate::structured::{to_json, DecodeError, Format};
+    let structured = match Format::of(encoding) {
+        Some(format) if !cut => match to_json(bytes, format, limit) {
+            Ok(json) => Some(Content::Whole(json)),
+            Err(DecodeError::TooLarge { start, .. }) => Some(Content::Start(start)),
+            Err(DecodeError::Invalid(_)) => None,
+        },
         _ => None,
     };
     // One that does not decode (or is cut) is read as text when it is text: a mislabelled
     // JSON body stays findable.
-    match structured {
-        Some(value) => Some(value.to_string()),
-        None => decode(bytes, &encoding.charset(), cut),
-    }
+    structured.or_else(|| decode(bytes, &encoding.charset(), cut).map(Content::Whole))
 }
 
 #[cfg(test)]

@@ -152,16 +152,64 @@ proptest! {
     }
 
     #[test]
-    fn any_structured_bytes_decode_or_say_why(bytes in vec(any::<u8>(), 0..300)) {
-        use crate::structured::{to_json, Format};
+    fn any_structured_bytes_decode_within_the_budget_or_say_why(
+        bytes in vec(any::<u8>(), 0..300),
+        budget in 0usize..2048,
+    ) {
+        use crate::structured::{to_json, DecodeError, Format};
         let schemas = crate::structured::protobuf::tests::shop();
         let order = Format::Protobuf(&schemas, "shop.Order");
-        for format in [Format::MessagePack, Format::Cbor, Format::RawProtobuf, order] {
-            if let Ok(value) = to_json(&bytes, format) {
-                // What the viewer and the index read back is JSON serde_json accepts.
-                let text = value.to_string();
-                prop_assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+        for format in [Format::MessagePack, Format::Cbor, Format::Amqp10, Format::RawProtobuf, order] {
+            match to_json(&bytes, format, budget) {
+                // What the viewer and the index read back is JSON serde_json accepts, and
+                // no longer than the budget.
+                Ok(text) => {
+                    prop_assert!(text.len() <= budget, "{} > {}", text.len(), budget);
+                    prop_assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok(), "{}", text);
+                    // A larger budget writes the same.
+                    prop_assert_eq!(to_json(&bytes, format, budget * 2 + 16), Ok(text));
+                }
+                Err(DecodeError::TooLarge { start, limit, .. }) => {
+                    prop_assert_eq!(limit, budget);
+                    prop_assert!(start.len() <= budget);
+                    // The start is the start of what a large enough budget writes, which is
+                    // longer than this one — or protobuf's, whose fields out of number order
+                    // are picked out with an index the budget pays for too.
+                    if let Ok(whole) = to_json(&bytes, format, 1 << 20) {
+                        prop_assert!(whole.starts_with(&start), "{} / {}", start, whole);
+                        let protobuf = matches!(format, Format::RawProtobuf | Format::Protobuf(..));
+                        prop_assert!(whole.len() > budget || protobuf, "{} fits in {}", whole, budget);
+                    }
+                }
+                Err(DecodeError::Invalid(why)) => prop_assert!(why.contains("does not decode"), "{}", why),
             }
+        }
+    }
+
+    /// One-byte values of each format, as many as fit in 300 bytes: the JSON they stand for
+    /// is many times their size, and a decode writes no more of it than its budget.
+    #[test]
+    fn a_flood_of_tiny_values_costs_the_budget_not_the_values(
+        unit in prop::sample::select(vec![
+            (0usize, vec![0xc0u8]), (0, vec![0x90]), (0, vec![0x80]), (0, vec![0xa0]),
+            (0, vec![0xd4, 0x01, 0x00]), (1, vec![0xf6]), (1, vec![0x80]), (1, vec![0xa0]),
+            (2, vec![0x08, 0x00]), (2, vec![0x0b, 0x0c]), (2, vec![0x12, 0x00]),
+        ]),
+        budget in 1usize..4096,
+    ) {
+        use crate::structured::{to_json, DecodeError, Format};
+        let n = 300 / unit.1.len();
+        let bytes: Vec<u8> = match unit.0 {
+            // A MessagePack or CBOR array of n of them; protobuf fields one after another.
+            0 => [vec![0xdc, (n >> 8) as u8, n as u8], unit.1.repeat(n)].concat(),
+            1 => [vec![0x99, (n >> 8) as u8, n as u8], unit.1.repeat(n)].concat(),
+            _ => unit.1.repeat(n),
+        };
+        let format = [Format::MessagePack, Format::Cbor, Format::RawProtobuf][unit.0];
+        match to_json(&bytes, format, budget) {
+            Ok(text) => prop_assert!(text.len() <= budget),
+            Err(DecodeError::TooLarge { start, .. }) => prop_assert!(start.len() <= budget),
+            Err(e) => prop_assert!(false, "{} does not decode: {}", format, e),
         }
     }
 

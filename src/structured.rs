@@ -1,20 +1,23 @@
-//! MessagePack, CBOR, AMQP 1.0 and Protocol Buffers bodies as JSON values (pure), so that the
+//! MessagePack, CBOR, AMQP 1.0 and Protocol Buffers bodies as JSON text (pure), so that the
 //! viewer, search, business fields and masks treat them as the JSON they stand for (Celery's
 //! `msgpack` serializer, `application/x-msgpack`, `application/cbor`, what RabbitMQ 4 marks
 //! `type: amqp-1.0`, in `amqp10`, and protobuf messages of configured schemas, in
-//! `protobuf`). Decoding is bounded: nesting depth, and no allocation larger than the bytes
-//! left, whatever a length prefix claims. Byte strings become hex strings (base64 in
-//! protobuf, as its JSON has them), extension types `{"ext": type, "hex": …}`, non-text map
-//! keys their JSON text.
+//! `protobuf`). Decoding is bounded by what it produces, not what it reads: the JSON is
+//! written token by token within the caller's budget (`json`), never built as a tree, so a
+//! body of one-byte values — or an AMQP 1.0 array of zero-byte ones — costs the budget at
+//! most; nesting is bounded too, and a length prefix never allocates. Byte strings become hex
+//! strings (base64 in protobuf, as its JSON has them), extension types `{"ext": type, "hex":
+//! …}`, non-text map keys their JSON text; a repeated map key is written each time.
 
 use std::fmt;
-
-use serde_json::{Map, Number, Value};
 
 use crate::body::Encoding;
 
 mod amqp10;
+mod json;
 pub mod protobuf;
+
+pub use json::{size, DecodeError, JsonText, Written};
 
 /// Deepest nesting decoded (serde_json reads the text back with a limit of 128).
 pub const MAX_DEPTH: usize = 100;
@@ -73,38 +76,44 @@ impl fmt::Display for Format<'_> {
     }
 }
 
-/// The one value `bytes` hold, or why they do not hold one.
-pub fn to_json(bytes: &[u8], format: Format<'_>) -> Result<Value, String> {
+/// The one value `bytes` hold as compact JSON text of at most `limit` bytes, or why not:
+/// [`DecodeError::TooLarge`] (with the text's start) when it would be longer.
+pub fn to_json(bytes: &[u8], format: Format<'_>, limit: usize) -> Result<String, DecodeError> {
     let mut reader = Reader { bytes, at: 0 };
-    let value = match format {
-        Format::MessagePack => reader.msgpack(0),
-        Format::Cbor => reader.cbor(0),
-        Format::Amqp10 => amqp10::sections(&mut reader),
+    let mut out = JsonText::new(limit);
+    let written = match format {
+        Format::MessagePack => reader.msgpack(&mut out, 0),
+        Format::Cbor => reader.cbor(&mut out, 0),
+        Format::Amqp10 => amqp10::sections(&mut reader, &mut out),
         Format::Protobuf(schemas, name) => {
             reader.at = bytes.len();
-            schemas.to_json(bytes, name)
+            schemas.write_json(bytes, name, &mut out)
         }
         Format::RawProtobuf => {
             reader.at = bytes.len();
-            protobuf::Schemas::default().to_json(bytes, "")
+            protobuf::Schemas::default().write_json(bytes, "", &mut out)
         }
-    }
-    .map_err(|e| format!("{format} does not decode: {e}"))?;
-    if reader.at != bytes.len() {
-        return Err(format!(
+    };
+    match written {
+        Err(DecodeError::TooLarge { .. }) => Err(DecodeError::TooLarge {
+            what: format.to_string(),
+            limit,
+            start: out.into_string(),
+        }),
+        Err(DecodeError::Invalid(e)) => Err(format!("{format} does not decode: {e}").into()),
+        Ok(()) if reader.at != bytes.len() => Err(format!(
             "{format} does not decode: {} bytes after the value",
             bytes.len() - reader.at
-        ));
+        )
+        .into()),
+        Ok(()) => Ok(out.into_string()),
     }
-    Ok(value)
 }
 
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
-
-pub(crate) type Decoded = Result<Value, String>;
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: u64) -> Result<&'a [u8], String> {
@@ -124,16 +133,15 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
     fn uint(&mut self, size: usize) -> Result<u64, String> {
         Ok(self
             .take(size as u64)?
             .iter()
             .fold(0u64, |n, b| (n << 8) | u64::from(*b)))
-    }
-
-    /// How many items of at least one byte each may follow: never more than the bytes left.
-    fn capacity(&self, claimed: u64) -> usize {
-        claimed.min((self.bytes.len() - self.at) as u64) as usize
     }
 
     fn nested(depth: usize) -> Result<usize, String> {
@@ -143,73 +151,101 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn msgpack(&mut self, depth: usize) -> Decoded {
+    /// A map key that is not text: the value `decode` writes, as its JSON text (within what
+    /// is left of the budget).
+    fn key(
+        &mut self,
+        out: &mut JsonText,
+        depth: usize,
+        decode: fn(&mut Self, &mut JsonText, usize) -> Written,
+    ) -> Written {
+        let mut key = JsonText::new(out.room());
+        decode(self, &mut key, depth)?;
+        out.key_json(key.as_str())
+    }
+
+    fn msgpack(&mut self, out: &mut JsonText, depth: usize) -> Written {
         let b = self.byte()?;
-        Ok(match b {
-            0x00..=0x7f => Value::from(b),
-            0xe0..=0xff => Value::from(b as i8),
-            0x80..=0x8f => return self.msgpack_map(u64::from(b & 0x0f), depth),
-            0x90..=0x9f => return self.msgpack_array(u64::from(b & 0x0f), depth),
-            0xa0..=0xbf => text(self.take(u64::from(b & 0x1f))?),
-            0xc0 => Value::Null,
-            0xc1 => return Err("the never-used byte 0xc1".into()),
-            0xc2 => Value::Bool(false),
-            0xc3 => Value::Bool(true),
+        match b {
+            0x00..=0x7f => out.u64(u64::from(b)),
+            0xe0..=0xff => out.i64(i64::from(b as i8)),
+            0x80..=0x8f => self.msgpack_map(out, u64::from(b & 0x0f), depth),
+            0x90..=0x9f => self.msgpack_array(out, u64::from(b & 0x0f), depth),
+            0xa0..=0xbf => out.lossy(self.take(u64::from(b & 0x1f))?),
+            0xc0 => out.null(),
+            0xc1 => Err("the never-used byte 0xc1".into()),
+            0xc2 => out.bool(false),
+            0xc3 => out.bool(true),
             0xc4..=0xc6 => {
                 let n = self.uint(1 << (b - 0xc4))?;
-                Value::String(hex(self.take(n)?))
+                out.hex(self.take(n)?)
             }
             0xc7..=0xc9 => {
                 let n = self.uint(1 << (b - 0xc7))?;
                 let kind = self.byte()? as i8;
-                ext(kind, self.take(n)?)
+                ext(out, kind, self.take(n)?)
             }
-            0xca => float(f64::from(f32::from_bits(self.uint(4)? as u32))),
-            0xcb => float(f64::from_bits(self.uint(8)?)),
-            0xcc..=0xcf => Value::from(self.uint(1 << (b - 0xcc))?),
+            0xca => out.f64(f64::from(f32::from_bits(self.uint(4)? as u32))),
+            0xcb => out.f64(f64::from_bits(self.uint(8)?)),
+            0xcc..=0xcf => out.u64(self.uint(1 << (b - 0xcc))?),
             0xd0..=0xd3 => {
                 let size = 1 << (b - 0xd0);
                 let n = self.uint(size)?;
                 // Sign-extend from `size` bytes.
                 let shift = 64 - 8 * size as u32;
-                Value::from(((n << shift) as i64) >> shift)
+                out.i64(((n << shift) as i64) >> shift)
             }
             0xd4..=0xd8 => {
                 let kind = self.byte()? as i8;
-                ext(kind, self.take(1 << (b - 0xd4))?)
+                ext(out, kind, self.take(1 << (b - 0xd4))?)
             }
             0xd9..=0xdb => {
                 let n = self.uint(1 << (b - 0xd9))?;
-                text(self.take(n)?)
+                out.lossy(self.take(n)?)
             }
             0xdc | 0xdd => {
                 let n = self.uint(2 << (b - 0xdc))?;
-                return self.msgpack_array(n, depth);
+                self.msgpack_array(out, n, depth)
             }
             0xde | 0xdf => {
                 let n = self.uint(2 << (b - 0xde))?;
-                return self.msgpack_map(n, depth);
+                self.msgpack_map(out, n, depth)
             }
-        })
+        }
     }
 
-    fn msgpack_array(&mut self, n: u64, depth: usize) -> Decoded {
+    fn msgpack_array(&mut self, out: &mut JsonText, n: u64, depth: usize) -> Written {
         let depth = Self::nested(depth)?;
-        let mut items = Vec::with_capacity(self.capacity(n));
+        out.begin_array()?;
         for _ in 0..n {
-            items.push(self.msgpack(depth)?);
+            self.msgpack(out, depth)?;
         }
-        Ok(Value::Array(items))
+        out.end()
     }
 
-    fn msgpack_map(&mut self, n: u64, depth: usize) -> Decoded {
+    fn msgpack_map(&mut self, out: &mut JsonText, n: u64, depth: usize) -> Written {
         let depth = Self::nested(depth)?;
-        let mut map = Map::new();
+        out.begin_object()?;
         for _ in 0..n {
-            let key = key(self.msgpack(depth)?);
-            map.insert(key, self.msgpack(depth)?);
+            // Text keys (nearly all) as they are; others as their JSON text.
+            let text = match self.peek() {
+                Some(b @ 0xa0..=0xbf) => {
+                    self.at += 1;
+                    Some(u64::from(b & 0x1f))
+                }
+                Some(b @ 0xd9..=0xdb) => {
+                    self.at += 1;
+                    Some(self.uint(1 << (b - 0xd9))?)
+                }
+                _ => None,
+            };
+            match text {
+                Some(n) => out.key_lossy(self.take(n)?)?,
+                None => self.key(out, depth, Self::msgpack)?,
+            }
+            self.msgpack(out, depth)?;
         }
-        Ok(Value::Object(map))
+        out.end()
     }
 
     /// A CBOR head's argument: the length, count or value its additional information says.
@@ -222,95 +258,98 @@ impl<'a> Reader<'a> {
         }))
     }
 
-    fn cbor(&mut self, depth: usize) -> Decoded {
+    fn cbor(&mut self, out: &mut JsonText, depth: usize) -> Written {
         let b = self.byte()?;
         let (major, info) = (b >> 5, b & 0x1f);
         if major == 7 {
-            return Ok(match info {
-                20 => Value::Bool(false),
-                21 => Value::Bool(true),
-                22 | 23 => Value::Null,
-                25 => float(half(self.uint(2)? as u16)),
-                26 => float(f64::from(f32::from_bits(self.uint(4)? as u32))),
-                27 => float(f64::from_bits(self.uint(8)?)),
-                24 => Value::from(self.byte()?),
-                0..=19 => Value::from(info),
-                _ => {
-                    return Err(format!(
-                        "unexpected simple value {info} at byte {}",
-                        self.at
-                    ))
-                }
-            });
+            return match info {
+                20 => out.bool(false),
+                21 => out.bool(true),
+                22 | 23 => out.null(),
+                25 => out.f64(half(self.uint(2)? as u16)),
+                26 => out.f64(f64::from(f32::from_bits(self.uint(4)? as u32))),
+                27 => out.f64(f64::from_bits(self.uint(8)?)),
+                24 => out.u64(u64::from(self.byte()?)),
+                0..=19 => out.u64(u64::from(info)),
+                _ => Err(format!("unexpected simple value {info} at byte {}", self.at).into()),
+            };
         }
         let argument = self.argument(info)?;
         match (major, argument) {
-            (0, Some(n)) => Ok(Value::from(n)),
-            (1, Some(n)) => Ok(match i64::try_from(n) {
-                Ok(n) => Value::from(-1 - n),
-                Err(_) => float(-1.0 - n as f64),
-            }),
-            (2 | 3, Some(n)) => {
-                let bytes = self.take(n)?;
-                Ok(if major == 3 {
-                    text(bytes)
-                } else {
-                    Value::String(hex(bytes))
-                })
-            }
+            (0, Some(n)) => out.u64(n),
+            (1, Some(n)) => match i64::try_from(n) {
+                Ok(n) => out.i64(-1 - n),
+                Err(_) => out.f64(-1.0 - n as f64),
+            },
+            (2, Some(n)) => out.hex(self.take(n)?),
+            (3, Some(n)) => out.lossy(self.take(n)?),
             (2 | 3, None) => {
-                // Chunks of the same major type, up to a break.
-                let mut all = Vec::new();
-                loop {
-                    if self.bytes.get(self.at) == Some(&0xff) {
-                        self.at += 1;
-                        break;
-                    }
-                    let head = self.byte()?;
-                    if head >> 5 != major {
-                        return Err("a chunk of another type in an indefinite string".into());
-                    }
-                    let n = self
-                        .argument(head & 0x1f)?
-                        .ok_or("a nested indefinite string")?;
-                    all.extend_from_slice(self.take(n)?);
+                let all = self.chunks(major)?;
+                match major {
+                    3 => out.lossy(&all),
+                    _ => out.hex(&all),
                 }
-                Ok(if major == 3 {
-                    text(&all)
-                } else {
-                    Value::String(hex(&all))
-                })
             }
             (4, n) => {
                 let depth = Self::nested(depth)?;
-                let mut items = Vec::with_capacity(self.capacity(n.unwrap_or(0)));
-                while self.more(n, items.len())? {
-                    items.push(self.cbor(depth)?);
+                out.begin_array()?;
+                let mut count = 0;
+                while self.more(n, count)? {
+                    self.cbor(out, depth)?;
+                    count += 1;
                 }
-                Ok(Value::Array(items))
+                out.end()
             }
             (5, n) => {
                 let depth = Self::nested(depth)?;
-                let mut map = Map::new();
+                out.begin_object()?;
                 let mut count = 0;
                 while self.more(n, count)? {
-                    let key = key(self.cbor(depth)?);
-                    map.insert(key, self.cbor(depth)?);
+                    match self.peek() {
+                        // A text key of a definite length, as it is.
+                        Some(head) if head >> 5 == 3 && head & 0x1f != 31 => {
+                            self.at += 1;
+                            let len = self.argument(head & 0x1f)?.unwrap_or(0);
+                            out.key_lossy(self.take(len)?)?;
+                        }
+                        _ => self.key(out, depth, Self::cbor)?,
+                    }
+                    self.cbor(out, depth)?;
                     count += 1;
                 }
-                Ok(Value::Object(map))
+                out.end()
             }
             // A tag (a date, a big number, …): its content as it is.
-            (6, Some(_)) => self.cbor(Self::nested(depth)?),
-            _ => Err(format!("malformed head 0x{b:02x} at byte {}", self.at - 1)),
+            (6, Some(_)) => self.cbor(out, Self::nested(depth)?),
+            _ => Err(format!("malformed head 0x{b:02x} at byte {}", self.at - 1).into()),
+        }
+    }
+
+    /// An indefinite string's chunks of the same major type, up to a break, joined (never
+    /// longer than the bytes they were read from).
+    fn chunks(&mut self, major: u8) -> Result<Vec<u8>, String> {
+        let mut all = Vec::new();
+        loop {
+            if self.peek() == Some(0xff) {
+                self.at += 1;
+                return Ok(all);
+            }
+            let head = self.byte()?;
+            if head >> 5 != major {
+                return Err("a chunk of another type in an indefinite string".into());
+            }
+            let n = self
+                .argument(head & 0x1f)?
+                .ok_or("a nested indefinite string")?;
+            all.extend_from_slice(self.take(n)?);
         }
     }
 
     /// Whether another item follows: `count` of `n`, or until a break when `n` is indefinite.
-    fn more(&mut self, n: Option<u64>, count: usize) -> Result<bool, String> {
+    fn more(&mut self, n: Option<u64>, count: u64) -> Result<bool, String> {
         match n {
-            Some(n) => Ok((count as u64) < n),
-            None if self.bytes.get(self.at) == Some(&0xff) => {
+            Some(n) => Ok(count < n),
+            None if self.peek() == Some(0xff) => {
                 self.at += 1;
                 Ok(false)
             }
@@ -320,21 +359,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn text(bytes: &[u8]) -> Value {
-    Value::String(String::from_utf8_lossy(bytes).into_owned())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn ext(kind: i8, data: &[u8]) -> Value {
-    serde_json::json!({"ext": kind, "hex": hex(data)})
-}
-
-/// A number JSON can hold; NaN and the infinities as their names.
-pub(crate) fn float(f: f64) -> Value {
-    Number::from_f64(f).map_or_else(|| Value::String(f.to_string()), Value::Number)
+/// A MessagePack extension value: `{"ext": type, "hex": …}`.
+fn ext(out: &mut JsonText, kind: i8, data: &[u8]) -> Written {
+    out.begin_object()?;
+    out.key("ext")?;
+    out.i64(i64::from(kind))?;
+    out.key("hex")?;
+    out.hex(data)?;
+    out.end()
 }
 
 /// An IEEE 754 half-precision float.
@@ -353,18 +385,17 @@ fn half(bits: u16) -> f64 {
     }
 }
 
-/// A map key as JSON holds one: text as it is, anything else as its JSON text.
-fn key(value: Value) -> String {
-    match value {
-        Value::String(s) => s,
-        other => other.to_string(),
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The JSON value a decode writes (its text parsed back), or the error's text.
+    pub(crate) fn decode(bytes: &[u8], format: Format<'_>) -> Result<serde_json::Value, String> {
+        to_json(bytes, format, 1 << 20)
+            .map(|text| serde_json::from_str(&text).expect("a decode writes JSON"))
+            .map_err(|e| e.to_string())
+    }
 
     #[test]
     fn formats_come_from_the_content_type() {
@@ -393,7 +424,7 @@ mod tests {
         // {"task": "tasks.add", "n": 1}, as kombu's msgpack serializer wrote it.
         let bytes = b"\x82\xa4task\xa9tasks.add\xa1n\x01";
         assert_eq!(
-            to_json(bytes, Format::MessagePack).unwrap(),
+            decode(bytes, Format::MessagePack).unwrap(),
             json!({"task": "tasks.add", "n": 1})
         );
     }
@@ -405,12 +436,12 @@ mod tests {
             0x02, 0xde, 0xad, 0xd4, 0x05, 0x07, 0xc0,
         ];
         assert_eq!(
-            to_json(&bytes, Format::MessagePack).unwrap(),
+            decode(&bytes, Format::MessagePack).unwrap(),
             json!([-128, -32, 256, 1.5, "dead", {"ext": 5, "hex": "07"}, null])
         );
         // A non-text key.
         assert_eq!(
-            to_json(&[0x81, 0x01, 0xc3], Format::MessagePack).unwrap(),
+            decode(&[0x81, 0x01, 0xc3], Format::MessagePack).unwrap(),
             json!({"1": true})
         );
     }
@@ -424,37 +455,37 @@ mod tests {
             b'0', b'4',
         ];
         assert_eq!(
-            to_json(&bytes, Format::Cbor).unwrap(),
+            decode(&bytes, Format::Cbor).unwrap(),
             json!({"a": [1, -2, "x", "0102", 1.5, true, null], "t": "2026-12-04"})
         );
         // Indefinite lengths: [_ "ab" "c"] as one text in an indefinite array.
         let bytes = [0x9f, 0x7f, 0x62, b'a', b'b', 0x61, b'c', 0xff, 0xff];
-        assert_eq!(to_json(&bytes, Format::Cbor).unwrap(), json!(["abc"]));
+        assert_eq!(decode(&bytes, Format::Cbor).unwrap(), json!(["abc"]));
     }
 
     #[test]
     fn lies_and_depth_are_errors_not_allocations_or_crashes() {
         // An array claiming 4 billion items, with none.
-        let err = to_json(&[0xdd, 0xff, 0xff, 0xff, 0xff], Format::MessagePack).unwrap_err();
+        let err = decode(&[0xdd, 0xff, 0xff, 0xff, 0xff], Format::MessagePack).unwrap_err();
         assert!(err.contains("left"), "{err}");
-        let err = to_json(
+        let err = decode(
             &[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
             Format::Cbor,
         )
         .unwrap_err();
         assert!(err.contains("left"), "{err}");
         let deep = vec![0x91; 500];
-        assert!(to_json(&deep, Format::MessagePack)
+        assert!(decode(&deep, Format::MessagePack)
             .unwrap_err()
             .contains("nested deeper than 100"));
         let deep = vec![0x81; 500];
-        assert!(to_json(&deep, Format::Cbor)
+        assert!(decode(&deep, Format::Cbor)
             .unwrap_err()
             .contains("nested deeper"));
-        assert!(to_json(b"\x01\x02", Format::MessagePack)
+        assert!(decode(b"\x01\x02", Format::MessagePack)
             .unwrap_err()
             .contains("1 bytes after"));
-        assert!(to_json(b"", Format::Cbor).is_err());
-        assert!(to_json(&[0xc1], Format::MessagePack).is_err());
+        assert!(decode(b"", Format::Cbor).is_err());
+        assert!(decode(&[0xc1], Format::MessagePack).is_err());
     }
 }

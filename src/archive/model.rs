@@ -221,6 +221,30 @@ pub struct ArchivedMessage {
     pub status_note: Option<String>,
 }
 
+/// The start of a stored body, as much of it as was asked for, and how long it is in all:
+/// a body of 100 MiB is shown and sent a piece at a time, never read whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyStart {
+    /// Its first bytes (all of them when [`BodyStart::is_whole`]).
+    pub body: StoredBody,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl BodyStart {
+    pub fn is_whole(&self) -> bool {
+        self.body.bytes.len() as u64 >= self.size
+    }
+
+    /// With what its message says of its bytes ([`StoredBody::of_message`]).
+    pub fn of_message(self, message: &ArchivedMessage) -> Self {
+        BodyStart {
+            body: self.body.of_message(message),
+            size: self.size,
+        }
+    }
+}
+
 /// The stored body bytes and what the message said about them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredBody {

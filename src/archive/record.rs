@@ -190,14 +190,12 @@ pub fn extract_fields(body_text: Option<&str>, fields: &[BusinessField]) -> Vec<
     let Some(text) = body_text.filter(|t| !fields.is_empty() && t.len() <= FIELD_BODY_BYTES) else {
         return Vec::new();
     };
-    let Ok(json) = serde_json::from_str::<serde_json::Value>(text) else {
-        return Vec::new();
-    };
+    // Each value is found in the text and only it is parsed: the document is never built.
     fields
         .iter()
         .filter_map(|f| {
-            let value = match json.pointer(&f.pointer)? {
-                serde_json::Value::String(s) => column_text(s).into_owned(),
+            let value = match scalar_at(text, &f.pointer)? {
+                serde_json::Value::String(s) => column_text(&s).into_owned(),
                 v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => v.to_string(),
                 _ => return None,
             };
@@ -280,13 +278,21 @@ pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<St
     })
 }
 
+/// The text, number or boolean at `pointer` in JSON `text`, parsed alone.
+fn scalar_at(text: &str, pointer: &str) -> Option<serde_json::Value> {
+    let json = crate::masking::value_at(text, pointer)?;
+    match json.as_bytes().first()? {
+        b'"' | b'-' | b'0'..=b'9' | b't' | b'f' => serde_json::from_str(json).ok(),
+        _ => None,
+    }
+}
+
 /// The error a failing consumer left in a JSON body, at the first of `pointers` holding text.
 pub fn body_error(body_text: Option<&str>, pointers: &[String]) -> Option<String> {
     let text = body_text.filter(|t| !pointers.is_empty() && t.len() <= FIELD_BODY_BYTES)?;
-    let json = serde_json::from_str::<serde_json::Value>(text).ok()?;
     pointers
         .iter()
-        .find_map(|p| json.pointer(p)?.as_str().and_then(error_line))
+        .find_map(|p| scalar_at(text, p)?.as_str().and_then(error_line))
 }
 
 /// The line of an error text that names the error, at most 300 bytes: the first, except in

@@ -10,12 +10,12 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use super::{
-    Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, ChunkLimit, ExportedMessage,
-    FailureGroup, HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction, JobItem, JobRow,
-    JobSpec, JobState, JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome,
-    PageRequest, PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob,
-    ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody,
-    TokenRecord, TokenRow, TokenSpec, UserRecord,
+    Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit,
+    ExportedMessage, FailureGroup, HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction,
+    JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage, MessageSummary,
+    NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit,
+    ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome,
+    StoredBody, TokenRecord, TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -104,6 +104,17 @@ impl Numbering {
 pub trait MessageStore: Send + Sync {
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError>;
     async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
+    /// A body's first `max` bytes and its size: never more of it read (a page, an API
+    /// answer).
+    async fn body_start(&self, id: i64, max: usize) -> Result<Option<BodyStart>, ArchiveError>;
+    /// `len` bytes of a body from byte `offset`, fewer at its end: a download, a piece at a
+    /// time. `None` when the message (or its body) is gone.
+    async fn body_part(
+        &self,
+        id: i64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, ArchiveError>;
     /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
     /// Archived messages per DLQ and hour, from `since` on.

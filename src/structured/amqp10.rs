@@ -1,62 +1,62 @@
-//! AMQP 1.0 bodies as JSON values (pure). RabbitMQ 4 hands a message published over AMQP 1.0
+//! AMQP 1.0 bodies as JSON text (pure). RabbitMQ 4 hands a message published over AMQP 1.0
 //! with an `amqp-value` or `amqp-sequence` body to a 0-9-1 consumer as the encoded body
 //! sections, with `type: amqp-1.0`: here they are read with the AMQP 1.0 type system (one
 //! section as its value, several as an array of them; `data` sections as text when they are
 //! UTF-8, hex otherwise). Binary values become hex, symbols strings, timestamps milliseconds,
 //! described values `{"descriptor": …, "value": …}`.
 
-use serde_json::{Map, Value};
-
-use super::{float, hex, key, text, Reader, MAX_DEPTH};
-
-type Decoded = Result<Value, String>;
+use super::{JsonText, Reader, Written, MAX_DEPTH};
 
 /// The body sections `bytes` hold, as JSON.
-pub(super) fn sections(reader: &mut Reader<'_>) -> Decoded {
-    let mut out = Vec::new();
+pub(super) fn sections(reader: &mut Reader<'_>, out: &mut JsonText) -> Written {
+    let first = out.mark();
+    let mut count = 0;
     while reader.at < reader.bytes.len() {
         if reader.take(2)? != [0x00, 0x53] {
-            return Err(format!("no body section at byte {}", reader.at - 2));
+            return Err(format!("no body section at byte {}", reader.at - 2).into());
         }
-        let section = match reader.byte()? {
+        if count == 1 {
+            // A second section: the first becomes the first item of an array.
+            out.wrap_in_array(first)?;
+        }
+        match reader.byte()? {
             // data: bytes; text where they are UTF-8.
-            0x75 => match value(reader, 0)? {
-                Value::String(hex_bytes) => data_text(&hex_bytes),
-                other => other,
+            0x75 => match reader.peek() {
+                Some(code @ (0xa0 | 0xb0)) => {
+                    reader.at += 1;
+                    let n = reader.uint(if code == 0xa0 { 1 } else { 4 })?;
+                    let bytes = reader.take(n)?;
+                    match std::str::from_utf8(bytes) {
+                        Ok(text) => out.str(text)?,
+                        Err(_) => out.hex(bytes)?,
+                    }
+                }
+                _ => value(reader, out, 0)?,
             },
-            0x76 | 0x77 => value(reader, 0)?,
-            other => return Err(format!("section descriptor 0x{other:02x} is not a body")),
-        };
-        out.push(section);
+            0x76 | 0x77 => value(reader, out, 0)?,
+            other => return Err(format!("section descriptor 0x{other:02x} is not a body").into()),
+        }
+        count += 1;
     }
-    match out.len() {
+    match count {
         0 => Err("no body section".into()),
-        1 => Ok(out.remove(0)),
-        _ => Ok(Value::Array(out)),
+        1 => Ok(()),
+        _ => out.end(),
     }
 }
 
-/// A data section's bytes (read as hex) as text when they are UTF-8.
-fn data_text(hex_bytes: &str) -> Value {
-    let bytes: Option<Vec<u8>> = (0..hex_bytes.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex_bytes.get(i..i + 2)?, 16).ok())
-        .collect();
-    match bytes.map(String::from_utf8) {
-        Some(Ok(text)) => Value::String(text),
-        _ => Value::String(hex_bytes.to_owned()),
-    }
-}
-
-fn value(r: &mut Reader<'_>, depth: usize) -> Decoded {
+fn value(r: &mut Reader<'_>, out: &mut JsonText, depth: usize) -> Written {
     let code = r.byte()?;
     if code == 0x00 {
         let depth = nested(depth)?;
-        let descriptor = value(r, depth)?;
-        let value = value(r, depth)?;
-        return Ok(serde_json::json!({"descriptor": descriptor, "value": value}));
+        out.begin_object()?;
+        out.key("descriptor")?;
+        value(r, out, depth)?;
+        out.key("value")?;
+        value(r, out, depth)?;
+        return out.end();
     }
-    encoded(r, code, depth)
+    encoded(r, out, code, depth)
 }
 
 fn nested(depth: usize) -> Result<usize, String> {
@@ -67,74 +67,77 @@ fn nested(depth: usize) -> Result<usize, String> {
 }
 
 /// A value whose constructor (format code) was read already: arrays share one.
-fn encoded(r: &mut Reader<'_>, code: u8, depth: usize) -> Decoded {
+fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Written {
     let signed = |n: u64, size: u32| {
         let shift = 64 - 8 * size;
-        Value::from(((n << shift) as i64) >> shift)
+        ((n << shift) as i64) >> shift
     };
-    Ok(match code {
-        0x40 => Value::Null,
-        0x41 => Value::Bool(true),
-        0x42 => Value::Bool(false),
-        0x56 => Value::Bool(r.byte()? != 0),
-        0x43 | 0x44 => Value::from(0),
-        0x50 | 0x52 | 0x53 => Value::from(r.byte()?),
-        0x60 => Value::from(r.uint(2)?),
-        0x70 | 0x80 => Value::from(r.uint(if code == 0x70 { 4 } else { 8 })?),
-        0x51 | 0x54 | 0x55 => signed(u64::from(r.byte()?), 1),
-        0x61 => signed(r.uint(2)?, 2),
-        0x71 => signed(r.uint(4)?, 4),
-        0x81 => signed(r.uint(8)?, 8),
-        0x72 => float(f64::from(f32::from_bits(r.uint(4)? as u32))),
-        0x82 => float(f64::from_bits(r.uint(8)?)),
+    match code {
+        0x40 => out.null(),
+        0x41 => out.bool(true),
+        0x42 => out.bool(false),
+        0x56 => out.bool(r.byte()? != 0),
+        0x43 | 0x44 => out.u64(0),
+        0x50 | 0x52 | 0x53 => out.u64(u64::from(r.byte()?)),
+        0x60 => out.u64(r.uint(2)?),
+        0x70 | 0x80 => out.u64(r.uint(if code == 0x70 { 4 } else { 8 })?),
+        0x51 | 0x54 | 0x55 => out.i64(signed(u64::from(r.byte()?), 1)),
+        0x61 => out.i64(signed(r.uint(2)?, 2)),
+        0x71 => out.i64(signed(r.uint(4)?, 4)),
+        0x81 => out.i64(signed(r.uint(8)?, 8)),
+        0x72 => out.f64(f64::from(f32::from_bits(r.uint(4)? as u32))),
+        0x82 => out.f64(f64::from_bits(r.uint(8)?)),
         // Timestamps: milliseconds since the Unix epoch.
-        0x83 => signed(r.uint(8)?, 8),
+        0x83 => out.i64(signed(r.uint(8)?, 8)),
         0x73 => match char::from_u32(r.uint(4)? as u32) {
-            Some(c) => Value::String(c.to_string()),
-            None => return Err("a char that is not a Unicode scalar".into()),
+            Some(c) => out.str(c.encode_utf8(&mut [0; 4])),
+            None => Err("a char that is not a Unicode scalar".into()),
         },
-        0x74 => Value::String(hex(r.take(4)?)),
-        0x84 => Value::String(hex(r.take(8)?)),
-        0x94 | 0x98 => Value::String(hex(r.take(16)?)),
+        0x74 => out.hex(r.take(4)?),
+        0x84 => out.hex(r.take(8)?),
+        0x94 | 0x98 => out.hex(r.take(16)?),
         0xa0 | 0xb0 => {
             let n = r.uint(if code == 0xa0 { 1 } else { 4 })?;
-            Value::String(hex(r.take(n)?))
+            out.hex(r.take(n)?)
         }
         0xa1 | 0xa3 | 0xb1 | 0xb3 => {
             let n = r.uint(if code & 0xf0 == 0xa0 { 1 } else { 4 })?;
-            text(r.take(n)?)
+            out.lossy(r.take(n)?)
         }
-        0x45 => Value::Array(Vec::new()),
+        0x45 => {
+            out.begin_array()?;
+            out.end()
+        }
         0xc0 | 0xd0 | 0xc1 | 0xd1 => {
             let width = if code & 0xf0 == 0xc0 { 1 } else { 4 };
             let size = r.uint(width)?;
             let body_end = r.at as u64 + size;
             let count = r.uint(width)?;
             let depth = nested(depth)?;
-            let out = if code & 0x0f == 0 {
-                let mut items = Vec::with_capacity(r.capacity(count));
+            if code & 0x0f == 0 {
+                out.begin_array()?;
                 for _ in 0..count {
-                    items.push(value(r, depth)?);
+                    value(r, out, depth)?;
                 }
-                Value::Array(items)
             } else {
                 if count % 2 != 0 {
-                    return Err(format!("a map of {count} elements, not pairs"));
+                    return Err(format!("a map of {count} elements, not pairs").into());
                 }
-                let mut map = Map::new();
+                out.begin_object()?;
                 for _ in 0..count / 2 {
-                    let k = key(value(r, depth)?);
-                    map.insert(k, value(r, depth)?);
+                    let mut key = JsonText::new(out.room());
+                    value(r, &mut key, depth)?;
+                    out.key_json(key.as_str())?;
+                    value(r, out, depth)?;
                 }
-                Value::Object(map)
-            };
-            if r.at as u64 != body_end {
-                return Err(format!(
-                    "a compound that does not end at its size (byte {})",
-                    r.at
-                ));
             }
-            out
+            out.end()?;
+            if r.at as u64 != body_end {
+                return Err(
+                    format!("a compound that does not end at its size (byte {})", r.at).into(),
+                );
+            }
+            Ok(())
         }
         0xe0 | 0xf0 => {
             let width = if code == 0xe0 { 1 } else { 4 };
@@ -142,33 +145,38 @@ fn encoded(r: &mut Reader<'_>, code: u8, depth: usize) -> Decoded {
             let count = r.uint(width)?;
             let depth = nested(depth)?;
             let mut element = r.byte()?;
+            // The descriptor of every element, as JSON text (within what is left).
             let mut descriptor = None;
             if element == 0x00 {
-                descriptor = Some(value(r, depth)?);
+                let mut text = JsonText::new(out.room());
+                value(r, &mut text, depth)?;
+                descriptor = Some(text.into_string());
                 element = r.byte()?;
             }
-            let mut items = Vec::with_capacity(r.capacity(count));
+            out.begin_array()?;
             for _ in 0..count {
-                let item = encoded(r, element, depth)?;
-                items.push(match &descriptor {
-                    Some(d) => serde_json::json!({"descriptor": d, "value": item}),
-                    None => item,
-                });
+                match &descriptor {
+                    Some(d) => {
+                        out.begin_object()?;
+                        out.key("descriptor")?;
+                        out.raw(d)?;
+                        out.key("value")?;
+                        encoded(r, out, element, depth)?;
+                        out.end()?;
+                    }
+                    None => encoded(r, out, element, depth)?,
+                }
             }
-            Value::Array(items)
+            out.end()
         }
-        other => {
-            return Err(format!(
-                "unknown format code 0x{other:02x} at byte {}",
-                r.at - 1
-            ))
-        }
-    })
+        other => Err(format!("unknown format code 0x{other:02x} at byte {}", r.at - 1).into()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{to_json, Format};
+    use super::super::tests::decode as to_json;
+    use super::super::Format;
     use serde_json::json;
 
     #[test]

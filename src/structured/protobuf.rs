@@ -3,16 +3,18 @@
 //! `type` property, a header or a content-type parameter, mapped or named directly), and the
 //! wire format decoded with them into JSON: fields by their names in the `.proto` file, enums
 //! by name, 64-bit integers as numbers, bytes as base64, maps as objects, `Timestamp` and
-//! `Duration` as text, and fields the schema does not know kept under their numbers.
+//! `Duration` as text, and fields the schema does not know kept under their numbers (the
+//! writing in `decode`, the wire format in `wire`).
 
 use std::collections::HashMap;
 
-use base64::Engine;
-use serde_json::{Map, Value};
-
 use crate::amqp::headers::Table;
 
-use super::{float, Decoded, Reader, MAX_DEPTH};
+use super::{JsonText, Written, MAX_DEPTH};
+use wire::{Item, Wire};
+
+mod decode;
+mod wire;
 
 /// The message types Lazarus can decode, and how it tells which one a body holds.
 #[derive(Debug, Default)]
@@ -161,9 +163,9 @@ impl Schemas {
         Some(full)
     }
 
-    /// The message `bytes` hold as JSON, read as the message type named `name`.
-    pub fn to_json(&self, bytes: &[u8], name: &str) -> Decoded {
-        self.message(bytes, name, 0)
+    /// The message `bytes` hold, read as the message type named `name`, written as JSON.
+    pub fn write_json(&self, bytes: &[u8], name: &str, out: &mut JsonText) -> Written {
+        self.message(out, &[bytes], name, 0)
     }
 
     fn add_set(&mut self, bytes: &[u8]) -> Result<(), String> {
@@ -259,262 +261,16 @@ impl Schemas {
         self.enums.insert(qualify(scope, &name), values);
         Ok(())
     }
-
-    fn message(&self, bytes: &[u8], name: &str, depth: usize) -> Decoded {
-        if depth >= MAX_DEPTH {
-            return Err(format!("nested deeper than {MAX_DEPTH} levels"));
-        }
-        if let Some(value) = well_known(bytes, name)? {
-            return Ok(value);
-        }
-        let Some(message) = self.messages.get(name) else {
-            return unknown_fields(bytes);
-        };
-        let mut out = Map::new();
-        for item in Wire::new(bytes) {
-            let (number, item) = item?;
-            let Some(field) = message.fields.get(&number) else {
-                push(&mut out, number.to_string(), unknown(item), true);
-                continue;
-            };
-            for value in self.field(field, item, depth)? {
-                self.put(&mut out, field, value);
-            }
-        }
-        Ok(Value::Object(out))
-    }
-
-    /// A field's values in one wire item: several when a repeated number field is packed.
-    fn field(&self, field: &Field, item: Item<'_>, depth: usize) -> Result<Vec<Value>, String> {
-        let scalar = |item: Item<'_>| self.scalar(field, item);
-        match (field.kind, item) {
-            (Kind::Message, Item::Bytes(b)) => {
-                Ok(vec![self.message(b, &field.type_name, depth + 1)?])
-            }
-            (Kind::String, Item::Bytes(b)) => Ok(vec![Value::String(text(b))]),
-            (Kind::Bytes, Item::Bytes(b)) => Ok(vec![base64(b)]),
-            (Kind::Group, _) => Ok(vec![unknown(item)]),
-            // Packed: numbers one after another, each as its wire type would be.
-            (_, Item::Bytes(packed)) if field.repeated => {
-                let mut r = Reader {
-                    bytes: packed,
-                    at: 0,
-                };
-                let mut values = Vec::new();
-                while r.at < packed.len() {
-                    let item = match wire_type(field.kind) {
-                        1 => Item::Fixed64(r.fixed(8)?),
-                        5 => Item::Fixed32(r.fixed(4)? as u32),
-                        _ => Item::Varint(r.varint()?),
-                    };
-                    values.push(scalar(item)?);
-                }
-                Ok(values)
-            }
-            (_, item) => Ok(vec![scalar(item)?]),
-        }
-    }
-
-    fn scalar(&self, field: &Field, item: Item<'_>) -> Decoded {
-        let wrong = || {
-            format!(
-                "field {} ({:?}) has the wire type of another kind",
-                field.name, field.kind
-            )
-        };
-        Ok(match (field.kind, item) {
-            (Kind::Double, Item::Fixed64(n)) => float(f64::from_bits(n)),
-            (Kind::Float, Item::Fixed32(n)) => float(f64::from(f32::from_bits(n))),
-            (Kind::Int64, Item::Varint(n)) => Value::from(n as i64),
-            (Kind::UInt64, Item::Varint(n)) => Value::from(n),
-            (Kind::Int32, Item::Varint(n)) => Value::from(n as i32),
-            (Kind::UInt32, Item::Varint(n)) => Value::from(n as u32),
-            (Kind::Fixed64, Item::Fixed64(n)) => Value::from(n),
-            (Kind::SFixed64, Item::Fixed64(n)) => Value::from(n as i64),
-            (Kind::Fixed32, Item::Fixed32(n)) => Value::from(n),
-            (Kind::SFixed32, Item::Fixed32(n)) => Value::from(n as i32),
-            (Kind::Bool, Item::Varint(n)) => Value::Bool(n != 0),
-            (Kind::SInt32, Item::Varint(n)) => Value::from(zigzag(n) as i32),
-            (Kind::SInt64, Item::Varint(n)) => Value::from(zigzag(n)),
-            (Kind::Enum, Item::Varint(n)) => {
-                let n = n as i32;
-                match self.enums.get(&field.type_name).and_then(|e| e.get(&n)) {
-                    Some(name) => Value::String(name.clone()),
-                    None => Value::from(n),
-                }
-            }
-            _ => return Err(wrong()),
-        })
-    }
-
-    /// Adds a field's value: repeated fields collect into an array (maps into an object),
-    /// a singular one seen again replaces the first (messages merge, as protobuf says).
-    fn put(&self, out: &mut Map<String, Value>, field: &Field, value: Value) {
-        let is_map = field.kind == Kind::Message
-            && field.repeated
-            && self
-                .messages
-                .get(&field.type_name)
-                .is_some_and(|m| m.map_entry);
-        if is_map {
-            let entries = out
-                .entry(field.name.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let (Value::Object(entries), Value::Object(mut entry)) = (entries, value) {
-                let key = match entry.remove("key") {
-                    Some(Value::String(s)) => s,
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                };
-                entries.insert(key, entry.remove("value").unwrap_or(Value::Null));
-            }
-            return;
-        }
-        push(out, field.name.clone(), value, field.repeated);
-    }
-}
-
-/// Adds `value` under `key`: into an array when `repeated`, else replacing (objects merged).
-fn push(out: &mut Map<String, Value>, key: String, value: Value, repeated: bool) {
-    match (out.get_mut(&key), value) {
-        (Some(Value::Array(items)), value) if repeated => items.push(value),
-        (None, value) if repeated => {
-            out.insert(key, Value::Array(vec![value]));
-        }
-        (Some(Value::Object(old)), Value::Object(new)) => old.extend(new),
-        (_, value) => {
-            out.insert(key, value);
-        }
-    }
-}
-
-/// `google.protobuf.Timestamp`, `Duration` and the wrappers, as protobuf's JSON writes them.
-fn well_known(bytes: &[u8], name: &str) -> Result<Option<Value>, String> {
-    let Some(short) = name.strip_prefix("google.protobuf.") else {
-        return Ok(None);
-    };
-    let (mut first, mut second) = (None, None);
-    if matches!(short, "Timestamp" | "Duration") {
-        for item in Wire::new(bytes) {
-            match item? {
-                (1, Item::Varint(n)) => first = Some(n as i64),
-                (2, Item::Varint(n)) => second = Some(n as i32),
-                _ => return Ok(None),
-            }
-        }
-        let (seconds, nanos) = (first.unwrap_or(0), second.unwrap_or(0));
-        return Ok(Some(Value::String(match short {
-            "Timestamp" => {
-                let at = time::OffsetDateTime::from_unix_timestamp(seconds)
-                    .ok()
-                    .and_then(|t| t.replace_nanosecond(nanos.max(0) as u32).ok());
-                match at.and_then(|t| {
-                    t.format(&time::format_description::well_known::Rfc3339)
-                        .ok()
-                }) {
-                    Some(text) => text,
-                    None => return Ok(None),
-                }
-            }
-            _ => duration(seconds, nanos),
-        })));
-    }
-    let kind = match short {
-        "DoubleValue" => Kind::Double,
-        "FloatValue" => Kind::Float,
-        "Int64Value" => Kind::Int64,
-        "UInt64Value" => Kind::UInt64,
-        "Int32Value" => Kind::Int32,
-        "UInt32Value" => Kind::UInt32,
-        "BoolValue" => Kind::Bool,
-        "StringValue" => Kind::String,
-        "BytesValue" => Kind::Bytes,
-        _ => return Ok(None),
-    };
-    let field = Field {
-        name: "value".into(),
-        kind,
-        repeated: false,
-        type_name: String::new(),
-    };
-    let schemas = Schemas::default();
-    let mut value = None;
-    for item in Wire::new(bytes) {
-        match item? {
-            (1, item) => value = schemas.field(&field, item, 0)?.pop(),
-            _ => return Ok(None),
-        }
-    }
-    // An absent value is the default one.
-    Ok(Some(value.unwrap_or_else(|| match kind {
-        Kind::Bool => Value::Bool(false),
-        Kind::String | Kind::Bytes => Value::String(String::new()),
-        _ => Value::from(0),
-    })))
-}
-
-/// A `Duration` as protobuf's JSON writes it: seconds with 0, 3, 6 or 9 decimals, then `s`.
-fn duration(seconds: i64, nanos: i32) -> String {
-    let sign = if seconds < 0 || nanos < 0 { "-" } else { "" };
-    let mut fraction = format!("{:09}", nanos.unsigned_abs());
-    while fraction.ends_with("000") {
-        fraction.truncate(fraction.len() - 3);
-    }
-    match fraction.is_empty() {
-        true => format!("{sign}{}s", seconds.unsigned_abs()),
-        false => format!("{sign}{}.{fraction}s", seconds.unsigned_abs()),
-    }
-}
-
-/// A message whose type is not known: its fields by number, each as its wire type reads.
-fn unknown_fields(bytes: &[u8]) -> Decoded {
-    let mut out = Map::new();
-    for item in Wire::new(bytes) {
-        let (number, item) = item?;
-        push(&mut out, number.to_string(), unknown(item), true);
-    }
-    Ok(Value::Object(out))
-}
-
-/// A field the schema does not know: numbers as they are, length-delimited bytes as text
-/// when they are UTF-8, else base64.
-fn unknown(item: Item<'_>) -> Value {
-    match item {
-        Item::Varint(n) | Item::Fixed64(n) => Value::from(n),
-        Item::Fixed32(n) => Value::from(n),
-        Item::Bytes(b) => match std::str::from_utf8(b) {
-            Ok(s) => Value::String(s.to_owned()),
-            Err(_) => base64(b),
-        },
-        Item::Group => Value::String("(group)".into()),
-    }
-}
-
-fn base64(bytes: &[u8]) -> Value {
-    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn zigzag(n: u64) -> i64 {
-    ((n >> 1) as i64) ^ -((n & 1) as i64)
-}
-
 fn qualify(scope: &str, name: &str) -> String {
     match scope {
         "" => name.to_owned(),
         scope => format!("{scope}.{name}"),
-    }
-}
-
-/// The wire type a packed number of this kind has.
-fn wire_type(kind: Kind) -> u8 {
-    match kind {
-        Kind::Double | Kind::Fixed64 | Kind::SFixed64 => 1,
-        Kind::Float | Kind::Fixed32 | Kind::SFixed32 => 5,
-        _ => 0,
     }
 }
 
@@ -544,125 +300,19 @@ fn field(bytes: &[u8]) -> Result<(u32, Field), String> {
     ))
 }
 
-/// One field of the wire format as it arrives.
-#[derive(Debug, Clone, Copy)]
-enum Item<'a> {
-    Varint(u64),
-    Fixed64(u64),
-    Bytes(&'a [u8]),
-    Fixed32(u32),
-    /// A (deprecated) group, skipped.
-    Group,
-}
-
-/// The wire format's numbers and groups, on the reader the other binary formats share.
-impl Reader<'_> {
-    fn varint(&mut self) -> Result<u64, String> {
-        let mut n = 0u64;
-        for shift in (0..70).step_by(7) {
-            let b = *self
-                .bytes
-                .get(self.at)
-                .ok_or_else(|| format!("a number cut at byte {}", self.at))?;
-            self.at += 1;
-            if shift == 63 && b > 1 {
-                return Err(format!("a number longer than 64 bits at byte {}", self.at));
-            }
-            n |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(format!("a number longer than 10 bytes at byte {}", self.at))
-    }
-
-    fn fixed(&mut self, size: u64) -> Result<u64, String> {
-        Ok(self
-            .take(size)?
-            .iter()
-            .rev()
-            .fold(0u64, |n, b| (n << 8) | u64::from(*b)))
-    }
-
-    /// Skips a group up to its end tag, nested groups included (at most [`MAX_DEPTH`]).
-    fn skip_group(&mut self, number: u32) -> Result<(), String> {
-        let mut open = vec![number];
-        while let Some(&innermost) = open.last() {
-            let key = self.varint()?;
-            let (n, wire) = ((key >> 3) as u32, key & 7);
-            match wire {
-                0 => drop(self.varint()?),
-                1 => drop(self.take(8)?),
-                2 => {
-                    let len = self.varint()?;
-                    self.take(len)?;
-                }
-                3 if open.len() < MAX_DEPTH => open.push(n),
-                4 if n == innermost => drop(open.pop()),
-                5 => drop(self.take(4)?),
-                _ => return Err(format!("a malformed group at byte {}", self.at)),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The fields of one message, in wire order: `(number, item)` or an error, then nothing.
-struct Wire<'a> {
-    reader: Reader<'a>,
-    failed: bool,
-}
-
-impl<'a> Wire<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Wire {
-            reader: Reader { bytes, at: 0 },
-            failed: false,
-        }
-    }
-
-    fn next_item(&mut self) -> Result<(u32, Item<'a>), String> {
-        let r = &mut self.reader;
-        let key = r.varint()?;
-        let number = u32::try_from(key >> 3)
-            .ok()
-            .filter(|n| *n > 0 && *n < 1 << 29)
-            .ok_or_else(|| format!("field number {} at byte {}", key >> 3, r.at))?;
-        let item = match key & 7 {
-            0 => Item::Varint(r.varint()?),
-            1 => Item::Fixed64(r.fixed(8)?),
-            2 => {
-                let len = r.varint()?;
-                Item::Bytes(r.take(len)?)
-            }
-            3 => {
-                r.skip_group(number)?;
-                Item::Group
-            }
-            5 => Item::Fixed32(r.fixed(4)? as u32),
-            other => return Err(format!("wire type {other} at byte {}", r.at)),
-        };
-        Ok((number, item))
-    }
-}
-
-impl<'a> Iterator for Wire<'a> {
-    type Item = Result<(u32, Item<'a>), String>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.reader.at >= self.reader.bytes.len() {
-            return None;
-        }
-        let item = self.next_item();
-        self.failed = item.is_err();
-        Some(item)
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The JSON a message decodes to (parsed back), or the error's text.
+    fn json_of(schemas: &Schemas, bytes: &[u8], name: &str) -> Result<serde_json::Value, String> {
+        let mut out = JsonText::new(1 << 20);
+        schemas
+            .write_json(bytes, name, &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::from_str(out.as_str()).expect("a decode writes JSON"))
+    }
 
     /// Protobuf wire format written by hand, for descriptors and bodies.
     #[derive(Default)]
@@ -788,7 +438,7 @@ pub(crate) mod tests {
     fn a_message_reads_as_its_schema_says() {
         let schemas = shop();
         assert_eq!(
-            schemas.to_json(&order_bytes(), "shop.Order").unwrap(),
+            json_of(&schemas, &order_bytes(), "shop.Order").unwrap(),
             json!({
                 "order_id": "ORD-7",
                 "cents": -5,
@@ -848,17 +498,18 @@ pub(crate) mod tests {
 
     #[test]
     fn well_known_types_read_as_protobuf_json_has_them() {
-        assert_eq!(duration(3, 0), "3s");
-        assert_eq!(duration(1, 500_000_000), "1.500s");
-        assert_eq!(duration(-1, -1), "-1.000000001s");
+        assert_eq!(decode::duration(3, 0), "3s");
+        assert_eq!(decode::duration(1, 500_000_000), "1.500s");
+        assert_eq!(decode::duration(-1, -1), "-1.000000001s");
         let wrapped = Out::default().text(1, "hi").done();
+        let none = Schemas::default();
         assert_eq!(
-            well_known(&wrapped, "google.protobuf.StringValue").unwrap(),
-            Some(json!("hi"))
+            json_of(&none, &wrapped, "google.protobuf.StringValue").unwrap(),
+            json!("hi")
         );
         assert_eq!(
-            well_known(&[], "google.protobuf.Int64Value").unwrap(),
-            Some(json!(0))
+            json_of(&none, &[], "google.protobuf.Int64Value").unwrap(),
+            json!(0)
         );
     }
 
@@ -866,34 +517,71 @@ pub(crate) mod tests {
     fn without_a_schema_fields_read_by_number() {
         let bytes = Out::default().int(1, 150).text(2, "testing").done();
         assert_eq!(
-            Schemas::default().to_json(&bytes, "").unwrap(),
+            json_of(&Schemas::default(), &bytes, "").unwrap(),
             json!({"1": [150], "2": ["testing"]})
         );
         // Groups are skipped, nested ones too.
         let group = [0x0b, 0x13, 0x08, 0x01, 0x14, 0x0c, 0x10, 0x02];
         assert_eq!(
-            Schemas::default().to_json(&group, "").unwrap(),
+            json_of(&Schemas::default(), &group, "").unwrap(),
             json!({"1": ["(group)"], "2": [2]})
         );
+        // Out of number order: each field's values together, fields as they first appear.
+        let bytes = Out::default()
+            .int(3, 1)
+            .text(2, "a")
+            .int(3, 2)
+            .int(1, 7)
+            .text(2, "b")
+            .done();
+        let text = {
+            let mut out = JsonText::new(1 << 10);
+            Schemas::default().write_json(&bytes, "", &mut out).unwrap();
+            out.into_string()
+        };
+        assert_eq!(text, r#"{"3":[1,2],"2":["a","b"],"1":[7]}"#);
+    }
+
+    #[test]
+    fn a_field_seen_twice_is_the_last_or_the_merge_as_protobuf_says() {
+        let schemas = shop();
+        let twice = [order_bytes(), order_bytes()].concat();
+        let once = json_of(&schemas, &order_bytes(), "shop.Order").unwrap();
+        let merged = json_of(&schemas, &twice, "shop.Order").unwrap();
+        // Singular fields keep the last value; repeated ones hold both.
+        for (key, value) in once.as_object().unwrap() {
+            match value {
+                serde_json::Value::Array(items) => {
+                    assert_eq!(
+                        merged[key].as_array().unwrap().len(),
+                        2 * items.len(),
+                        "{key}"
+                    )
+                }
+                serde_json::Value::Object(map) if !map.is_empty() => {
+                    // A map field's entries, the same keys twice: one each.
+                    assert_eq!(merged[key].as_object().unwrap().len(), map.len(), "{key}")
+                }
+                _ => assert_eq!(&merged[key], value, "{key}"),
+            }
+        }
     }
 
     #[test]
     fn lies_and_depth_are_errors_not_allocations_or_crashes() {
         let schemas = shop();
         // A length beyond the end.
-        let err = schemas
-            .to_json(&[0x0a, 0xff, 0xff, 0xff, 0x0f], "shop.Order")
-            .unwrap_err();
+        let err = json_of(&schemas, &[0x0a, 0xff, 0xff, 0xff, 0x0f], "shop.Order").unwrap_err();
         assert!(err.contains("left"), "{err}");
         // A varint that never ends, an 11-byte one, field 0, wire type 7.
-        assert!(schemas.to_json(&[0x10, 0xff], "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x10, 0xff], "shop.Order").is_err());
         let mut long = vec![0x10];
         long.extend([0xff; 11]);
-        assert!(schemas.to_json(&long, "shop.Order").is_err());
-        assert!(schemas.to_json(&[0x00, 0x01], "shop.Order").is_err());
-        assert!(schemas.to_json(&[0x0f], "shop.Order").is_err());
+        assert!(json_of(&schemas, &long, "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x00, 0x01], "shop.Order").is_err());
+        assert!(json_of(&schemas, &[0x0f], "shop.Order").is_err());
         // A string field sent as a number.
-        let err = schemas.to_json(&[0x08, 0x01], "shop.Order").unwrap_err();
+        let err = json_of(&schemas, &[0x08, 0x01], "shop.Order").unwrap_err();
         assert!(err.contains("order_id"), "{err}");
         // Lines nested in lines, deeper than the limit (field 6 of Order is a Line: a Line
         // holding field 6 reads as unknown, so nest Orders through an unknown type instead).
@@ -902,13 +590,13 @@ pub(crate) mod tests {
             deep = Out::default().bytes(6, &deep).done();
         }
         assert!(
-            schemas.to_json(&deep, "shop.Order").is_ok(),
+            json_of(&schemas, &deep, "shop.Order").is_ok(),
             "unknown bytes are not parsed"
         );
         let mut deep = vec![0x0b; 300];
         deep.extend([0x0c; 300]);
         assert!(
-            Schemas::default().to_json(&deep, "").is_err(),
+            json_of(&Schemas::default(), &deep, "").is_err(),
             "groups nested too deep"
         );
     }

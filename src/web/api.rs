@@ -2,16 +2,18 @@
 
 use axum::extract::State;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
+use super::download;
 use super::extract::{AppJson, AppQuery, MessageId};
+use super::masking::MAX_MASKED_BODY;
 use super::{AppError, AppState};
 use crate::amqp::headers::Table;
-use crate::archive::{ArchivedMessage, MessagePage, ReplayEdit, ReplayRecord};
+use crate::archive::{ArchivedMessage, BodyStart, MessagePage, ReplayEdit, ReplayRecord};
 use crate::death::ReplayTarget;
 use crate::replay::plan::{check_request_key, check_target, new_request_key};
 use crate::replay::single::{replay_one, ReplayAnswer, SingleReplay};
@@ -30,6 +32,7 @@ pub(super) async fn list_messages(
 ) -> Result<Json<MessagePage>, AppError> {
     let (filter, page) = params.parse(&state.business_fields, &state.home_vhost)?;
     state.masking.check_search(caller.role, &filter)?;
+    let _reading = state.reads.acquire().await?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
         state.masking.summary(caller.role, m);
@@ -42,26 +45,41 @@ fn not_found(id: &str) -> AppError {
     AppError::NotFound(format!("no archived message with id {id:?}"))
 }
 
-/// The body inside the JSON detail: text where it is UTF-8, base64 otherwise.
+/// The most of a body the JSON detail holds; the download has it all.
+pub const DETAIL_BODY_BYTES: usize = 1024 * 1024;
+
+/// The body inside the JSON detail: text where it is UTF-8, base64 otherwise; its first
+/// [`DETAIL_BODY_BYTES`] when it is larger.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct BodyJson {
     /// `text` or `base64`.
     #[schema(value_type = String)]
     encoding: &'static str,
     data: String,
+    /// The body's size in bytes (as stored; as masked for a viewer under `--mask`).
+    size: u64,
+    /// Whether `data` is only its start (`GET /api/messages/{id}/body` has it all).
+    truncated: bool,
 }
 
 impl BodyJson {
-    fn new(bytes: &[u8]) -> Self {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => BodyJson {
-                encoding: "text",
-                data: text.to_owned(),
-            },
-            Err(_) => BodyJson {
-                encoding: "base64",
-                data: BASE64.encode(bytes),
-            },
+    fn new(start: &BodyStart) -> Self {
+        let bytes = &start.body.bytes[..start.body.bytes.len().min(DETAIL_BODY_BYTES)];
+        let truncated = (bytes.len() as u64) < start.size;
+        let (encoding, data) = match std::str::from_utf8(bytes) {
+            Ok(text) => ("text", text.to_owned()),
+            // Text cut inside a character: up to it.
+            Err(e) if truncated && e.error_len().is_none() => (
+                "text",
+                String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned(),
+            ),
+            Err(_) => ("base64", BASE64.encode(bytes)),
+        };
+        BodyJson {
+            encoding,
+            data,
+            size: start.size,
+            truncated,
         }
     }
 }
@@ -91,24 +109,30 @@ pub(super) async fn get_message(
         raw: id,
     }: MessageId,
 ) -> Result<impl IntoResponse, AppError> {
+    let _reading = state.reads.acquire().await?;
     let mut message = state
         .archive
         .get_message(numeric)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    // A few bodies at a time are loaded and decoded; the rest wait, or hear 503.
+    // A few bodies at a time are loaded and decoded; the rest wait, or hear 503. Only the
+    // start of a large one is read: what the answer holds, or what masking may decode.
     let permit = state.bodies.acquire().await?;
-    let body = state
+    let read = match state.masking.applies(caller.role) {
+        true => MAX_MASKED_BODY,
+        false => DETAIL_BODY_BYTES,
+    };
+    let start = state
         .archive
-        .get_body(numeric)
+        .body_start(numeric, read)
         .await?
-        .ok_or_else(|| not_found(&id))?;
+        .ok_or_else(|| not_found(&id))?
+        .of_message(&message);
     let (masking, schemas, role) = (state.masking.clone(), state.schemas.clone(), caller.role);
-    let body = body.of_message(&message);
     let body = state
         .bodies
         .run_with(permit, move || {
-            BodyJson::new(&masking.body(role, body, schemas.as_deref()).bytes)
+            BodyJson::new(&masking.start(role, start, schemas.as_deref()))
         })
         .await?;
     state.masking.summary(caller.role, &mut message.summary);
@@ -142,42 +166,55 @@ pub(super) async fn download_body(
         id: numeric,
         raw: id,
     }: MessageId,
-) -> Result<impl IntoResponse, AppError> {
-    let permit = state.bodies.acquire().await?;
-    let body = state
+) -> Result<Response, AppError> {
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"message-{numeric}.bin\""),
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+    ];
+    if state.masking.applies(caller.role) {
+        // Masking decodes the body whole (at most 8 MiB of it) and needs what the message
+        // says of its bytes.
+        let permit = state.bodies.acquire().await?;
+        let message = state
+            .archive
+            .get_message(numeric)
+            .await?
+            .ok_or_else(|| not_found(&id))?;
+        let start = state
+            .archive
+            .body_start(numeric, MAX_MASKED_BODY)
+            .await?
+            .ok_or_else(|| not_found(&id))?
+            .of_message(&message);
+        let (masking, schemas, role) = (state.masking.clone(), state.schemas.clone(), caller.role);
+        let masked = state
+            .bodies
+            .run_with(permit, move || {
+                masking.start(role, start, schemas.as_deref())
+            })
+            .await?;
+        return Ok((headers, masked.body.bytes).into_response());
+    }
+    // As stored, a piece at a time: a few downloads at once, each holding a piece.
+    let permit = state.downloads.acquire().await?;
+    let start = state
         .archive
-        .get_body(numeric)
+        .body_start(numeric, download::PIECE_BYTES)
         .await?
         .ok_or_else(|| not_found(&id))?;
-    let body = match state.masking.applies(caller.role) {
-        true => {
-            // Masking decodes the body: it needs what the message says of its bytes.
-            let message = state
-                .archive
-                .get_message(numeric)
-                .await?
-                .ok_or_else(|| not_found(&id))?;
-            let body = body.of_message(&message);
-            let (masking, schemas) = (state.masking.clone(), state.schemas.clone());
-            let role = caller.role;
-            state
-                .bodies
-                .run_with(permit, move || masking.body(role, body, schemas.as_deref()))
-                .await?
-        }
-        false => body,
-    };
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"message-{numeric}.bin\""),
-            ),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
-        ],
-        body.bytes,
-    ))
+    let body = download::stream(
+        state.archive.clone(),
+        numeric,
+        start.size,
+        start.body.bytes,
+        permit,
+    );
+    let length = (header::CONTENT_LENGTH, start.size.to_string());
+    Ok((headers, [length], body).into_response())
 }
 
 /// `POST /api/messages/{id}/replay`: `{"target": {"exchange", "routing_key"}?, "request_key"?,
@@ -242,4 +279,43 @@ pub(super) async fn replay_message(
         ReplayAnswer::Pending(_) => axum::http::StatusCode::ACCEPTED,
     };
     Ok((status, Json(answer.record().clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::StoredBody;
+
+    fn start(bytes: &[u8], size: u64) -> BodyStart {
+        BodyStart {
+            body: StoredBody {
+                bytes: bytes.to_vec(),
+                content_type: None,
+                content_encoding: None,
+                headers: None,
+                message_type: None,
+            },
+            size,
+        }
+    }
+
+    #[test]
+    fn the_detail_holds_a_bodys_start_and_says_so() {
+        let whole = BodyJson::new(&start("café".as_bytes(), 5));
+        assert_eq!((whole.encoding, whole.data.as_str()), ("text", "café"));
+        assert!(!whole.truncated);
+        // Cut inside "é": text up to it, not base64.
+        let cut = BodyJson::new(&start(&"café".as_bytes()[..4], 100));
+        assert_eq!(
+            (cut.encoding, cut.data.as_str(), cut.size),
+            ("text", "caf", 100)
+        );
+        assert!(cut.truncated);
+        let binary = BodyJson::new(&start(&[0xff, 0x00], 2));
+        assert_eq!(binary.encoding, "base64");
+        let large = vec![b'a'; DETAIL_BODY_BYTES + 10];
+        let large = BodyJson::new(&start(&large, large.len() as u64));
+        assert_eq!(large.data.len(), DETAIL_BODY_BYTES);
+        assert!(large.truncated);
+    }
 }

@@ -110,6 +110,7 @@ pub(super) async fn list_jobs(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<JobList>, AppError> {
+    let _reading = state.reads.acquire().await?;
     let jobs = state.archive.jobs(100).await?;
     Ok(Json(JobList {
         replays: jobs
@@ -210,6 +211,7 @@ pub(super) async fn job_items(
     AppQuery(params): AppQuery<ItemParams>,
 ) -> Result<Json<ItemPage>, AppError> {
     let (outcome, after, limit) = params.parse()?;
+    let _reading = state.reads.acquire().await?;
     find_job(&state, id).await?;
     let items = state.archive.job_items(id, outcome, after, limit).await?;
     let next_after = (items.len() == limit as usize)

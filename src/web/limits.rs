@@ -1,10 +1,11 @@
-//! Work a request may not do much of at once: decoding, masking and rendering bodies, and
-//! hashing passwords. Each kind runs on threads of its own, as many as the machine has
-//! cores, with a short queue; past the queue a request is answered 503 with `Retry-After` at
-//! once, instead of every caller getting slower (and the process bigger) with each one that
-//! arrives. Threads of their own, not the runtime's blocking pool: that one grows a thread
-//! per waiting task, and each new thread's allocator arena keeps what the work used (19 MiB
-//! per argon2 hash), so a flood of sign-ins would grow the process by that much per thread.
+//! Work a request may not do much of at once: reading pages of rows, decoding, masking and
+//! rendering bodies, and hashing passwords. Each kind has a few permits and a short queue;
+//! past the queue a request is answered 503 with `Retry-After` at once, instead of every
+//! caller getting slower (and the process bigger: a page of 500 rows is megabytes while it
+//! is built) with each one that arrives. Heavy CPU work runs on threads of its own, as many
+//! as the machine has cores — not the runtime's blocking pool: that one grows a thread per
+//! waiting task, and each new thread's allocator arena keeps what the work used (19 MiB per
+//! argon2 hash), so a flood of sign-ins would grow the process by that much per thread.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -13,16 +14,59 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::AppError;
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// A bounded pool for one kind of heavy work.
+/// Permits for one kind of work, and a bounded queue for them.
 #[derive(Debug)]
-pub struct WorkLimit {
+pub struct Gate {
     permits: Arc<Semaphore>,
     waiting: AtomicUsize,
     max_waiting: usize,
     /// What the refusal says is busy ("sign-in", "message bodies").
     what: &'static str,
+}
+
+impl Gate {
+    /// `permits` at work at once, and at most `max_waiting` requests queued for one.
+    pub fn new(permits: usize, max_waiting: usize, what: &'static str) -> Self {
+        Gate {
+            permits: Arc::new(Semaphore::new(permits.max(1))),
+            waiting: AtomicUsize::new(0),
+            max_waiting,
+            what,
+        }
+    }
+
+    /// A permit, after waiting in the queue; `Busy` when the queue is full.
+    pub async fn acquire(&self) -> Result<OwnedSemaphorePermit, AppError> {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(AppError::Busy(format!(
+                "{} is busy: too many requests at once; try again in a few seconds",
+                self.what
+            )));
+        }
+        let _waiting = Waiting(&self.waiting);
+        self.permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| AppError::Busy(format!("{} is shutting down", self.what)))
+    }
+
+    /// Permits free now (for tests and metrics).
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A bounded pool for one kind of heavy work: a [`Gate`] and threads of its own.
+#[derive(Debug)]
+pub struct WorkLimit {
+    gate: Gate,
     /// The workers' queue; they end when the limit is dropped.
     jobs: mpsc::Sender<Job>,
 }
@@ -64,32 +108,14 @@ impl WorkLimit {
                 .expect("a worker thread starts");
         }
         WorkLimit {
-            permits: Arc::new(Semaphore::new(threads)),
-            waiting: AtomicUsize::new(0),
-            max_waiting,
-            what,
+            gate: Gate::new(threads, max_waiting, what),
             jobs: sender,
         }
     }
 
     /// A permit, after waiting in the queue; `Busy` when the queue is full.
     pub async fn acquire(&self) -> Result<OwnedSemaphorePermit, AppError> {
-        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
-            return Ok(permit);
-        }
-        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(AppError::Busy(format!(
-                "{} is busy: too many requests at once; try again in a few seconds",
-                self.what
-            )));
-        }
-        let _waiting = Waiting(&self.waiting);
-        self.permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| AppError::Busy(format!("{} is shutting down", self.what)))
+        self.gate.acquire().await
     }
 
     /// Runs `work` on this limit's threads under a permit, after waiting for one.
@@ -114,18 +140,19 @@ impl WorkLimit {
             let _ = done.send(work());
             drop(permit);
         });
+        let what = self.gate.what;
         if self.jobs.send(job).is_err() {
-            return Err(AppError::Busy(format!("{} is shutting down", self.what)));
+            return Err(AppError::Busy(format!("{what} is shutting down")));
         }
         result.await.map_err(|_| {
-            tracing::error!(what = self.what, "heavy work panicked");
-            AppError::Busy(format!("{} failed; try again", self.what))
+            tracing::error!(what, "heavy work panicked");
+            AppError::Busy(format!("{what} failed; try again"))
         })
     }
 
     /// Permits free now (for tests and metrics).
     pub fn available(&self) -> usize {
-        self.permits.available_permits()
+        self.gate.available()
     }
 }
 
@@ -141,7 +168,7 @@ mod tests {
             let limit = limit.clone();
             tokio::spawn(async move { limit.acquire().await.map(|_| ()) })
         };
-        while limit.waiting.load(Ordering::Acquire) == 0 {
+        while limit.gate.waiting.load(Ordering::Acquire) == 0 {
             tokio::task::yield_now().await;
         }
         let refused = limit.acquire().await.unwrap_err();

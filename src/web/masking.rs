@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::AppError;
-use crate::archive::{BusinessField, MessageFilter, Role, StoredBody};
+use crate::archive::{BodyStart, BusinessField, MessageFilter, Role, StoredBody};
 use crate::body::{whole_text, NotText};
 pub use crate::masking::MAX_MASKED_BODY;
 use crate::masking::{mask_json, Pointers, MASK};
@@ -82,6 +82,25 @@ impl Masking {
             },
             // What is not JSON cannot be masked, so viewers do not see it.
             None => withheld("masking is configured and this body is not JSON"),
+        }
+    }
+
+    /// [`Masking::body`] for the start of a body: one not read whole (it has more than
+    /// [`MAX_MASKED_BODY`] bytes) cannot be masked, so viewers do not see it.
+    pub fn start(&self, role: Role, start: BodyStart, schemas: Option<&Schemas>) -> BodyStart {
+        if !self.applies(role) {
+            return start;
+        }
+        let body = match start.is_whole() {
+            true => self.body(role, start.body, schemas),
+            false => withheld(&format!(
+                "masking is configured and this body is more than {} MiB, too large to mask",
+                MAX_MASKED_BODY / (1024 * 1024)
+            )),
+        };
+        BodyStart {
+            size: body.bytes.len() as u64,
+            body,
         }
     }
 
@@ -236,6 +255,28 @@ mod tests {
         let m = Masking::new(&["/card/number".into()], &[]);
         let seen = shown(&m, bomb);
         assert!(seen.contains("too large to mask"), "{seen}");
+    }
+
+    #[test]
+    fn the_start_of_a_large_body_is_withheld_not_masked() {
+        let m = Masking::new(&["/card".into()], &[]);
+        let json = br#"{"card": "4111", "pad": "#;
+        let start = BodyStart {
+            body: stored(json, Some("application/json"), None),
+            size: 100 << 20,
+        };
+        let seen = m.start(Role::Viewer, start.clone(), None);
+        let text = String::from_utf8(seen.body.bytes.clone()).unwrap();
+        assert!(text.contains("too large to mask"), "{text}");
+        assert!(seen.is_whole(), "the note is all a viewer gets");
+        assert_eq!(m.start(Role::Operator, start.clone(), None), start);
+        let whole = BodyStart {
+            body: stored(br#"{"card": "4111"}"#, None, None),
+            size: 16,
+        };
+        let seen = m.start(Role::Viewer, whole, None);
+        assert_eq!(seen.body.bytes, br#"{"card": "***"}"#);
+        assert_eq!(seen.size, 15);
     }
 
     #[test]

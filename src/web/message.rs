@@ -368,6 +368,7 @@ pub async fn detail_page(
             "no archived message with id {id:?}"
         )))
     };
+    let _reading = state.reads.acquire().await.map_err(page_error)?;
     let mut message = state
         .archive
         .get_message(numeric)
@@ -375,11 +376,16 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
     state.masking.summary(caller.role, &mut message.summary);
-    // A few bodies at a time are loaded, decoded and rendered, off the async threads.
+    // A few bodies at a time are loaded, decoded and rendered, off the async threads; of a
+    // large one, only what the page can show (or what masking may decode) is read.
     let permit = state.bodies.acquire().await.map_err(page_error)?;
+    let read = match state.masking.applies(caller.role) {
+        true => crate::masking::MAX_MASKED_BODY,
+        false => payload::READ_LIMIT,
+    };
     let stored = state
         .archive
-        .get_body(numeric)
+        .body_start(numeric, read)
         .await
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
@@ -394,10 +400,16 @@ pub async fn detail_page(
         .bodies
         .run_with(permit, move || {
             let schemas = schemas.as_deref();
-            let body = masking.body(role, stored.of_message(&archived), schemas);
-            let payload = payload::view(&body.bytes, &body.encoding().with_schemas(schemas));
+            let start = masking.start(role, stored.of_message(&archived), schemas);
+            let body = &start.body;
+            let encoding = body.encoding().with_schemas(schemas);
+            let payload = payload::view(&body.bytes, start.size, &encoding);
             let marked = highlight::mark(&payload, &terms);
-            (payload, marked, editable_body(&archived, &body.bytes))
+            // Only those who may replay get the form (its JSON is laid out as a tree).
+            let editable = (role >= crate::archive::Role::Operator && start.is_whole())
+                .then(|| editable_body(&archived, &body.bytes))
+                .flatten();
+            (payload, marked, editable)
         })
         .await
         .map_err(page_error)?;

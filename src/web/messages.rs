@@ -203,6 +203,11 @@ pub async fn count_fragment(
         .masking
         .check_search(caller.role, &filter)
         .map_err(|e| PageError::new(e, &headers))?;
+    let _reading = state
+        .reads
+        .acquire()
+        .await
+        .map_err(|e| PageError::new(e, &headers))?;
     let n = state
         .archive
         .count_messages(&filter, COUNT_CAP + 1)
@@ -256,6 +261,11 @@ pub async fn list_page(
         });
     let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
+            let _reading = state
+                .reads
+                .acquire()
+                .await
+                .map_err(|e| PageError::new(e, &headers))?;
             let mut page = state
                 .archive
                 .list_messages(&filter, page)

@@ -11,6 +11,7 @@ mod audit;
 pub mod auth;
 mod client;
 mod dlqs;
+mod download;
 mod error;
 mod export;
 mod extract;
@@ -56,6 +57,8 @@ pub use html::utc;
 pub const BODY_QUEUE: usize = 64;
 /// Sign-ins that may wait for a hashing permit.
 pub const HASH_QUEUE: usize = 64;
+/// Requests that may wait to read pages of rows (each holds nothing while it waits).
+pub const READ_QUEUE: usize = 64;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -81,6 +84,11 @@ pub struct AppState {
     pub schemas: Option<Arc<crate::structured::protobuf::Schemas>>,
     /// Loading, decoding, masking and rendering bodies: a few at a time.
     pub bodies: Arc<limits::WorkLimit>,
+    /// Reading lists, counts and messages (rows held while a page is built): a few at a
+    /// time.
+    pub reads: Arc<limits::Gate>,
+    /// Body downloads, each streamed a piece at a time: a few at once.
+    pub downloads: Arc<limits::Gate>,
     /// Password hashing (argon2 is slow and takes 19 MiB on purpose): a few at a time.
     pub hashing: Arc<limits::WorkLimit>,
     /// Where replays may publish (`--replay-exchange`).
@@ -121,6 +129,16 @@ impl AppState {
                 limits::cores(),
                 BODY_QUEUE,
                 "reading message bodies",
+            )),
+            reads: Arc::new(limits::Gate::new(
+                2 * limits::cores(),
+                READ_QUEUE,
+                "reading the archive",
+            )),
+            downloads: Arc::new(limits::Gate::new(
+                2 * limits::cores(),
+                READ_QUEUE,
+                "downloading bodies",
             )),
             hashing: Arc::new(limits::WorkLimit::new(
                 limits::cores(),

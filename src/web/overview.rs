@@ -149,12 +149,19 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
         };
         Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent, last_pass))
     };
-    let (counts, hourly, groups, recent, last_pass) = match read.await {
-        Ok(read) => read,
-        Err(e) => {
-            outages.insert(0, format!("The database is unreachable: {e}. Nothing archived can be shown; consumers hold their deliveries until it is back."));
+    let (counts, hourly, groups, recent, last_pass) = match state.reads.acquire().await {
+        // Too many readers at once: said like an outage, and the page refreshes itself.
+        Err(busy) => {
+            outages.insert(0, format!("{busy}."));
             Default::default()
         }
+        Ok(_reading) => match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                outages.insert(0, format!("The database is unreachable: {e}. Nothing archived can be shown; consumers hold their deliveries until it is back."));
+                Default::default()
+            }
+        },
     };
     let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
     let dlqs = state.management.as_ref().map(|management| {

@@ -4,11 +4,15 @@
 //! Everything here is text for the template to escape.
 
 use crate::body;
+use crate::structured::{self, DecodeError};
 
 /// The most a page shows of a body; the download has the rest.
 pub const DISPLAY_LIMIT: usize = 256 * 1024;
 /// Bodies up to this size are parsed as JSON for pretty-printing.
 const JSON_LIMIT: usize = 2 * 1024 * 1024;
+/// How much of a stored body a page reads: what it can decode, and one byte to know there
+/// is more.
+pub const READ_LIMIT: usize = JSON_LIMIT + 1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayloadKind {
@@ -48,10 +52,13 @@ pub struct PayloadView {
     pub notes: Vec<String>,
 }
 
-pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
+/// What a page shows of a body of `size` bytes whose start (or all) is `body`.
+pub fn view(body: &[u8], size: u64, encoding: &body::Encoding<'_>) -> PayloadView {
     let content_type = encoding.content_type;
     let mut notes = Vec::new();
-    if body.is_empty() {
+    // Only the start of a large body is read: what follows it is not known here.
+    let stored_whole = body.len() as u64 >= size;
+    if body.is_empty() && stored_whole {
         return PayloadView {
             kind: PayloadKind::Empty,
             tokens: vec![],
@@ -62,34 +69,50 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
     let (bytes, complete) = match body::decompress(body, encoding, JSON_LIMIT) {
         Ok(Some(decoded)) => {
             notes.push(format!(
-                "{}-decoded from {} stored bytes",
-                decoded.codec,
-                body.len()
+                "{}-decoded from {size} stored bytes",
+                decoded.codec
             ));
-            (decoded.bytes, decoded.complete)
+            (decoded.bytes, decoded.complete && stored_whole)
         }
         // Only what a page can use is copied, not a 16 MiB body.
         Ok(None) => (
             body[..body.len().min(JSON_LIMIT)].to_vec(),
-            body.len() <= JSON_LIMIT,
+            body.len() <= JSON_LIMIT && stored_whole,
         ),
+        // The start of a compressed body cut before the decoder had the page's worth.
+        Err(e) if !stored_whole => {
+            notes.push(format!(
+                "{e} (from the first {} of {size} stored bytes): they are shown",
+                structured::size(body.len())
+            ));
+            return hex_view(body, notes);
+        }
         Err(e) => {
             notes.push(format!("{e}: the stored bytes are shown"));
             return hex_view(body, notes);
         }
     };
-    if let Some(format) = crate::structured::Format::of(encoding) {
+    if let Some(format) = structured::Format::of(encoding) {
+        // At most what a page shows is written: a body of a million one-byte values costs
+        // the page's worth of JSON, not a million values.
         let decoded = match complete {
-            true => crate::structured::to_json(&bytes, format),
-            false => Err(format!(
-                "{format} larger than {} MiB decoded is not decoded",
-                JSON_LIMIT / (1024 * 1024)
-            )),
+            true => structured::to_json(&bytes, format, DISPLAY_LIMIT),
+            false => Err(DecodeError::Invalid(format!(
+                "{format} larger than {} decoded is not decoded",
+                structured::size(JSON_LIMIT)
+            ))),
         };
         match decoded {
-            Ok(value) => {
+            Ok(json) => {
                 notes.push(format!("{format}, shown as JSON"));
-                return json_view(&value, notes);
+                return json_view(&json, false, notes);
+            }
+            Err(DecodeError::TooLarge { start, .. }) => {
+                notes.push(format!(
+                    "{format}, shown as JSON: its first {} (the download has it all)",
+                    structured::size(DISPLAY_LIMIT)
+                ));
+                return json_view(&start, true, notes);
             }
             // Mislabelled (a JSON body whose `type` names a protobuf message, say): shown as
             // what its bytes are, text or hex, below.
@@ -109,8 +132,9 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
     let looks_json = content_type.is_some_and(|c| c.contains("json"))
         || matches!(text.trim_start().chars().next(), Some('{' | '['));
     if looks_json && complete && text.len() <= JSON_LIMIT {
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-            return json_view(&value, notes);
+        // Checked without building it (serde_json's `Value` is 80 bytes a value).
+        if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok() {
+            return json_view(&text, false, notes);
         }
         notes.push("declared or shaped like JSON, but does not parse: shown as text".into());
     }
@@ -126,16 +150,108 @@ pub fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
     }
 }
 
-/// A JSON value pretty-printed and highlighted, cut to what a page holds.
-fn json_view(value: &serde_json::Value, notes: Vec<String>) -> PayloadView {
-    let pretty = serde_json::to_string_pretty(value).expect("a JSON value serialises");
-    let (shown, truncated) = cut(&pretty);
+/// JSON text (valid, or a valid start: `cut`) pretty-printed and highlighted, cut to what a
+/// page holds.
+fn json_view(json: &str, cut: bool, notes: Vec<String>) -> PayloadView {
+    let (pretty, truncated) = pretty(json, DISPLAY_LIMIT);
     PayloadView {
         kind: PayloadKind::Json,
-        tokens: highlight(shown),
-        truncated,
+        tokens: highlight(&pretty),
+        truncated: truncated || cut,
         notes,
     }
+}
+
+/// JSON text laid out as serde_json's pretty printer lays it out (two-space indents), its
+/// tokens as written, in one pass that stops at `max` bytes; whether it stopped short.
+fn pretty(json: &str, max: usize) -> (String, bool) {
+    let bytes = json.as_bytes();
+    let mut out = String::new();
+    let mut depth = 0usize;
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        for _ in 0..depth {
+            out.push_str("  ");
+        }
+    };
+    let skip_space = |mut i: usize| {
+        while matches!(bytes.get(i), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = skip_space(0);
+    while i < bytes.len() {
+        if out.len() >= max {
+            break;
+        }
+        let start = i;
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                let token = json.get(start..i).unwrap_or_default();
+                out.push_str(body::prefix(token, max.saturating_sub(out.len()) + 1));
+            }
+            open @ (b'{' | b'[') => {
+                let close = if open == b'{' { b'}' } else { b']' };
+                let next = skip_space(i + 1);
+                if bytes.get(next) == Some(&close) {
+                    out.push(char::from(open));
+                    out.push(char::from(close));
+                    i = next + 1;
+                } else {
+                    out.push(char::from(open));
+                    depth += 1;
+                    newline(&mut out, depth);
+                    i += 1;
+                }
+            }
+            close @ (b'}' | b']') => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(char::from(close));
+                i += 1;
+            }
+            b',' => {
+                out.push(',');
+                newline(&mut out, depth);
+                i += 1;
+            }
+            b':' => {
+                out.push_str(": ");
+                i += 1;
+            }
+            _ => {
+                // A number or a literal, up to the next structural byte.
+                while i < bytes.len()
+                    && !matches!(
+                        bytes[i],
+                        b',' | b':'
+                            | b'{'
+                            | b'}'
+                            | b'['
+                            | b']'
+                            | b'"'
+                            | b' '
+                            | b'\n'
+                            | b'\r'
+                            | b'\t'
+                    )
+                {
+                    i += 1;
+                }
+                out.push_str(json.get(start..i).unwrap_or_default());
+            }
+        }
+        i = skip_space(i);
+    }
+    let whole = i >= bytes.len() && out.len() <= max;
+    out.truncate(body::prefix(&out, max).len());
+    (out, !whole)
 }
 
 /// The first DISPLAY_LIMIT bytes, at a character boundary.
@@ -237,6 +353,11 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// The view of a whole body.
+    fn view(body: &[u8], encoding: &body::Encoding<'_>) -> PayloadView {
+        super::view(body, body.len() as u64, encoding)
+    }
+
     fn shown(v: &PayloadView) -> String {
         v.tokens.iter().map(|t| t.text.as_str()).collect()
     }
@@ -253,7 +374,8 @@ mod tests {
         assert_eq!(class_of("\"z\""), Some("j-key"));
         assert_eq!(class_of("\"x\""), Some("j-str"));
         assert_eq!(class_of("true"), Some("j-lit"));
-        assert_eq!(class_of("-2500.0"), Some("j-num"));
+        // Numbers as written.
+        assert_eq!(class_of("-2.5e3"), Some("j-num"));
     }
 
     #[test]
@@ -358,5 +480,41 @@ mod tests {
             &body::Encoding::new(Some("application/x-msgpack"), None),
         );
         assert_eq!(v.kind, PayloadKind::Hex);
+    }
+}
+
+#[cfg(test)]
+mod starts {
+    use super::*;
+
+    #[test]
+    fn the_start_of_a_large_body_is_shown_as_a_start() {
+        let start = br#"{"order": "O-1", "pad": "xxxxxxxx"#;
+        let v = view(
+            start,
+            100 << 20,
+            &body::Encoding::new(Some("application/json"), None),
+        );
+        assert_eq!(v.kind, PayloadKind::Text);
+        assert!(v.truncated);
+        // The start of a gzip body: what it decodes to, cut.
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for i in 0..200_000 {
+            write!(gz, "{i:08x}").unwrap();
+        }
+        let gz = gz.finish().unwrap();
+        let v = view(
+            &gz[..gz.len() / 2],
+            gz.len() as u64,
+            &body::Encoding::new(None, Some("gzip")),
+        );
+        assert!(v.truncated, "{:?}", v.notes);
+        let v = view(
+            &gz[..10],
+            gz.len() as u64,
+            &body::Encoding::new(None, Some("gzip")),
+        );
+        assert_eq!(v.kind, PayloadKind::Hex, "{:?}", v.notes);
     }
 }

@@ -489,6 +489,11 @@ pub async fn list_page(
     headers: HeaderMap,
     caller: Caller,
 ) -> Result<Response, PageError> {
+    let _reading = state
+        .reads
+        .acquire()
+        .await
+        .map_err(|e| PageError::new(e, &headers))?;
     let jobs: Vec<ReplayJob> = state
         .archive
         .jobs(200)

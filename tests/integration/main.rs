@@ -7,6 +7,7 @@ mod helpers;
 mod alarms;
 mod api;
 mod auth;
+mod bounds;
 mod broker_crash;
 mod browser;
 mod causes;

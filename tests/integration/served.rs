@@ -105,3 +105,94 @@ pub fn lazarus_cli(db: &str, args: &[&str], password: Option<&str>) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A memory cgroup (v1) of its own for a served process, with a limit: what a container's
+/// memory limit (the Kubernetes manifest's) does to it. Its pages, and the archive's file
+/// pages it reads, are charged to it; past the limit the kernel reclaims, then OOM-kills.
+pub struct MemoryCgroup {
+    path: std::path::PathBuf,
+}
+
+/// The memory controller's mount (cgroup v1).
+const MEMORY_CONTROLLER: &str = "/sys/fs/cgroup/memory";
+
+impl MemoryCgroup {
+    /// Moves `pid` into a new cgroup limited to `limit_mib`; why not, when this machine has
+    /// no writable memory controller.
+    pub fn confine(pid: u32, limit_mib: u64) -> Result<MemoryCgroup, String> {
+        let path = std::path::Path::new(MEMORY_CONTROLLER).join(format!("lazarus-test-{pid}"));
+        std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let cgroup = MemoryCgroup { path };
+        let limit = (limit_mib * 1024 * 1024).to_string();
+        cgroup.write("memory.limit_in_bytes", &limit)?;
+        // With swap, the limit covers it too (the file is absent without swap accounting).
+        let _ = std::fs::write(cgroup.path.join("memory.memsw.limit_in_bytes"), &limit);
+        cgroup.write("cgroup.procs", &pid.to_string())?;
+        Ok(cgroup)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<(), String> {
+        std::fs::write(self.path.join(file), value).map_err(|e| {
+            format!(
+                "cannot write {value} to {}/{file}: {e}",
+                self.path.display()
+            )
+        })
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.path.join(file)).unwrap_or_default()
+    }
+
+    /// How many processes of it the kernel's OOM killer ended.
+    pub fn oom_kills(&self) -> u64 {
+        self.read("memory.oom_control")
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The most memory it was charged (process and page cache), in MiB.
+    pub fn max_usage_mib(&self) -> u64 {
+        self.read("memory.max_usage_in_bytes")
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+            / (1024 * 1024)
+    }
+
+    /// How often it reached its limit (and the kernel reclaimed to stay under it).
+    pub fn failcnt(&self) -> u64 {
+        self.read("memory.failcnt").trim().parse().unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Back to the root cgroup, so that this one can be removed.
+        for pid in self.read("cgroup.procs").split_whitespace() {
+            let _ = std::fs::write(format!("{MEMORY_CONTROLLER}/cgroup.procs"), pid);
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+impl Served {
+    /// Whether the process is still running (not ended, not a zombie).
+    pub fn alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim().starts_with('Z'))
+            })
+            .is_some_and(|zombie| !zombie)
+    }
+
+    /// Forgets the peak resident memory so far (`VmHWM` starts again from what is resident
+    /// now): what a phase of a test costs, after the one before it.
+    pub fn reset_peak(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid), "5").unwrap();
+    }
+}

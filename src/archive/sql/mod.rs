@@ -68,6 +68,18 @@ pub trait SqlArchive: Send + Sync {
         limit: u32,
     ) -> Result<Vec<i64>, sqlx::Error>;
 
+    /// `len` bytes of message `id`'s stored body from byte `offset` (fewer at its end), `None`
+    /// when it has none. By default `substr()`, which PostgreSQL slices out of the stored
+    /// value; SQLite's loads the whole value to cut it, so its archive reads the file's blob.
+    async fn read_body_part(
+        &self,
+        id: i64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, sqlx::Error> {
+        body_part_by_sql(self.db(), id, offset, len).await
+    }
+
     /// Inserts job `id`'s items, inside the transaction `conn` is in: the messages of the
     /// spec's selection, with the spec's target or each message's own; how many.
     async fn freeze_selection(
@@ -76,6 +88,23 @@ pub trait SqlArchive: Send + Sync {
         id: i64,
         spec: &JobSpec<'_>,
     ) -> Result<u64, sqlx::Error>;
+}
+
+/// [`SqlArchive::read_body_part`] with `substr()` (1-based, in bytes on both backends).
+pub async fn body_part_by_sql(
+    db: Pool<'_>,
+    id: i64,
+    offset: u64,
+    len: usize,
+) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    let row = db
+        .fetch_optional(
+            "SELECT substr(body, CAST($2 AS INTEGER), CAST($3 AS INTEGER)) AS part \
+             FROM message_bodies WHERE message_id = $1",
+            args![id, offset as i64 + 1, len as i64],
+        )
+        .await?;
+    row.map(|row| row.column("part")).transpose()
 }
 
 /// Milliseconds since the Unix epoch: how every time column is stored.

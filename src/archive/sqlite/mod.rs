@@ -3,6 +3,7 @@
 //! name); what both backends do the same way is in `sql/`.
 
 mod actions;
+mod blobs;
 mod file;
 mod ingest;
 mod messages;
@@ -28,6 +29,8 @@ const WAL_CHECKPOINT_PAGES: u64 = 16_384;
 #[derive(Debug, Clone)]
 pub struct SqliteArchive {
     pool: SqlitePool,
+    /// Where bodies are read a piece at a time (none for an in-memory database).
+    blobs: Option<blobs::Blobs>,
 }
 
 impl SqliteArchive {
@@ -80,7 +83,8 @@ impl SqliteArchive {
         if let Some(file) = &file {
             file::make_private(file).map_err(sqlx::Error::Io)?;
         }
-        Ok(SqliteArchive { pool })
+        let blobs = file.map(|file| blobs::Blobs { file });
+        Ok(SqliteArchive { pool, blobs })
     }
 
     /// The pool, for tests and tools that inspect the file directly.
@@ -109,6 +113,21 @@ async fn release_only_if_idle(conn: &mut sqlx::SqliteConnection) -> Result<bool,
 impl SqlArchive for SqliteArchive {
     fn db(&self) -> Pool<'_> {
         Pool::Sqlite(&self.pool)
+    }
+
+    async fn read_body_part(
+        &self,
+        id: i64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, sqlx::Error> {
+        let Some(blobs) = self.blobs.clone() else {
+            return super::sql::body_part_by_sql(self.db(), id, offset, len).await;
+        };
+        tokio::task::spawn_blocking(move || blobs.read(id, offset, len))
+            .await
+            .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
+            .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))
     }
 
     async fn rewrite_search(
