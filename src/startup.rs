@@ -349,10 +349,9 @@ async fn archive_ready(work: &Work, token: &CancellationToken) -> bool {
                     warned = true;
                 }
                 for dlq in &work.dlqs {
-                    work.state.status.set(
-                        dlq,
-                        ConsumerState::DatabaseUnavailable(e.to_string()),
-                    );
+                    work.state
+                        .status
+                        .set(dlq, ConsumerState::DatabaseUnavailable(e.to_string()));
                 }
             }
         }
