@@ -613,7 +613,10 @@ async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first
                 c.connection.amqp_url = home.url();
                 c.management_url = Some(management.clone());
                 c.discover.discover = true;
-                c.discover.patterns.include = vec!["*/*".into()];
+                // `*/*` as the attack had it, narrowed to this test's two vhosts: on the
+                // shared broker `*/*` would also take the DLQs of the tests running beside it.
+                c.discover.patterns.include =
+                    vec![format!("{}/*", home.name), format!("{}/*", other.name)];
                 c.discover.discover_interval_secs = 1;
             })
             .await;

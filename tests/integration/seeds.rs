@@ -218,7 +218,12 @@ async fn seed_000_ttl_retry_loop_with_parking_queue() {
     assert_eq!(detail["queue"], parking.as_str());
     assert_eq!(
         detail["body"],
-        json!({"encoding": "text", "data": std::str::from_utf8(body).unwrap()})
+        json!({
+            "encoding": "text",
+            "data": std::str::from_utf8(body).unwrap(),
+            "size": body.len(),
+            "truncated": false
+        })
     );
     assert_eq!(app.body(detail["id"].as_str().unwrap()).await, body);
     assert!(detail["death_problems"].as_array().unwrap().is_empty());
