@@ -76,6 +76,9 @@ impl Application {
         let home = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
         let dlqs = crate::amqp::dlq::parse_all(&config.queues, &home)
             .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
+        // Checked here, so that a threshold naming no DLQ stops Lazarus with the reason.
+        crate::notify::Thresholds::new(&config.webhooks.thresholds, &home)
+            .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -307,7 +310,11 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         tracker.spawn(crate::notify::watch(
             background.clone(),
             crate::notify::Settings {
-                thresholds: crate::notify::Thresholds::new(&args.thresholds),
+                thresholds: crate::notify::Thresholds::new(
+                    &args.thresholds,
+                    &crate::amqp::dlq::home_vhost(&config.connection.amqp_url),
+                )
+                .expect("checked at start-up"),
                 every: Duration::from_secs(args.webhook_interval_secs),
             },
             webhooks,

@@ -113,19 +113,23 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
-    pub fn new(specs: &[ThresholdSpec]) -> Self {
+    /// The thresholds, each queue read as `--queue` reads it (`name` in the AMQP URL's vhost
+    /// `home`, `vhost/name` in another, `/name` for a home queue whose name holds `/`), so
+    /// that it names the DLQ by the archive's key for it.
+    pub fn new(specs: &[ThresholdSpec], home: &str) -> Result<Self, String> {
         let mut thresholds = Thresholds::default();
         for spec in specs {
             match &spec.queue {
-                Some(queue) => thresholds
-                    .own
-                    .entry(queue.clone())
-                    .or_default()
-                    .push(spec.open),
+                Some(queue) => {
+                    let key = crate::amqp::dlq::Dlq::parse(queue, home)
+                        .map_err(|e| format!("--webhook-threshold {spec}: {e}"))?
+                        .key();
+                    thresholds.own.entry(key).or_default().push(spec.open)
+                }
                 None => thresholds.every.push(spec.open),
             }
         }
-        thresholds
+        Ok(thresholds)
     }
 
     fn of(&self, queue: &str) -> &[u64] {
@@ -288,9 +292,23 @@ mod tests {
                 open: 50
             }
         );
-        let t = Thresholds::new(&specs);
+        let t = Thresholds::new(&specs, "shop").unwrap();
         assert_eq!(t.of("orders:q.dlq"), [50, 5000]);
         assert_eq!(t.of("other"), [1000, 7]);
+        // Queues are named as --queue names them: by the archive's key for the DLQ.
+        let named: Vec<ThresholdSpec> = ["shop/q:1", "%2Fa/b:2", "/x/y:3"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let t = Thresholds::new(&named, "shop").unwrap();
+        assert_eq!(
+            t.of("q"),
+            [1],
+            "the home vhost spelled out is the home vhost"
+        );
+        assert_eq!(t.of("%2Fa/b"), [2]);
+        assert_eq!(t.of("/x/y"), [3], "a home queue whose name holds /");
+        assert!(t.of("x/y").is_empty(), "not vhost x's queue y");
         for wrong in ["", "q:", "q:0", "q:-1", "q:many", "1.5"] {
             let e = wrong.parse::<ThresholdSpec>().unwrap_err();
             assert!(e.contains("[QUEUE:]N"), "{wrong}: {e}");
