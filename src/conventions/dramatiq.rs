@@ -9,8 +9,10 @@ use serde_json::Value;
 use super::fields::{cut, non_blank, Fields, MAX_BODY_BYTES, MAX_TEXT_BYTES, MAX_TRACE_BYTES};
 use super::{Convention, Delivery, FrameworkFailure};
 
-/// Dramatiq's own JSON (compact, `queue_name` first, `actor_name` next) shows both names
-/// this early; a body without them there is looked at only in a `.XQ` queue.
+/// How Dramatiq's JSON encoder starts a message (compact, its fields in dataclass order);
+/// `actor_name` follows the queue's name, well within [`SIGNATURE_BYTES`]. Another body is
+/// looked at only in a `.XQ` queue.
+const SIGNATURE: &str = r#"{"queue_name":"#;
 const SIGNATURE_BYTES: usize = 1024;
 
 #[derive(Deserialize)]
@@ -24,8 +26,7 @@ pub fn read(d: &Delivery<'_>) -> Option<FrameworkFailure> {
     let in_xq = d.queue.ends_with(".XQ");
     let body = d.body_text.map(str::trim_start).unwrap_or_default();
     let head = cut(body, SIGNATURE_BYTES);
-    let looks_like =
-        head.starts_with('{') && head.contains("\"queue_name\"") && head.contains("\"actor_name\"");
+    let looks_like = head.starts_with(SIGNATURE) && head.contains(r#""actor_name":"#);
     if !in_xq && !looks_like {
         return None;
     }

@@ -98,6 +98,15 @@ fn the_php_serializers_body_gives_the_same() {
 }
 
 #[test]
+fn the_base64_signature_is_the_envelopes() {
+    use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
+    assert_eq!(
+        ENVELOPE_BASE64,
+        BASE64.encode(&ENVELOPE[0].as_bytes()[..45])
+    );
+}
+
+#[test]
 fn a_broken_php_body_is_said() {
     let headers = Table::new();
     let cut_short = &PHP_BODY[..2000];
