@@ -11,6 +11,7 @@ pub mod body;
 pub mod cause;
 pub mod cjk;
 pub mod config;
+pub mod conventions;
 pub mod death;
 pub mod demo;
 pub mod export_cli;

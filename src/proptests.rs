@@ -313,3 +313,112 @@ proptest! {
         prop_assert_eq!(a.key() == b.key(), a == b, "{:?} {:?}", a, b);
     }
 }
+
+/// Header names of every framework convention (some in another case), beside any others.
+fn convention_name() -> impl Strategy<Value = Vec<u8>> {
+    let names = prop::sample::select(vec![
+        "x-exception-message",
+        "x-exception-stacktrace",
+        "x-original-exchange",
+        "x-original-routingKey",
+        "X-ORIGINAL-EXCHANGE",
+        "__TypeId__",
+        "MT-Reason",
+        "MT-Fault-InputAddress",
+        "MT-Fault-ExceptionType",
+        "MT-Fault-Message",
+        "MT-Fault-StackTrace",
+        "MT-Fault-MessageType",
+        "MT-MessageType",
+        "NServiceBus.FailedQ",
+        "NServiceBus.ExceptionInfo.Message",
+        "NServiceBus.EnclosedMessageTypes",
+        "NServiceBus.MessageId",
+        "type",
+        "X-Message-Stamp-Symfony\\Component\\Messenger\\Stamp\\ErrorDetailsStamp",
+        "X-Message-Stamp-Symfony\\Component\\Messenger\\Stamp\\SentToFailureTransportStamp",
+        "reason_poisoned",
+        "topic_poisoned",
+        "handler_poisoned",
+        "x-death",
+    ]);
+    prop_oneof![names.prop_map(|n| n.as_bytes().to_vec()), name()]
+}
+
+/// Values a convention header may hold: anything, or text shaped like what it expects.
+fn convention_value() -> impl Strategy<Value = AmqpValue> {
+    let shaped = prop::sample::select(vec![
+        "fault",
+        "dead-letter",
+        "",
+        "rabbitmq://h/q",
+        "rabbitmq://h/%2F/q?queue=x",
+        "queue:q",
+        "rabbitmq://h/a/b/c",
+        "amqp://h/q",
+        "rabbitmq://h/%zz/q",
+        "panic occurred: 1, stacktrace: \n",
+        "[]",
+        "[{}]",
+        r#"[{"exceptionClass":1,"flattenException":{"previous":{"previous":7}}}]"#,
+        r#"[{"originalReceiverName":null}]"#,
+        "A, B;C",
+        ";",
+    ]);
+    prop_oneof![
+        value(),
+        shaped.prop_map(AmqpValue::text),
+        "\\PC{0,40}".prop_map(|s| AmqpValue::text(&s)),
+    ]
+}
+
+/// Bodies a convention reads: anything, Dramatiq-shaped JSON, PHP-serialized envelopes
+/// (the real one cut or damaged anywhere) and base64.
+fn convention_body() -> impl Strategy<Value = String> {
+    let php = include_str!("conventions/fixtures/symfony_php_body.txt");
+    prop_oneof![
+        "\\PC{0,200}",
+        ("[a-z.]{0,8}", "\\PC{0,20}", any::<bool>()).prop_map(|(q, a, opts)| format!(
+            r#"{{"queue_name":"{q}","actor_name":{a:?},"options":{}}}"#,
+            if opts { r#"{"traceback":["x"]}"# } else { "7" }
+        )),
+        (any::<prop::sample::Index>(), any::<u8>()).prop_map(move |(at, byte)| {
+            let i = at.index(php.len());
+            let mut bytes = php.as_bytes().to_vec();
+            bytes[i] = byte;
+            let cut = at.index(php.len() + 1);
+            String::from_utf8_lossy(&bytes[..cut]).into_owned()
+        }),
+        "[A-Za-z0-9+/=]{0,80}".prop_map(|b| format!("TzozNjpcIlN5bWZvbnlc{b}")),
+        "\\PC{0,60}"
+            .prop_map(|s| format!(r#"O:36:\"Symfony\\Component\\Messenger\\Envelope\":{s}"#)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn any_headers_and_body_read_as_a_convention_or_none(
+        headers in table_of(convention_name(), convention_value(), 0..8),
+        body in proptest::option::of(convention_body()),
+        queue in prop::sample::select(vec!["q_error", "q_skipped", "q.XQ", "in.g.dlq", "error", "_error", ".XQ", "dlq"]),
+        routing_key in "[a-z.]{0,6}",
+        vhost in prop::sample::select(vec!["/", "billing"]),
+    ) {
+        let delivery = crate::conventions::Delivery {
+            queue, vhost, routing_key: &routing_key, headers: Some(&headers), body_text: body.as_deref(),
+        };
+        if let Some(failure) = crate::conventions::read(&delivery) {
+            if let Some(target) = &failure.target {
+                prop_assert!(target.exchange.len() <= 255 && target.routing_key.len() <= 255);
+                prop_assert!(failure.target_from.is_some());
+            }
+            prop_assert!(failure.stack_trace.as_ref().is_none_or(|t| t.len() <= crate::conventions::MAX_TRACE_BYTES));
+            for text in [&failure.error_type, &failure.message, &failure.message_type, &failure.failed_queue] {
+                prop_assert!(text.as_ref().is_none_or(|t| t.len() <= crate::conventions::MAX_TEXT_BYTES));
+            }
+            prop_assert!(failure.problems.iter().all(|p| !p.is_empty()));
+        }
+    }
+}
