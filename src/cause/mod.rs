@@ -49,6 +49,8 @@ impl Cause {
         let parsed = trace.and_then(trace::parse);
         let (mut kind, mut text, frame, runtime) = match parsed {
             Some((runtime, root)) => (root.error_type, root.message, root.frame, Some(runtime)),
+            // Text that is no trace says less than a message given beside it.
+            None if given_message.is_some() => (None, String::new(), None, None),
             None => {
                 let line = trace.map(first_line).unwrap_or_default();
                 let (kind, text) = split_type(&line);
@@ -125,6 +127,16 @@ mod tests {
         let plain = Cause::from_text("tax service timed out after 30 s");
         assert_eq!(plain.error_type, None);
         assert_eq!(plain.signature(), "tax service timed out after <n> s");
+    }
+
+    #[test]
+    fn a_message_beside_text_that_is_no_trace_is_the_message() {
+        let cause = Cause::from_parts(
+            None,
+            Some("panic occurred: \"boom\""),
+            Some("goroutine 23 [running]:\nmain.handle()\n\t/app/main.go:12 +0x1d\n"),
+        );
+        assert_eq!(cause.message, "panic occurred: \"boom\"");
     }
 
     #[test]

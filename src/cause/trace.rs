@@ -13,6 +13,7 @@ pub enum Runtime {
     Node,
     Go,
     Ruby,
+    Php,
 }
 
 impl Runtime {
@@ -24,6 +25,7 @@ impl Runtime {
             Runtime::Node => "node",
             Runtime::Go => "go",
             Runtime::Ruby => "ruby",
+            Runtime::Php => "php",
         }
     }
 }
@@ -53,6 +55,11 @@ pub fn parse(text: &str) -> Option<(Runtime, Root)> {
         && lines.iter().any(|l| l.starts_with("panic: "))
     {
         return Some((Runtime::Go, go(&lines)));
+    }
+    if lines.iter().any(|l| l.trim() == "Stack trace:")
+        && lines.iter().any(|l| php_frame(l).is_some())
+    {
+        return Some((Runtime::Php, php(&lines)));
     }
     if lines.first().is_some_and(|l| ruby_head(l).is_some()) {
         return Some((Runtime::Ruby, ruby(&lines)));
@@ -122,7 +129,7 @@ fn library(frame: &str) -> bool {
         "sync.",
         "async ",
     ];
-    const PARTS: [&str; 12] = [
+    const PARTS: [&str; 14] = [
         "site-packages/",
         "dist-packages/",
         "/lib/python",
@@ -135,6 +142,8 @@ fn library(frame: &str) -> bool {
         "<internal:",
         "/usr/local/go/src/",
         "/usr/lib/go",
+        "/vendor/",
+        "[internal function]",
     ];
     let frame = frame.trim_start_matches("async ");
     PREFIXES.iter().any(|p| frame.starts_with(p)) || PARTS.iter().any(|p| frame.contains(p))
@@ -163,7 +172,7 @@ pub fn split_type(line: &str) -> (Option<String>, String) {
 }
 
 /// Whether a word is an exception type's name: an identifier, maybe qualified (`a.b.C`,
-/// `A::B`, generic .NET names), that reads like one.
+/// `A::B`, PHP's `A\B`, generic .NET names), that reads like one.
 pub fn is_type(word: &str) -> bool {
     let mut chars = word.chars();
     let starts = chars.next().is_some_and(|c| c.is_alphabetic() || c == '_');
@@ -171,8 +180,9 @@ pub fn is_type(word: &str) -> bool {
         && word.len() <= 200
         && word
             .chars()
-            .all(|c| c.is_alphanumeric() || "._$:`+<>[],".contains(c))
+            .all(|c| c.is_alphanumeric() || "._$:`+<>[],\\".contains(c))
         && (word.contains('.')
+            || word.contains('\\')
             || word.contains("::")
             || named_like_error(word)
             || word.chars().filter(|c| c.is_uppercase()).count() >= 2
@@ -373,6 +383,45 @@ fn go(lines: &[&str]) -> Root {
     }
 }
 
+/// A PHP frame: `#0 /app/src/Handler.php(23): App\Handler->__invoke()`, `#3 {main}`.
+fn php_frame(line: &str) -> Option<&str> {
+    let rest = line.trim().strip_prefix('#')?;
+    let (n, frame) = rest.split_once(' ')?;
+    (n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() && frame != "{main}").then_some(frame)
+}
+
+/// PHP, as Symfony's `FlattenException::getAsString()` prints a chain: the root cause first
+/// (`Class: message in /file.php:47`, `Stack trace:`, `#0 …` frames), then each wrapper after
+/// `Next `.
+fn php(lines: &[&str]) -> Root {
+    let header = lines
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    let (error_type, message) = split_type(header);
+    // `… in /app/src/Handler.php:23`: where it was thrown, not part of the message.
+    let message = match message.rsplit_once(" in ") {
+        Some((text, at))
+            if at
+                .rsplit_once(':')
+                .is_some_and(|(_, n)| n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty()) =>
+        {
+            text.to_owned()
+        }
+        _ => message,
+    };
+    let root_frames = lines
+        .iter()
+        .take_while(|l| !l.trim_start().starts_with("Next "))
+        .filter_map(|l| php_frame(l));
+    Root {
+        error_type,
+        message,
+        frame: first_app(root_frames),
+    }
+}
+
 /// `/app/x.rb:3:in 'm': message (Type)` (backticks before Ruby 3.4): the location, the
 /// message and the type.
 fn ruby_head(line: &str) -> Option<(&str, &str, &str)> {
@@ -404,6 +453,30 @@ fn ruby(lines: &[&str]) -> Root {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_php_chain_names_its_root_and_its_frame() {
+        let trace = "App\\Exception\\CustomerNotFound: no customer C-1007 in /app/src/Handler.php:23\n\
+            Stack trace:\n\
+            #0 /app/vendor/symfony/messenger/Middleware/HandleMessageMiddleware.php(152): App\\Handler->__invoke()\n\
+            #1 /app/src/Handler.php(40): App\\Handler->load()\n\
+            #2 {main}\n\n\
+            Next App\\Exception\\InvoiceFailed: invoice INV-42 could not be sent in /app/src/Send.php:9\n\
+            Stack trace:\n\
+            #0 /app/src/Send.php(9): App\\Send->run()\n\
+            #1 {main}";
+        let (runtime, root) = parse(trace).unwrap();
+        assert_eq!(runtime, Runtime::Php);
+        assert_eq!(
+            root.error_type.as_deref(),
+            Some("App\\Exception\\CustomerNotFound")
+        );
+        assert_eq!(root.message, "no customer C-1007");
+        assert_eq!(
+            root.frame.as_deref(),
+            Some("/app/src/Handler.php(40): App\\Handler->load()")
+        );
+    }
 
     #[test]
     fn types_are_told_from_prose() {
