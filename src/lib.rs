@@ -14,6 +14,7 @@ pub mod config;
 pub mod death;
 pub mod demo;
 pub mod export_cli;
+pub mod field_match;
 pub mod health_cli;
 pub mod http;
 pub mod import_cli;
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod metrics;
 pub mod migrate_cli;
 pub mod notify;
+pub mod numbers;
 #[cfg(test)]
 mod proptests;
 pub mod replay;
