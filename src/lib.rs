@@ -15,6 +15,7 @@ pub mod conventions;
 pub mod death;
 pub mod demo;
 pub mod export_cli;
+pub mod field_match;
 pub mod health_cli;
 pub mod http;
 pub mod import_cli;
@@ -24,6 +25,7 @@ pub mod memory;
 pub mod metrics;
 pub mod migrate_cli;
 pub mod notify;
+pub mod numbers;
 #[cfg(test)]
 mod proptests;
 pub mod replay;

@@ -30,10 +30,20 @@ pub const BUILT_IN_FIELDS: [&str; 11] = [
 ];
 
 /// One `field:value` term.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldTerm {
     pub field: String,
     pub value: String,
+    /// `field:value*` on a business field: any value with a word starting so.
+    pub prefix: bool,
+}
+
+impl FieldTerm {
+    /// Whether the field is a business field (`--field`), found by its words
+    /// ([`crate::field_match`]); built-in fields compare whole values.
+    pub fn is_business(&self) -> bool {
+        !BUILT_IN_FIELDS.contains(&self.field.as_str())
+    }
 }
 
 /// A parsed query: the text to find (words and phrases, all required) and the fields to match.
@@ -232,7 +242,23 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
                 if value.is_empty() {
                     return Err(SearchError::EmptyValue { field });
                 }
-                search.fields.push(FieldTerm { field, value });
+                let mut term = FieldTerm {
+                    field,
+                    value,
+                    prefix: false,
+                };
+                // `customer:acme*`: a business field's value with a word starting so. (A
+                // quoted value keeps its `*`, and built-in fields compare whole values.)
+                if term.is_business() && !rest.is_empty() && term.value.ends_with('*') {
+                    let core = term.value.trim_end_matches('*');
+                    let letters = core.chars().filter(|c| c.is_alphanumeric()).count();
+                    if letters < MIN_PREFIX_CHARS && !core.chars().any(crate::cjk::is_cjk) {
+                        return Err(SearchError::ShortPrefix(format!("{}:{core}", term.field)));
+                    }
+                    term.value = core.to_owned();
+                    term.prefix = true;
+                }
+                search.fields.push(term);
                 continue;
             }
             // Not a field: pasted text such as `NullPointerException:` or `09:30`.
@@ -244,8 +270,9 @@ pub fn parse(input: &str, business_fields: &[String]) -> Result<Search, SearchEr
     if terms > MAX_TERMS {
         return Err(SearchError::TooManyTerms(terms));
     }
-    if search.prefixes.len() > MAX_PREFIXES {
-        return Err(SearchError::TooManyPrefixes(search.prefixes.len()));
+    let prefixes = search.prefixes.len() + search.fields.iter().filter(|t| t.prefix).count();
+    if prefixes > MAX_PREFIXES {
+        return Err(SearchError::TooManyPrefixes(prefixes));
     }
     Ok(search)
 }
@@ -280,11 +307,18 @@ impl fmt::Display for Search {
         parts.extend(self.prefixes.iter().map(|p| format!("{p}*")));
         parts.extend(self.phrases.iter().map(|p| quote(p)));
         parts.extend(self.fields.iter().map(|t| {
-            let plain =
-                !t.value.is_empty() && !t.value.contains(|c: char| c.is_whitespace() || c == '"');
+            let plain = !t.value.is_empty()
+                && !t.value.contains(|c: char| c.is_whitespace() || c == '"')
+                // A business value ending in `*` that is no prefix is quoted, so it reads
+                // back as typed — but for a mask (`card:***`), which is only ever shown.
+                && (t.prefix
+                    || !t.value.ends_with('*')
+                    || !t.is_business()
+                    || t.value.trim_end_matches('*').is_empty());
+            let star = if t.prefix { "*" } else { "" };
             match plain {
-                true => format!("{}:{}", t.field, t.value),
-                false => format!("{}:{}", t.field, quote(&t.value)),
+                true => format!("{}:{}{star}", t.field, t.value),
+                false => format!("{}:{}{star}", t.field, quote(&t.value)),
             }
         }));
         f.write_str(&parts.join(" "))
@@ -333,11 +367,13 @@ mod tests {
             [
                 FieldTerm {
                     field: "queue".into(),
-                    value: "billing.dlq".into()
+                    value: "billing.dlq".into(),
+                    prefix: false,
                 },
                 FieldTerm {
                     field: "invoice".into(),
-                    value: "INV-2026-00042".into()
+                    value: "INV-2026-00042".into(),
+                    prefix: false,
                 },
             ]
         );
@@ -452,6 +488,36 @@ mod tests {
         assert_eq!(
             s.to_string(),
             r#"死信 单 order 消息队列* "测试死信" queue:q"#
+        );
+    }
+
+    #[test]
+    fn a_business_field_takes_a_prefix_and_a_built_in_one_keeps_its_star() {
+        let s = parse(r#"invoice:INV-2026* queue:odd* invoice:"a*""#, &fields()).unwrap();
+        assert_eq!(
+            (s.fields[0].value.as_str(), s.fields[0].prefix),
+            ("INV-2026", true)
+        );
+        assert_eq!(
+            (s.fields[1].value.as_str(), s.fields[1].prefix),
+            ("odd*", false)
+        );
+        assert_eq!(
+            (s.fields[2].value.as_str(), s.fields[2].prefix),
+            ("a*", false)
+        );
+        assert_eq!(parse(&s.to_string(), &fields()).unwrap(), s, "{s}");
+        assert_eq!(
+            parse("invoice:in*", &fields()).unwrap_err(),
+            SearchError::ShortPrefix("invoice:in".into())
+        );
+        assert_eq!(
+            parse("invoice:inv* a* b* c* d*", &fields()).unwrap_err(),
+            SearchError::ShortPrefix("a".into())
+        );
+        assert_eq!(
+            parse("invoice:inv* aaa* bbb* ccc* ddd*", &fields()).unwrap_err(),
+            SearchError::TooManyPrefixes(5)
         );
     }
 

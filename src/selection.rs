@@ -79,6 +79,15 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub until: Option<String>,
+    /// Published by this replay job (its id): with `status`, its copies still settling
+    /// (`replayed`), settled, or died again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub job: Option<String>,
+    /// The copies that died again (archived back, open) of what this replay job published.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub copies_of_job: Option<String>,
     /// Messages per page: 1 to 500 (default 50).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(skip)]
@@ -112,6 +121,8 @@ impl ListParams {
             content_type: keep(&self.content_type),
             since: keep(&self.since),
             until: keep(&self.until),
+            job: keep(&self.job),
+            copies_of_job: keep(&self.copies_of_job),
             limit: None,
             cursor: None,
         }
@@ -141,6 +152,8 @@ impl ListParams {
             ("content_type", &self.content_type),
             ("since", &self.since),
             ("until", &self.until),
+            ("job", &self.job),
+            ("copies_of_job", &self.copies_of_job),
             ("limit", &self.limit),
             ("cursor", &self.cursor),
         ];
@@ -166,9 +179,23 @@ impl ListParams {
         let mut search = search::parse(given(&self.q).unwrap_or(""), business_fields)
             .map_err(|e| InvalidSelection(e.to_string()))?;
         let stored_vhost = |v: &str| crate::amqp::dlq::stored_vhost(v, home_vhost);
-        for term in search.fields.iter_mut().filter(|t| t.field == "vhost") {
-            term.value = stored_vhost(&term.value);
+        for term in search.fields.iter_mut() {
+            match term.field.as_str() {
+                "vhost" => term.value = stored_vhost(&term.value),
+                // Words of Lazarus' own vocabulary, whatever their case (`status:Open`).
+                "status" | "reason" => term.value = term.value.to_lowercase(),
+                _ => {}
+            }
         }
+        let job = |name: &str, v: &Option<String>| -> Result<Option<i64>, InvalidSelection> {
+            given(v)
+                .map(|s| {
+                    s.parse::<i64>().map_err(|_| {
+                        InvalidSelection(format!("{name} must be a replay job's id, not {s:?}"))
+                    })
+                })
+                .transpose()
+        };
 
         let time = |name: &str,
                     v: &Option<String>|
@@ -189,7 +216,7 @@ impl ListParams {
         };
         let status = given(&self.status)
             .map(|s| {
-                StatusFilter::parse(s).ok_or_else(|| {
+                StatusFilter::parse(&s.to_lowercase()).ok_or_else(|| {
                     InvalidSelection(format!(
                         "status must be open, resolved, archived, replayed, replay_failed, \
                          dismissed, settled or died_again, not {s:?}"
@@ -220,7 +247,7 @@ impl ListParams {
         let filter = MessageFilter {
             queue: text(&self.queue),
             vhost: given(&self.vhost).map(stored_vhost),
-            reason: text(&self.reason),
+            reason: given(&self.reason).map(str::to_lowercase),
             first_death_queue: text(&self.first_death_queue),
             error: text(&self.error),
             exchange: text(&self.exchange),
@@ -231,6 +258,8 @@ impl ListParams {
             content_type: text(&self.content_type),
             text: search.text_query(),
             terms: search.fields,
+            job: job("job", &self.job)?,
+            copies_of_job: job("copies_of_job", &self.copies_of_job)?,
         };
         Ok((filter, PageRequest { limit, before }))
     }
@@ -346,6 +375,42 @@ mod tests {
         // Without the business field, `invoice:` is text.
         let (filter, _) = params(&[("q", "invoice:INV-1")]).parse(&[], "/").unwrap();
         assert_eq!(filter.text.unwrap().words, ["invoice:INV-1"]);
+    }
+
+    #[test]
+    fn lazarus_own_words_are_found_whatever_their_case() {
+        let (filter, _) = params(&[
+            ("q", "status:OPEN%20reason:Rejected"),
+            ("reason", "EXPIRED"),
+        ])
+        .parse(&[], "/")
+        .unwrap();
+        assert_eq!(
+            filter.conditions(),
+            [
+                ("reason", "expired"),
+                ("status", "open"),
+                ("reason", "rejected")
+            ]
+        );
+        let (filter, _) = params(&[("status", "Died_Again")]).parse(&[], "/").unwrap();
+        assert_eq!(
+            filter.status,
+            Some(StatusFilter::One(MessageStatus::DiedAgain))
+        );
+    }
+
+    #[test]
+    fn a_job_filter_takes_a_job_id() {
+        let (filter, _) = params(&[("job", "7"), ("copies_of_job", "8")])
+            .parse(&[], "/")
+            .unwrap();
+        assert_eq!((filter.job, filter.copies_of_job), (Some(7), Some(8)));
+        let err = params(&[("job", "seven")]).parse(&[], "/").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "job must be a replay job's id, not \"seven\""
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use super::{JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, RetentionCount, Selection};
 use crate::death::ReplayTarget;
+use crate::numbers::thousands;
 
 /// The most of an actor and of a summary an entry keeps (the web caps names and fields well
 /// below this; this bounds what any path can append)…
@@ -45,7 +46,8 @@ pub fn single_message(selection: &Selection) -> Option<i64> {
 
 /// The audit line of an action on a selection (`dismissed`, `purged`).
 pub fn action_summary(done: &str, count: u64, selection_text: &str, note: &str) -> String {
-    format!("{done} {count} messages ({selection_text}): {note}")
+    let count = crate::numbers::count(count as i64, "message", "messages");
+    format!("{done} {count} ({selection_text}): {note}")
 }
 
 /// The audit action and line of a new job (or plan).
@@ -61,11 +63,11 @@ pub fn create_summary(spec: &JobSpec<'_>, id: i64, plan: &Plan) -> (&'static str
     };
     let summary = format!(
         "{verb} replay job {id}: {} of {} selected messages to publish to {target}; selection {}{}{}",
-        plan.to_publish,
-        plan.messages,
+        thousands(plan.to_publish),
+        thousands(plan.messages),
         spec.selection_text,
         spec.rate_per_sec
-            .map(|r| format!("; at most {r}/s"))
+            .map(|r| format!("; at most {}/s", thousands(i64::from(r))))
             .unwrap_or_default(),
         if spec.include_replayed {
             "; including already replayed"
@@ -87,9 +89,9 @@ pub fn control_summary(action: JobAction, job: &ReplayJob) -> String {
             JobAction::Cancel => "cancelled",
         },
         job.id,
-        job.counts.published,
-        job.counts.problems(),
-        job.counts.pending,
+        thousands(job.counts.published),
+        thousands(job.counts.problems()),
+        thousands(job.counts.pending),
     )
 }
 
@@ -98,7 +100,12 @@ pub fn complete_summary(job: &ReplayJob) -> String {
     let c = job.counts;
     format!(
         "replay job {} completed: {} published, {} unroutable, {} nacked, {} failed, {} skipped",
-        job.id, c.published, c.unroutable, c.nacked, c.failed, c.skipped
+        job.id,
+        thousands(c.published),
+        thousands(c.unroutable),
+        thousands(c.nacked),
+        thousands(c.failed),
+        thousands(c.skipped)
     )
 }
 

@@ -188,6 +188,39 @@ impl ReplayJob {
     }
 }
 
+/// What became of the copies a job published, by the status of each message it published
+/// now: did the fix hold?
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CopyCounts {
+    /// Published, and settling: open until `--settle-secs` after its publish, unless its
+    /// copy dies again first.
+    pub settling: i64,
+    /// Published, and its copy did not come back within the settle time: resolved.
+    pub settled: i64,
+    /// Published, and its copy died again: the copy, archived back, is the open record now.
+    pub died_again: i64,
+    /// Published, then dismissed or replayed once more since.
+    pub changed_since: i64,
+}
+
+impl CopyCounts {
+    /// The messages the job published (whatever became of them).
+    pub fn published(&self) -> i64 {
+        self.settling + self.settled + self.died_again + self.changed_since
+    }
+
+    /// Whether the fix held: `Some(false)` once a copy died again, `Some(true)` once every
+    /// copy of a finished job settled (or changed since) and none died again, `None` while
+    /// that is still to be seen — or when nothing was published.
+    pub fn fix_held(&self, state: JobState) -> Option<bool> {
+        if self.died_again > 0 {
+            return Some(false);
+        }
+        let seen = state.is_final() && self.settling == 0 && self.settled > 0;
+        seen.then_some(true)
+    }
+}
+
 /// A state change asked for by a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobAction {
@@ -409,6 +442,28 @@ impl Step {
                 status: Some(MessageStatus::ReplayFailed),
             },
         ]
+    }
+}
+
+#[cfg(test)]
+mod copy_tests {
+    use super::*;
+
+    #[test]
+    fn the_fix_held_only_once_every_copy_settled_and_none_died() {
+        let counts = |settling, settled, died_again| CopyCounts {
+            settling,
+            settled,
+            died_again,
+            changed_since: 0,
+        };
+        assert_eq!(counts(0, 5, 1).fix_held(JobState::Running), Some(false));
+        assert_eq!(counts(3, 0, 1).fix_held(JobState::Completed), Some(false));
+        assert_eq!(counts(1, 5, 0).fix_held(JobState::Completed), None);
+        assert_eq!(counts(0, 5, 0).fix_held(JobState::Running), None);
+        assert_eq!(counts(0, 5, 0).fix_held(JobState::Completed), Some(true));
+        assert_eq!(counts(0, 0, 0).fix_held(JobState::Completed), None);
+        assert_eq!(counts(2, 5, 1).published(), 8);
     }
 }
 

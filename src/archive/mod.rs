@@ -19,8 +19,9 @@ use std::sync::Arc;
 pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
 pub use jobs::{
-    AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
-    JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
+    AuditEntry, Canary, ChunkLimit, CopyCounts, ItemOutcome, JobAction, JobCounts, JobItem,
+    JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection,
+    TargetCount,
 };
 pub use model::*;
 pub use postgres::PostgresArchive;

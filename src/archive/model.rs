@@ -316,6 +316,10 @@ pub struct MessageFilter {
     pub since: Option<OffsetDateTime>,
     /// Archived before.
     pub until: Option<OffsetDateTime>,
+    /// Published by this replay job.
+    pub job: Option<i64>,
+    /// Copies that died again (archived back) of the messages this replay job published.
+    pub copies_of_job: Option<i64>,
 }
 
 impl MessageFilter {
@@ -331,6 +335,8 @@ impl MessageFilter {
             && self.terms.is_empty()
             && self.since.is_none()
             && self.until.is_none()
+            && self.job.is_none()
+            && self.copies_of_job.is_none()
             && self.status == Some(StatusFilter::Open);
         match (&self.first_death_queue, &self.reason, &self.error) {
             (Some(queue), Some(reason), Some(error)) if only_group => {
@@ -340,8 +346,14 @@ impl MessageFilter {
         }
     }
 
-    /// Every `field = value` condition, from the filter's own fields and the search terms,
-    /// with the names of empty values (`(AMQP default)`, ...) resolved.
+    /// The search's terms on business fields (`--field`), found by their words
+    /// ([`crate::field_match`]), not compared whole as [`MessageFilter::conditions`] are.
+    pub fn business_terms(&self) -> impl Iterator<Item = &crate::search::FieldTerm> {
+        self.terms.iter().filter(|t| t.is_business())
+    }
+
+    /// Every `field = value` condition, from the filter's own fields and the search's terms
+    /// on built-in fields, with the names of empty values (`(AMQP default)`, ...) resolved.
     pub fn conditions(&self) -> Vec<(&str, &str)> {
         let named = [
             ("queue", &self.queue),
@@ -363,6 +375,7 @@ impl MessageFilter {
         out.extend(
             self.terms
                 .iter()
+                .filter(|t| !t.is_business())
                 .map(|t| (t.field.as_str(), t.value.as_str())),
         );
         // The names of empty values resolve here, once, for every backend.

@@ -476,6 +476,21 @@ impl PreparedMessage {
         }
     }
 
+    /// The keys `field:value` finds its business fields by, as (name, key): each value's
+    /// folded words from each word to the end ([`crate::field_match::keys`]).
+    pub fn field_keys(&self) -> Vec<(&str, String)> {
+        let mut out: Vec<(&str, String)> = Vec::new();
+        for (name, value) in &self.fields {
+            for key in crate::field_match::keys(value) {
+                // The same field twice with one value would repeat a key.
+                if !out.iter().any(|(n, k)| n == name && *k == key) {
+                    out.push((name, key));
+                }
+            }
+        }
+        out
+    }
+
     /// The failure group: first-death queue (the DLQ without history), reason, error.
     pub fn group(&self) -> (&str, &str, &str) {
         let first = self.history.first_death.as_ref();

@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use super::{
-    Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit,
+    Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit, CopyCounts,
     ExportedMessage, FailureGroup, HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction,
     JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage, MessageSummary,
     NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit,
@@ -115,6 +115,16 @@ pub trait MessageStore: Send + Sync {
         offset: u64,
         len: usize,
     ) -> Result<Option<Vec<u8>>, ArchiveError>;
+    /// Values of the business field `name` with a key in `[low, high)`
+    /// ([`crate::field_match`]), at most `limit`, through the keys' index: what a search
+    /// that found nothing is offered instead.
+    async fn field_values_in(
+        &self,
+        name: &str,
+        low: &str,
+        high: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, ArchiveError>;
     /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
     /// Archived messages per DLQ and hour, from `since` on.
@@ -179,6 +189,8 @@ pub trait JobStore: Send + Sync {
     /// returns the job it made before.
     async fn create_job(&self, spec: &JobSpec<'_>) -> Result<ReplayJob, ArchiveError>;
     async fn job(&self, id: i64) -> Result<Option<ReplayJob>, ArchiveError>;
+    /// What became of the copies the job published, by their messages' status now.
+    async fn job_copies(&self, id: i64) -> Result<CopyCounts, ArchiveError>;
     /// The newest jobs first.
     async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError>;
     /// A job's messages in publishing order, after message id `after`, optionally only those

@@ -67,7 +67,7 @@ pub fn check_password(password: &str, user: &str) -> Result<(), String> {
     let trimmed = password.trim();
     if trimmed.chars().count() < MIN_PASSWORD_CHARS {
         return Err(format!(
-            "a password has at least {MIN_PASSWORD_CHARS} characters, spaces at either end not counted"
+            "this password is too short: use at least {MIN_PASSWORD_CHARS} characters (spaces at either end do not count)"
         ));
     }
     let lower = trimmed.to_lowercase();
@@ -76,12 +76,15 @@ pub fn check_password(password: &str, user: &str) -> Result<(), String> {
     distinct.dedup();
     if distinct.len() < MIN_DISTINCT_CHARS {
         return Err(format!(
-            "a password uses at least {MIN_DISTINCT_CHARS} different characters"
+            "this password repeats too few characters: use at least {MIN_DISTINCT_CHARS} different characters"
         ));
     }
     let letters: String = lower.chars().filter(|c| c.is_alphanumeric()).collect();
     if is_run(&letters) {
-        return Err("that password is a run along the keyboard or the alphabet".into());
+        return Err(
+            "this password is a run along the keyboard or the alphabet: choose one that is not"
+                .into(),
+        );
     }
     // `P@ssw0rd2024!` is `password`: what ends it is dropped, then the digits and signs
     // standing in for letters are read as those letters.
@@ -100,11 +103,13 @@ pub fn check_password(password: &str, user: &str) -> Result<(), String> {
         .filter(|c| c.is_alphanumeric())
         .collect();
     if core.is_empty() || COMMON.contains(&core.as_str()) || is_run(&core) {
-        return Err("that password is one of the first every guessing tool tries".into());
+        return Err(
+            "this password is one of the first every guessing tool tries: choose another".into(),
+        );
     }
     let name = user.trim().to_lowercase();
     if name.chars().count() >= 3 && lower.contains(&name) {
-        return Err("a password does not contain the user's name".into());
+        return Err("this password contains the user's name: choose one without it".into());
     }
     Ok(())
 }
@@ -112,6 +117,23 @@ pub fn check_password(password: &str, user: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_password_is_told_what_is_wrong_with_it_not_a_rule() {
+        for weak in [
+            "short",
+            "aaaaaaaaaaaa",
+            "qwertyuiop",
+            "password123",
+            "carl carl carl",
+        ] {
+            let err = check_password(weak, "carl").unwrap_err();
+            assert!(
+                err.starts_with("this password "),
+                "{weak:?}: {err:?} reads as a fact about passwords, not this one"
+            );
+        }
+    }
 
     #[test]
     fn weak_passwords_say_why() {

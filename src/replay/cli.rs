@@ -14,6 +14,7 @@ use super::policy::ExchangePolicy;
 use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob, TargetCount};
 use crate::config::{redact_url, ReplayConfig};
 use crate::death::ReplayTarget;
+use crate::numbers::thousands;
 use crate::selection::ListParams;
 
 /// How `lazarus replay` ended, as its exit code says.
@@ -123,20 +124,21 @@ pub fn plan_text(job: &ReplayJob) -> String {
     out
 }
 
-/// One progress line.
+/// One progress line ("done": messages with an outcome; what became of their copies is
+/// the job page's).
 pub fn progress_text(job: &ReplayJob) -> String {
     let c = &job.counts;
     format!(
-        "{}: {}/{} settled · published {} · unroutable {} · nacked {} · failed {} · skipped {} · cancelled {}{}",
+        "{}: {}/{} done · published {} · unroutable {} · nacked {} · failed {} · skipped {} · cancelled {}{}",
         job.state.as_str(),
-        job.done(),
-        job.total,
-        c.published,
-        c.unroutable,
-        c.nacked,
-        c.failed,
-        c.skipped,
-        c.cancelled,
+        thousands(job.done()),
+        thousands(job.total),
+        thousands(c.published),
+        thousands(c.unroutable),
+        thousands(c.nacked),
+        thousands(c.failed),
+        thousands(c.skipped),
+        thousands(c.cancelled),
         job.detail
             .as_deref()
             .map(|d| format!(" · {d}"))

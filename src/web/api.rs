@@ -236,7 +236,7 @@ pub struct ReplayRequest {
 /// Replays one message to its replay target (or the one given), with a publisher confirm.
 ///
 /// 200 once the broker answered (the record says how), 202 while its confirm is awaited
-/// (the record settles later). `body` and `headers` make it an edit & replay.
+/// (the record gets its outcome later). `body` and `headers` make it an edit & replay.
 #[utoipa::path(post, path = "/api/messages/{id}/replay", tag = "messages", params(MessageId),
     request_body = ReplayRequest,
     responses(
@@ -273,7 +273,8 @@ pub(super) async fn replay_message(
         },
     )
     .await?;
-    // 202: published, the broker's confirm still to come (the record says so and settles).
+    // 202: published, the broker's confirm still to come (the record says so, and gets its
+    // outcome when it comes).
     let status = match answer {
         ReplayAnswer::Settled(_) => axum::http::StatusCode::OK,
         ReplayAnswer::Pending(_) => axum::http::StatusCode::ACCEPTED,

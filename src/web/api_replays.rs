@@ -9,7 +9,7 @@ use super::auth::Caller;
 use super::error::ErrorBody;
 use super::extract::{AppJson, AppQuery, JobActionPath, JobId, MessageId};
 use super::{AppError, AppState};
-use crate::archive::{Actor, AuditEntry, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
+use crate::archive::{Actor, AuditEntry, CopyCounts, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
 use crate::replay::plan::{self, IdValue, JobRequest, SelectionRequest};
 use crate::selection::given;
 
@@ -120,16 +120,41 @@ pub(super) async fn list_jobs(
     }))
 }
 
-/// One job: its state, plan (targets, skipped), counts and progress.
+/// A job with what became of the copies it published: did the fix hold?
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct JobDetail {
+    #[serde(flatten)]
+    job: ReplayJob,
+    /// The messages it published, by their status now: copies still settling, settled
+    /// (resolved: their copy did not come back within `--settle-secs`), died again (their
+    /// copy was archived back and is the open record now: list them with
+    /// `copies_of_job=ID`), or dismissed or replayed once more since (`changed_since`).
+    /// "Done" in `counts` is about publishing: every message has an outcome; "settled" here
+    /// is what happened to the copies afterwards.
+    copies: CopyCounts,
+    /// `false` once a copy died again; `true` once the job is over and every copy settled
+    /// with none dying again; `null` while that is still to be seen, or when it published
+    /// nothing.
+    fix_held: Option<bool>,
+}
+
+/// One job: its state, plan (targets, skipped), counts and progress, and what became of
+/// its copies (`copies`, `fix_held`).
 #[utoipa::path(get, path = "/api/replays/{id}", tag = "replays", params(JobId),
-    responses((status = 200, description = "The job", body = ReplayJob)))]
+    responses((status = 200, description = "The job, and whether the fix held", body = JobDetail)))]
 pub(super) async fn get_job(
     State(state): State<AppState>,
     caller: Caller,
     JobId { id, .. }: JobId,
-) -> Result<Json<ReplayJob>, AppError> {
+) -> Result<Json<JobDetail>, AppError> {
     let job = find_job(&state, id).await?;
-    Ok(Json(shown(&state, caller.role, job)))
+    let copies = state.archive.job_copies(id).await?;
+    let fix_held = copies.fix_held(job.state);
+    Ok(Json(JobDetail {
+        job: shown(&state, caller.role, job),
+        copies,
+        fix_held,
+    }))
 }
 
 /// `?outcome=published|unroutable|nacked|failed|skipped|cancelled|pending&after=&limit=`

@@ -6,6 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::api_replays::AuditParams;
+use super::chips::{self, Piece};
 use super::extract::AppQuery;
 use super::html::{filters, render, utc, PageError};
 use super::nav::Nav;
@@ -17,7 +18,8 @@ pub struct EntryRow {
     pub action: String,
     pub job_id: Option<String>,
     pub message_id: Option<String>,
-    pub summary: String,
+    /// What was done, the selections in it shown as the list's chips.
+    pub summary: Vec<Piece>,
 }
 
 #[derive(Template)]
@@ -56,7 +58,7 @@ pub async fn audit_page(
                 action: e.action,
                 job_id: e.job_id,
                 message_id: e.message_id,
-                summary: e.summary,
+                summary: chips::in_text(&e.summary),
             })
             .collect(),
         next_link,

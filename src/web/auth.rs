@@ -15,7 +15,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::{Access, AccessTable};
 use super::client::{client_ip, from_trusted_proxy};
-use super::html::{is_htmx, PageError};
+use super::html::{is_htmx, with_nav, PageError};
+use super::nav::Nav;
 use super::{AppError, AppState};
 use crate::archive::{Actor, Role};
 use crate::auth::{check_name, secret_hash, AuthMode, TOKEN_PREFIX};
@@ -258,30 +259,37 @@ pub async fn authenticate(
     let needed = needed(&request);
     let page = wants_page(&request);
     let headers = request.headers().clone();
-    let refuse = |e: AppError| -> Response {
+    // An error page shows who is signed in, as every page does.
+    let mut nav = Nav::default();
+    let refuse = |e: AppError, nav: &Nav| -> Response {
         if page {
-            PageError::new(e, &headers).into_response()
+            with_nav(PageError::new(e, &headers).into_response(), nav.clone())
         } else {
             e.into_response()
         }
     };
     if state.auth.mode == AuthMode::None && !loopback_host(&headers) {
-        return refuse(AppError::Forbidden(
-            "without sign-in (--auth none) Lazarus answers only to localhost and loopback \
-             addresses"
-                .into(),
-        ));
+        return refuse(
+            AppError::Forbidden(
+                "without sign-in (--auth none) Lazarus answers only to localhost and loopback \
+                 addresses"
+                    .into(),
+            ),
+            &nav,
+        );
     }
     let caller = match identify(&state, &headers, peer(&request)).await {
         Ok(caller) => caller,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e, &nav),
     };
+    nav = Nav::new(caller.as_ref(), state.auth.mode);
     let needed = match needed {
         Some(needed) => needed,
         None => {
-            return refuse(AppError::Forbidden(
-                "nobody may use this route: it has no access rule".into(),
-            ))
+            return refuse(
+                AppError::Forbidden("nobody may use this route: it has no access rule".into()),
+                &nav,
+            )
         }
     };
     let needed = match needed {
@@ -314,21 +322,27 @@ pub async fn authenticate(
             .into_response();
         }
         (Some(_), None) => {
-            return refuse(AppError::Unauthorized(match state.auth.mode {
-                AuthMode::Proxy => "not signed in: sign in through your proxy".into(),
-                _ => "not signed in: sign in, or send an API token".into(),
-            }))
+            return refuse(
+                AppError::Unauthorized(match state.auth.mode {
+                    AuthMode::Proxy => "not signed in: sign in through your proxy".into(),
+                    _ => "not signed in: sign in, or send an API token".into(),
+                }),
+                &nav,
+            )
         }
         (Some(role), Some(caller)) => {
-            return refuse(AppError::Forbidden(format!(
-                "this needs the {} role; {} is {}",
-                role.as_str(),
-                caller.name,
-                caller.role.as_str()
-            )))
+            return refuse(
+                AppError::Forbidden(format!(
+                    "this needs the {} role; {} is {}",
+                    role.as_str(),
+                    caller.name,
+                    caller.role.as_str()
+                )),
+                &nav,
+            )
         }
     }
-    next.run(request).await
+    with_nav(next.run(request).await, nav)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Search hits marked in what a page shows (pure): the words, prefixes and phrases of the
 //! search that led to a message, found in its payload the way the index finds them — whole
-//! words (case and accents folded), `prefix*` as the start of a word, and Chinese, Japanese
-//! and Korean as the run of characters anywhere.
+//! words (case and accents folded), phrases and punctuated words as their words in order,
+//! `prefix*` as the start of a word, and Chinese, Japanese and Korean as the run of
+//! characters anywhere. Each place found is one hit.
 
 use std::ops::Range;
 
@@ -11,8 +12,9 @@ use crate::search::{fold, Search};
 /// What to mark, from a search.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Terms {
-    /// Folded words, each with whether it is a prefix.
-    words: Vec<(String, bool)>,
+    /// Each word, phrase or prefix searched for as its folded words in order (a word with
+    /// inner punctuation, `INV-2026-00042`, is three), and whether the last is a prefix.
+    sequences: Vec<(Vec<String>, bool)>,
     /// Runs of CJK letters, found anywhere.
     runs: Vec<String>,
 }
@@ -27,40 +29,41 @@ impl Terms {
             .map(|p| (p, false))
             .chain(search.prefixes.iter().map(|p| (p, true)));
         for (piece, prefix) in pieces {
-            let words: Vec<&str> = piece
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-                .collect();
-            let last = words.len().saturating_sub(1);
-            for (i, word) in words.into_iter().enumerate() {
-                // CJK runs inside a word stand alone; the letters around them are words.
-                let mut latin = String::new();
-                let mut run = String::new();
-                for c in word.chars().chain(std::iter::once(' ')) {
-                    if is_cjk(c) {
-                        run.push(c);
-                        continue;
+            let mut sequence = Vec::new();
+            // CJK runs stand alone; the letters around them are the piece's words.
+            let mut latin = String::new();
+            let mut run = String::new();
+            for c in piece.chars().chain(std::iter::once(' ')) {
+                if is_cjk(c) {
+                    if !latin.is_empty() {
+                        sequence.push(fold(&std::mem::take(&mut latin)));
                     }
-                    if !run.is_empty() {
-                        terms.runs.push(std::mem::take(&mut run));
-                    }
-                    if c.is_alphanumeric() {
-                        latin.push(c);
-                    }
+                    run.push(c);
+                    continue;
                 }
-                if !latin.is_empty() {
-                    terms.words.push((fold(&latin), prefix && i == last));
+                if !run.is_empty() {
+                    terms.runs.push(std::mem::take(&mut run));
                 }
+                if c.is_alphanumeric() {
+                    latin.push(c);
+                } else if !latin.is_empty() {
+                    sequence.push(fold(&std::mem::take(&mut latin)));
+                }
+            }
+            if !sequence.is_empty() {
+                terms.sequences.push((sequence, prefix));
             }
         }
         terms
     }
 
     pub fn is_empty(&self) -> bool {
-        self.words.is_empty() && self.runs.is_empty()
+        self.sequences.is_empty() && self.runs.is_empty()
     }
 
-    /// The byte ranges of `text` to mark, in order, not overlapping.
+    /// The byte ranges of `text` to mark, in order, not overlapping: each place a searched
+    /// word, phrase or prefix stands — its words one after another, as the index finds a
+    /// phrase — is one range, one hit.
     pub fn ranges(&self, text: &str) -> Vec<Range<usize>> {
         let mut out: Vec<Range<usize>> = Vec::new();
         if self.is_empty() {
@@ -72,27 +75,21 @@ impl Terms {
                     .map(|(at, m)| at..at + m.len()),
             );
         }
-        if !self.words.is_empty() {
-            let mut start = None;
-            for (at, c) in text
-                .char_indices()
-                .chain(std::iter::once((text.len(), ' ')))
-            {
-                let letter = c.is_alphanumeric() && !is_cjk(c);
-                match (start, letter) {
-                    (None, true) => start = Some(at),
-                    (Some(from), false) => {
-                        let word = fold(&text[from..at]);
-                        let hit = self.words.iter().any(|(w, prefix)| match prefix {
+        if !self.sequences.is_empty() {
+            let words = words_of(text);
+            for (sequence, prefix) in &self.sequences {
+                let n = sequence.len();
+                for start in 0..words.len().saturating_sub(n - 1) {
+                    let found = sequence.iter().enumerate().all(|(k, w)| {
+                        let word = &words[start + k].1;
+                        match *prefix && k == n - 1 {
                             true => word.starts_with(w.as_str()),
-                            false => &word == w,
-                        });
-                        if hit {
-                            out.push(from..at);
+                            false => word == w,
                         }
-                        start = None;
+                    });
+                    if found {
+                        out.push(words[start].0.start..words[start + n - 1].0.end);
                     }
-                    _ => {}
                 }
             }
         }
@@ -123,6 +120,28 @@ impl Terms {
         }
         out
     }
+}
+
+/// The words of `text` (runs of letters and digits other than CJK), folded, with where each
+/// stands.
+fn words_of(text: &str) -> Vec<(Range<usize>, String)> {
+    let mut words = Vec::new();
+    let mut start = None;
+    for (at, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        let letter = c.is_alphanumeric() && !is_cjk(c);
+        match (start, letter) {
+            (None, true) => start = Some(at),
+            (Some(from), false) => {
+                words.push((from..at, fold(&text[from..at])));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    words
 }
 
 /// A piece of shown text, and whether the search found it.
@@ -190,7 +209,7 @@ mod tests {
         assert_eq!(marked("tim*", "timeout at time"), ["timeout", "time"]);
         assert_eq!(
             marked("\"tax service\"", "the tax service"),
-            ["tax", "service"]
+            ["tax service"]
         );
     }
 
@@ -199,6 +218,26 @@ mod tests {
         assert_eq!(marked("死信", "测试死信消息：订单ABC123处理失败"), ["死信"]);
         assert_eq!(marked("订单ABC123", "订单ABC123处理"), ["订单ABC123"]);
         assert_eq!(marked("決済", "カード決済エラー"), ["決済"]);
+    }
+
+    #[test]
+    fn a_phrase_is_one_hit_where_its_words_stand_in_order() {
+        let text = r#""INV-2026-003100", issued 2026-01-05"#;
+        let pieces = terms("INV-2026-003100").split(text);
+        let hits: Vec<&str> = pieces
+            .iter()
+            .filter(|(_, hit)| *hit)
+            .map(|(s, _)| s.as_str())
+            .collect();
+        assert_eq!(hits, ["INV-2026-003100"]);
+        assert_eq!(
+            marked("\"tax service\" tax", "the tax service, tax"),
+            ["tax service", "tax"]
+        );
+        assert_eq!(
+            marked("\"service tax\"", "the tax service"),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

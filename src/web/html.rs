@@ -69,20 +69,67 @@ impl IntoResponse for PageError {
         let title = match status {
             StatusCode::NOT_FOUND => "Not found",
             StatusCode::BAD_REQUEST => "That request does not work",
+            StatusCode::FORBIDDEN => "Not allowed",
             StatusCode::SERVICE_UNAVAILABLE => "The archive is unavailable",
             _ => "Something went wrong",
         };
-        let body = if self.htmx {
-            render(&ErrorPartial { message: &message })
-        } else {
-            render(&ErrorPage {
-                nav: Nav::default(),
-                title,
-                message: &message,
-            })
-        };
-        super::error::with_retry_after((status, body).into_response(), retry)
+        if self.htmx {
+            let body = render(&ErrorPartial { message: &message });
+            return super::error::with_retry_after((status, body).into_response(), retry);
+        }
+        let page = ErrorPageParts { title, message };
+        let mut response = (status, page.render(Nav::default())).into_response();
+        // The chrome is the caller's, whom only the authentication layer knows: it draws the
+        // page again with their name (`with_nav`).
+        response.extensions_mut().insert(page);
+        super::error::with_retry_after(response, retry)
     }
+}
+
+/// What an error page says, kept with its answer so that it can be drawn again in the
+/// chrome of whoever is signed in.
+#[derive(Debug, Clone)]
+pub struct ErrorPageParts {
+    title: &'static str,
+    message: String,
+}
+
+impl ErrorPageParts {
+    fn render(&self, nav: Nav) -> Response {
+        render(&ErrorPage {
+            nav,
+            title: self.title,
+            message: &self.message,
+        })
+    }
+}
+
+/// An error page drawn again with the header of the one signed in (their name, their links),
+/// as every other page has it; any other answer as it is.
+pub fn with_nav(response: Response, nav: Nav) -> Response {
+    let Some(page) = response.extensions().get::<ErrorPageParts>().cloned() else {
+        return response;
+    };
+    let (mut parts, _) = response.into_parts();
+    let (_, body) = page.render(nav).into_parts();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, body)
+}
+
+/// The cookie a page's script shows once, as a message that something went well (a form's
+/// answer is a redirect: the page it leads to says what the form did).
+pub const FLASH_COOKIE: &str = "lazarus_flash";
+
+/// The answer, with `text` to be shown by the page it leads to.
+pub fn flash(mut response: Response, text: &str) -> Response {
+    let value: String = form_urlencoded::byte_serialize(text.as_bytes()).collect();
+    let cookie = format!("{FLASH_COOKIE}={value}; Path=/; Max-Age=60; SameSite=Strict");
+    if let Ok(cookie) = axum::http::HeaderValue::from_str(&cookie) {
+        response
+            .headers_mut()
+            .append(axum::http::header::SET_COOKIE, cookie);
+    }
+    response
 }
 
 /// RFC 3339 in UTC, second precision: what `<time datetime>` and the pages show.
@@ -101,11 +148,25 @@ pub fn short(rfc3339: &str) -> String {
         .to_owned()
 }
 
-/// Filters the templates use (`{{ t|short }}`); bring into scope with `use super::html::filters`.
+pub use crate::numbers::thousands;
+
+/// Filters the templates use (`{{ t|short }}`, `{{ n|num }}`); bring into scope with
+/// `use super::html::filters`.
 pub mod filters {
     #[askama::filter_fn]
     pub fn short<T: std::fmt::Display>(s: T, _: &dyn askama::Values) -> askama::Result<String> {
         Ok(super::short(&s.to_string()))
+    }
+
+    /// A count with thousands separators (`50,000`); anything that is not a whole number
+    /// is shown as it is.
+    #[askama::filter_fn]
+    pub fn num<T: std::fmt::Display>(n: T, _: &dyn askama::Values) -> askama::Result<String> {
+        let text = n.to_string();
+        Ok(match text.parse::<i64>() {
+            Ok(n) => super::thousands(n),
+            Err(_) => text,
+        })
     }
 }
 

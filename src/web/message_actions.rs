@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::api_replays::dismiss_selection;
 use super::auth::Caller;
 use super::extract::{AppForm, MessageId};
-use super::html::{is_htmx, render, PageError};
+use super::html::{flash, is_htmx, render, PageError};
 use super::message::ReplayRow;
 use super::{AppError, AppState};
 use crate::amqp::headers::Table;
@@ -149,8 +149,11 @@ pub async fn dismiss_form(
         ids: Some(vec![IdValue::Number(numeric)]),
         ..Default::default()
     };
-    dismiss_selection(&state, &selection, &form.note, &caller.actor())
+    let dismissed = dismiss_selection(&state, &selection, &form.note, &caller.actor())
         .await
         .map_err(page_error)?;
-    Ok(Redirect::to(&format!("/messages/{id}")).into_response())
+    Ok(flash(
+        Redirect::to(&format!("/messages/{id}")).into_response(),
+        &super::replays::dismissed_said(dismissed),
+    ))
 }

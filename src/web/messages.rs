@@ -6,16 +6,21 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Caller;
+use super::chips::{filter_pairs, removable, Chip};
 use super::extract::AppQuery;
 use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
 use super::nav::Nav;
+use super::nearest::{self, Hint};
 use super::{AppError, AppState};
-use crate::archive::MessageSummary;
+use crate::archive::{MessageFilter, MessageSummary};
 use crate::death::ReplayTarget;
 use crate::selection::ListParams;
 
 pub struct Row {
     pub id: String,
+    /// What names it on a card (a phone's list): its first business field, else its
+    /// message-id, else its archive id.
+    pub title: String,
     /// Its page, carrying the search that found it (whose hits the page marks).
     pub link: String,
     pub queue: String,
@@ -46,8 +51,18 @@ impl Row {
             ),
             None => format!("/messages/{}", m.id),
         };
+        let first_field = field_names
+            .first()
+            .and_then(|f| m.fields.get(f))
+            .filter(|v| !v.is_empty());
+        let title = match (first_field, m.message_id.as_deref()) {
+            (Some(v), _) => v.clone(),
+            (None, Some(id)) if !id.is_empty() => id.to_owned(),
+            _ => format!("message {}", m.id),
+        };
         Row {
             link,
+            title,
             fields: field_names
                 .iter()
                 .map(|f| m.fields.get(f).cloned().unwrap_or_default())
@@ -96,10 +111,15 @@ pub struct MessagesPage {
     /// The filters as hidden fields of the selection form ("all matching").
     pub filter_pairs: Vec<(String, String)>,
     pub chips: Vec<Chip>,
+    /// A search that found nothing: how it was read, and what to try instead.
+    pub read_as: Vec<String>,
+    pub offers: Vec<Hint>,
     /// May replay and dismiss (viewers get no selection boxes).
     pub can_act: bool,
     /// Where the number of matches is asked for, once the rows are shown.
     pub count_link: Option<String>,
+    /// Filters in use besides the search (the folded filters say how many).
+    pub filters_in_use: usize,
 }
 
 #[derive(Template)]
@@ -113,53 +133,9 @@ pub struct MessageRowsPartial {
     pub error: Option<String>,
     pub filter_pairs: Vec<(String, String)>,
     pub chips: Vec<Chip>,
-}
-
-/// The filters of the list as name/value pairs (empty ones left out).
-fn filter_pairs(form: &ListParams) -> Vec<(String, String)> {
-    form_urlencoded::parse(form.to_query(None).as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
-}
-
-/// A filter in use, shown above the rows (a group link's `error=` included), with the link
-/// to the same list without it.
-pub struct Chip {
-    pub label: String,
-    pub remove: String,
-}
-
-/// The chips of the filters in use, in the order of the form.
-fn chips(pairs: &[(String, String)]) -> Vec<Chip> {
-    pairs
-        .iter()
-        .enumerate()
-        .map(|(i, (name, value))| {
-            let rest: String = form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(
-                    pairs
-                        .iter()
-                        .enumerate()
-                        .filter(|(j, _)| *j != i)
-                        .map(|(_, pair)| pair),
-                )
-                .finish();
-            let label = match name.as_str() {
-                "q" => "search",
-                "first_death_queue" => "first died in",
-                "routing_key" => "routing key",
-                "content_type" => "content type",
-                other => other,
-            };
-            Chip {
-                label: format!("{label}: {value}"),
-                remove: match rest.is_empty() {
-                    true => "/messages".into(),
-                    false => format!("/messages?{rest}"),
-                },
-            }
-        })
-        .collect()
+    /// A search that found nothing: how it was read, and what to try instead.
+    pub read_as: Vec<String>,
+    pub offers: Vec<Hint>,
 }
 
 /// Whether a query string holds a parameter with nothing in it (`?q=&queue=billing`), as a
@@ -222,17 +198,22 @@ pub async fn count_fragment(
     Ok(([(header::CACHE_CONTROL, "no-store")], text).into_response())
 }
 
-/// 1234567 as "1,234,567".
+/// 1234567 as "1,234,567" (a count, which is never negative).
 pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    super::html::thousands(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The names of the archived DLQs, from the kept totals (no table scan).
+async fn dlq_names(state: &AppState) -> Result<Vec<String>, AppError> {
+    let mut queues: Vec<String> = state
+        .archive
+        .counts()
+        .await?
+        .into_iter()
+        .map(|c| c.queue)
+        .collect();
+    queues.dedup();
+    Ok(queues)
 }
 
 /// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
@@ -259,6 +240,7 @@ pub async fn list_page(
             state.masking.check_search(caller.role, &filter)?;
             Ok((filter, page))
         });
+    let mut found_nothing: Option<MessageFilter> = None;
     let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
             let _reading = state
@@ -278,6 +260,9 @@ pub async fn list_page(
                 .next_cursor
                 .as_deref()
                 .map(|c| format!("/messages?{}", form.to_query(Some(c))));
+            if page.messages.is_empty() {
+                found_nothing = Some(filter);
+            }
             (
                 page.messages
                     .iter()
@@ -292,6 +277,23 @@ pub async fn list_page(
     let pairs = filter_pairs(&form);
     let count_link = (error.is_none() && !rows.is_empty())
         .then(|| format!("/messages/count?{}", form.to_query(None)));
+    let queues = match found_nothing.is_some() || !is_htmx(&headers) {
+        true => dlq_names(&state)
+            .await
+            .map_err(|e| PageError::new(e, &headers))?,
+        false => Vec::new(),
+    };
+    // Nothing found: say how the search was read, and offer the nearest that finds something.
+    let (read_as, offers) = match &found_nothing {
+        Some(filter) => {
+            let q = form.q.as_deref().unwrap_or_default();
+            let read = crate::search::parse(q, &state.business_fields)
+                .map(|s| nearest::read_as(&s))
+                .unwrap_or_default();
+            (read, nearest::offers(&state, q, filter, &queues).await)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
     if is_htmx(&headers) {
         // 200 even for a bad filter: the inline message replaces the results as you type.
         return Ok((
@@ -303,8 +305,10 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
-                chips: chips(&pairs),
+                chips: removable(&pairs),
                 filter_pairs: pairs,
+                read_as,
+                offers,
             }),
         )
             .into_response());
@@ -314,15 +318,6 @@ pub async fn list_page(
     } else {
         StatusCode::OK
     };
-    let mut queues: Vec<String> = state
-        .archive
-        .counts()
-        .await
-        .map_err(|e| PageError::new(e, &headers))?
-        .into_iter()
-        .map(|c| c.queue)
-        .collect();
-    queues.dedup();
     Ok((
         status,
         [(header::VARY, "HX-Request")],
@@ -330,8 +325,11 @@ pub async fn list_page(
             nav: Nav::new(Some(&caller), state.auth.mode),
             can_act: caller.role >= crate::archive::Role::Operator,
             count_link,
-            chips: chips(&pairs),
+            chips: removable(&pairs),
+            filters_in_use: pairs.iter().filter(|(name, _)| name != "q").count(),
             filter_pairs: pairs,
+            read_as,
+            offers,
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
             field_names: state.business_fields.to_vec(),
@@ -348,40 +346,6 @@ pub async fn list_page(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_are_written_with_thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_234), "1,234");
-        assert_eq!(thousands(10_000_000), "10,000,000");
-    }
-
-    #[test]
-    fn each_filter_in_use_is_a_chip_whose_link_drops_it() {
-        let form = ListParams {
-            q: Some("invoice 42".into()),
-            error: Some("TimeoutException: tax".into()),
-            queue: Some(" ".into()),
-            ..Default::default()
-        };
-        let found = chips(&filter_pairs(&form));
-        let shown: Vec<(&str, &str)> = found
-            .iter()
-            .map(|c| (c.label.as_str(), c.remove.as_str()))
-            .collect();
-        assert_eq!(
-            shown,
-            [
-                (
-                    "search: invoice 42",
-                    "/messages?error=TimeoutException%3A+tax"
-                ),
-                ("error: TimeoutException: tax", "/messages?q=invoice+42"),
-            ]
-        );
-        assert!(chips(&[]).is_empty());
-    }
 
     #[test]
     fn empty_parameters_are_found() {

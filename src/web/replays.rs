@@ -9,11 +9,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::api_replays::{self, dismiss_selection, find_job, ItemParams, ITEM_OUTCOMES};
 use super::auth::Caller;
+use super::chips::{self, Chip};
 use super::extract::{AppQuery, JobActionPath, JobId};
-use super::html::{filters, is_htmx, render, utc, PageError};
+use super::html::{filters, flash, is_htmx, render, thousands, utc, PageError};
 use super::nav::Nav;
 use super::{AppError, AppState};
-use crate::archive::{Canary, JobItem, JobState, ReplayJob};
+use crate::archive::{Canary, CopyCounts, JobItem, JobState, ReplayJob};
 use crate::death::ReplayTarget;
 use crate::replay::plan::{human_duration, IdValue, JobRequest, SelectionRequest};
 use crate::selection::ListParams;
@@ -130,16 +131,17 @@ pub async fn selection_form(
     match form.get("action") {
         Some("dismiss") => {
             let note = form.get("note").unwrap_or_default();
-            dismiss_selection(&state, &selection, note, &caller.actor())
+            let dismissed = dismiss_selection(&state, &selection, note, &caller.actor())
                 .await
                 .map_err(page_error)?;
+            let said = dismissed_said(dismissed);
             if form.get("return_to") == Some("overview") {
-                return Ok(see_other(&headers, "/"));
+                return Ok(flash(see_other(&headers, "/"), &said));
             }
             let back: ListParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-            Ok(see_other(
-                &headers,
-                &format!("/messages?{}", back.to_query(None)),
+            Ok(flash(
+                see_other(&headers, &format!("/messages?{}", back.to_query(None))),
+                &said,
             ))
         }
         _ => {
@@ -152,12 +154,108 @@ pub async fn selection_form(
     }
 }
 
+/// What a dismissal did, said on the page it leads to.
+pub fn dismissed_said(n: u64) -> String {
+    match n {
+        0 => "Nothing dismissed: they were dismissed already.".to_owned(),
+        1 => "Dismissed 1 message.".to_owned(),
+        n => format!("Dismissed {} messages.", thousands(n as i64)),
+    }
+}
+
 /// Where a form's answer goes next: a redirect, or for htmx (whose errors are answered in
 /// the page the form is on) the page htmx is to open.
 fn see_other(headers: &HeaderMap, to: &str) -> Response {
     match is_htmx(headers) {
         true => ([("HX-Redirect", to.to_owned())], "").into_response(),
         false => Redirect::to(to).into_response(),
+    }
+}
+
+/// What became of the copies a job published, said plainly: did the fix hold?
+pub struct CopiesView {
+    /// "20 of 50,000 copies died again — the fix did not hold for them."
+    pub verdict: String,
+    /// `bad`, `pending` or `ok`: how the verdict is shown.
+    pub tone: &'static str,
+    /// The list of each kind: (what, how many, link).
+    pub links: Vec<(&'static str, i64, String)>,
+}
+
+impl CopiesView {
+    /// `None` for a plan, or a job that published nothing yet.
+    pub fn new(job: &ReplayJob, copies: &CopyCounts, settle: std::time::Duration) -> Option<Self> {
+        let published = copies.published();
+        if job.state == JobState::Planned || published == 0 {
+            return None;
+        }
+        let n = |v: i64| thousands(v);
+        let (verdict, tone) = if copies.died_again > 0 {
+            let mut v = format!(
+                "{} of {} copies died again — the fix did not hold for them.",
+                n(copies.died_again),
+                n(published)
+            );
+            if copies.settling > 0 {
+                v.push_str(&format!(" {} still settling.", n(copies.settling)));
+            }
+            (v, "bad")
+        } else if copies.settling > 0 {
+            (
+                format!(
+                    "{} of {} copies still settling: none died again so far. Each is resolved {}                      after it was published, unless it dies again first.",
+                    n(copies.settling),
+                    n(published),
+                    human_duration(settle.as_secs_f64())
+                ),
+                "pending",
+            )
+        } else if job.state.is_final() && copies.settled > 0 {
+            let all = match copies.changed_since {
+                0 => format!("All {} settled", n(published)),
+                changed => format!(
+                    "All {} settled ({} dismissed or replayed again since)",
+                    n(published),
+                    n(changed)
+                ),
+            };
+            (format!("{all}: none died again — the fix held."), "ok")
+        } else {
+            (
+                format!(
+                    "{} of {} copies settled so far: none died again.",
+                    n(copies.settled),
+                    n(published)
+                ),
+                "pending",
+            )
+        };
+        let id = job.id;
+        let links = [
+            (
+                "died again (the copies, open)",
+                copies.died_again,
+                format!("/messages?copies_of_job={id}"),
+            ),
+            (
+                "still settling",
+                copies.settling,
+                format!("/messages?job={id}&status=replayed"),
+            ),
+            (
+                "settled",
+                copies.settled,
+                format!("/messages?job={id}&status=settled"),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, count, _)| *count > 0)
+        .collect();
+        Some(CopiesView {
+            verdict,
+            tone,
+            links,
+        })
     }
 }
 
@@ -168,7 +266,8 @@ pub struct JobView {
     pub detail: String,
     pub actor: String,
     pub created_at: String,
-    pub selection: String,
+    /// What it selected, as the list's chips.
+    pub selection: Vec<Chip>,
     pub target: String,
     pub rate: String,
     pub estimate: String,
@@ -182,8 +281,12 @@ pub struct JobView {
     /// The bar, split by outcome: (outcome, x, width) in a 1000-wide box.
     pub segments: Vec<(&'static str, i64, i64)>,
     /// Still changing: its page refreshes itself (a cancelled job until its last messages
-    /// are settled too).
+    /// have their outcome too, a finished one while its copies settle).
     pub live: bool,
+    /// How often it refreshes: each second while publishing, slower while copies settle.
+    pub every: &'static str,
+    /// What became of its copies (a job page's; not on the list of jobs).
+    pub copies: Option<CopiesView>,
     /// The heading: a plan, a job running, paused, cancelled or completed.
     pub heading: &'static str,
     /// Why a plan publishes nothing, and what to do about it (empty otherwise).
@@ -204,7 +307,12 @@ impl JobView {
             detail: job.detail.clone().unwrap_or_default(),
             actor: job.actor.clone(),
             created_at: utc(job.created_at),
-            selection: job.selection.to_string(),
+            selection: chips::of_selection(&job.selection).unwrap_or_else(|| {
+                vec![Chip {
+                    label: job.selection.to_string(),
+                    link: "/messages".into(),
+                }]
+            }),
             target: match (&job.target, job.to_first_death_queue) {
                 (_, true) => {
                     "only the queue each message first died in (default exchange)".to_owned()
@@ -215,9 +323,10 @@ impl JobView {
                         .to_owned()
                 }
             },
-            rate: job
-                .rate_per_sec
-                .map_or_else(|| "no limit".to_owned(), |r| format!("{r} messages/s")),
+            rate: job.rate_per_sec.map_or_else(
+                || "no limit".to_owned(),
+                |r| format!("{} messages/s", thousands(i64::from(r))),
+            ),
             estimate: match job.estimated_seconds {
                 Some(s) => format!("about {}", human_duration(s)),
                 None => "as fast as the broker confirms".to_owned(),
@@ -250,6 +359,8 @@ impl JobView {
             ],
             segments: segments(job),
             live: state != JobState::Planned && (!state.is_final() || c.pending > 0),
+            every: "1s",
+            copies: None,
             heading: match state {
                 JobState::Planned => "Replay plan",
                 JobState::Queued => "Replay job (queued)",
@@ -264,6 +375,23 @@ impl JobView {
             can_resume: state == JobState::Paused,
             can_cancel: !state.is_final(),
         }
+    }
+}
+
+impl JobView {
+    /// With what became of its copies: the page follows them while they settle.
+    pub fn with_copies(
+        mut self,
+        job: &ReplayJob,
+        copies: &CopyCounts,
+        settle: std::time::Duration,
+    ) -> Self {
+        self.copies = CopiesView::new(job, copies, settle);
+        if !self.live && copies.settling > 0 {
+            self.live = true;
+            self.every = "5s";
+        }
+        self
     }
 }
 
@@ -427,9 +555,14 @@ pub async fn job_page(
                 last.message_id
             )
         });
+    let copies = state
+        .archive
+        .job_copies(id)
+        .await
+        .map_err(|e| page_error(e.into()))?;
     Ok(render(&JobPage {
         nav: Nav::new(Some(&caller), state.auth.mode),
-        job: JobView::new(&job),
+        job: JobView::new(&job).with_copies(&job, &copies, state.settle),
         plan: job.plan.clone(),
         outcome_filter: outcome.unwrap_or_default().to_owned(),
         outcomes: &ITEM_OUTCOMES,
@@ -456,8 +589,13 @@ pub async fn progress_partial(
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
     let job = find_job(&state, id).await.map_err(page_error)?;
+    let copies = state
+        .archive
+        .job_copies(id)
+        .await
+        .map_err(|e| page_error(e.into()))?;
     Ok(render(&ProgressPartial {
-        job: JobView::new(&job),
+        job: JobView::new(&job).with_copies(&job, &copies, state.settle),
     }))
 }
 

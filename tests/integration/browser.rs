@@ -2,181 +2,12 @@
 //! dead-lettered through RabbitMQ: search for an invoice, open it, see its death timeline
 //! and pretty JSON, check that a `<script>` in a body never runs, and replay it.
 
-use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lapin::options::BasicRejectOptions;
 use lapin::ExchangeKind;
-use serde_json::{json, Value};
-use tokio::process::{Child, Command};
 
 use crate::helpers::*;
-
-/// The W3C WebDriver key of an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-/// A WebDriver session on a chromedriver of its own.
-struct Browser {
-    driver: Child,
-    addr: SocketAddr,
-    session: String,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn start() -> Self {
-        let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .expect("chromedriver is missing: install Debian's chromium and chromium-driver (.ci/run does)");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("chromedriver starts");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "chromedriver did not listen"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let profile = tempfile::tempdir().unwrap();
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                         "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())],
-            },
-        }}});
-        let response = webdriver(addr, "POST", "/session", Some(capabilities)).await;
-        let session = response["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {response}"))
-            .to_owned();
-        Browser {
-            driver,
-            addr,
-            session,
-            _profile: profile,
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        webdriver(
-            self.addr,
-            method,
-            &format!("/session/{}{path}", self.session),
-            body,
-        )
-        .await
-    }
-
-    async fn go(&self, url: &str) {
-        self.call("POST", "/url", Some(json!({ "url": url }))).await;
-    }
-
-    /// The first element matching `css`, waiting for it up to 10 s.
-    async fn find(&self, css: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let found = self
-                .call(
-                    "POST",
-                    "/element",
-                    Some(json!({"using": "css selector", "value": css})),
-                )
-                .await;
-            if let Some(id) = found[ELEMENT].as_str() {
-                return id.to_owned();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "no element {css}: {found}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Empties the first element matching `css` and types `text` into it, as a user would.
-    async fn type_into(&self, css: &str, text: &str) {
-        let id = self.find(css).await;
-        self.call("POST", &format!("/element/{id}/clear"), None)
-            .await;
-        self.call(
-            "POST",
-            &format!("/element/{id}/value"),
-            Some(json!({ "text": text })),
-        )
-        .await;
-    }
-
-    async fn text(&self, css: &str) -> String {
-        let id = self.find(css).await;
-        self.call("GET", &format!("/element/{id}/text"), None)
-            .await
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// Waits until the text of `css` satisfies `check`.
-    async fn wait_text(&self, css: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let text = self.text(css).await;
-            if check(&text) {
-                return text;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{css} never showed {what}: {text}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn script(&self, script: &str) -> Value {
-        self.call(
-            "POST",
-            "/execute/sync",
-            Some(json!({"script": script, "args": []})),
-        )
-        .await
-    }
-
-    async fn quit(mut self) {
-        self.call("DELETE", "", None).await;
-        let _ = self.driver.kill().await;
-    }
-}
-
-/// One WebDriver command; returns its `value`.
-async fn webdriver(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
-    let body = body.map(|b| b.to_string());
-    let response = http_request(
-        addr,
-        method,
-        path,
-        body.as_deref()
-            .or(if method == "POST" { Some("{}") } else { None }),
-    )
-    .await;
-    let json: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
-    json.get("value").cloned().unwrap_or(json)
-}
 
 #[tokio::test]
 async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_its_script() {
@@ -306,7 +137,7 @@ async fn search_open_read_and_replay_a_dead_letter_in_chromium_without_running_i
             t.contains("completed")
         })
         .await;
-    assert!(progress.contains("3 of 3 messages settled"), "{progress}");
+    assert!(progress.contains("3 of 3 messages done"), "{progress}");
     t.wait_for_depth(&invoices, 3, Duration::from_secs(5)).await;
     browser.quit().await;
     t.cleanup().await;
@@ -566,22 +397,6 @@ async fn a_group_replayed_after_a_hotfix_resolves_on_the_overview_without_a_relo
     t.cleanup().await;
 }
 
-/// Saves a screenshot of the window as `docs/NAME.png` when `LAZARUS_SCREENSHOTS=1` (how the
-/// README's pictures are refreshed: `LAZARUS_SCREENSHOTS=1 cargo test --test integration
-/// browser::pages_fit`).
-async fn screenshot(browser: &Browser, name: &str) {
-    if std::env::var_os("LAZARUS_SCREENSHOTS").is_none() {
-        return;
-    }
-    use base64::Engine;
-    let png = browser.call("GET", "/screenshot", None).await;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(png.as_str().expect("a screenshot"))
-        .unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/{name}.png"));
-    std::fs::write(&path, bytes).unwrap();
-}
-
 #[tokio::test]
 async fn pages_fit_a_phone_and_follow_the_dark_theme() {
     let p = unique("phone");
@@ -626,10 +441,9 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
         ("replays", "/replays".to_owned()),
         ("api", "/api".to_owned()),
     ];
-    // Desktop, light: the README's pictures; the message page names the invoice and shows
-    // its error first, the stack trace wrapped.
-    browser.go(&format!("{base}/")).await;
-    screenshot(&browser, "overview").await;
+    // Desktop, light: the message page names the invoice and shows its error first, the
+    // stack trace wrapped.
+    browser.resize(DESKTOP).await;
     browser.go(&format!("{base}/messages/{id}")).await;
     let title = browser.script("return document.title").await;
     assert!(title.as_str().unwrap().starts_with("INV-2026-"), "{title}");
@@ -638,7 +452,6 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
         error.contains("IllegalStateException") || error.contains("KeyError"),
         "{error}"
     );
-    screenshot(&browser, "message").await;
     let favicon = browser
         .script("return document.querySelector('link[rel=icon]').href")
         .await;
@@ -646,35 +459,43 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
     let icon = app.get("/static/favicon-1.svg").await;
     assert_eq!(icon.status, 200);
 
-    // A phone: nothing wider than the screen on any page (tables scroll inside their card).
-    browser
-        .call(
-            "POST",
-            "/window/rect",
-            Some(json!({"width": 390, "height": 844})),
-        )
-        .await;
-    for (name, path) in &pages {
-        browser.go(&format!("{base}{path}")).await;
-        browser.find("main").await;
-        let fits = browser
-            .script("return [document.documentElement.scrollWidth, window.innerWidth]")
-            .await;
-        let (scroll, inner) = (fits[0].as_i64().unwrap(), fits[1].as_i64().unwrap());
-        assert!(inner <= 420, "the window is a phone's: {fits}");
-        if scroll > inner {
-            // The widest culprits, outside any scrolling card, to say what to fix.
-            let wide = browser
-                .script(
-                    "return Array.from(document.querySelectorAll('body *'))\
-                     .map(e => [e, e.getBoundingClientRect()]).filter(([e, r]) => r.right > window.innerWidth + 1)\
-                     .map(([e, r]) => e.tagName + '.' + e.className + ' ' + Math.round(r.left) + '-' + Math.round(r.right) + ' in ' + (e.closest('section') || {}).className).slice(-12)",
-                )
+    // A laptop and a phone, light and dark: nothing wider than the window on any page, the
+    // background following the system's scheme; the README's pictures of the overview, the
+    // list and a message in each.
+    for (size, dark) in [
+        (DESKTOP, false),
+        (PHONE, false),
+        (DESKTOP, true),
+        (PHONE, true),
+    ] {
+        browser.resize(size).await;
+        browser.dark(dark).await;
+        for (name, path) in &pages {
+            browser.go(&format!("{base}{path}")).await;
+            browser.find("main").await;
+            let over = browser.overflow().await;
+            assert!(
+                over.is_null(),
+                "{path} at {size:?} is wider than its window: {over}"
+            );
+            let background = browser
+                .script("return getComputedStyle(document.body).backgroundColor")
                 .await;
-            panic!("{path} is {scroll} px wide on a {inner} px screen: {wide}");
-        }
-        if *name == "overview" || *name == "message" {
-            screenshot(&browser, &format!("{name}-phone")).await;
+            let expected = if dark {
+                "rgb(18, 21, 28)"
+            } else {
+                "rgb(246, 247, 249)"
+            };
+            assert_eq!(background, expected, "{path} at {size:?}, dark {dark}");
+            if ["overview", "messages", "message"].contains(name) {
+                let suffix = match (size == PHONE, dark) {
+                    (false, false) => "",
+                    (true, false) => "-phone",
+                    (false, true) => "-dark",
+                    (true, true) => "-phone-dark",
+                };
+                browser.screenshot(&format!("{name}{suffix}")).await;
+            }
         }
     }
     // The skip link is the first thing a keyboard reaches, and leads to the content.
@@ -682,34 +503,6 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
         .script("return document.querySelector('body > a.skip').getAttribute('href')")
         .await;
     assert_eq!(skip, "#main");
-
-    // Dark, as the system asks: the page's background follows.
-    browser
-        .call(
-            "POST",
-            "/window/rect",
-            Some(json!({"width": 1280, "height": 900})),
-        )
-        .await;
-    browser
-        .call(
-            "POST",
-            "/goog/cdp/execute",
-            Some(json!({"cmd": "Emulation.setEmulatedMedia",
-                "params": {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}})),
-        )
-        .await;
-    for (name, path) in &pages[..3] {
-        browser.go(&format!("{base}{path}")).await;
-        browser.find("main").await;
-        let background = browser
-            .script("return getComputedStyle(document.body).backgroundColor")
-            .await;
-        assert_eq!(background, "rgb(18, 21, 28)", "{path} is not dark");
-        if *name != "messages" {
-            screenshot(&browser, &format!("{name}-dark")).await;
-        }
-    }
     browser.quit().await;
     t.cleanup().await;
 }
@@ -825,6 +618,9 @@ async fn a_group_dismissed_from_the_overview_resolves_and_a_lost_server_is_said(
         )
         .await;
     assert!(browser.text(group).await.contains("resolved"));
+    // What was done is said, until dismissed.
+    let said = browser.text("#toasts [role=status]").await;
+    assert_eq!(said, "Dismissed 3 messages.");
     let dismissed = app
         .json(&format!("/api/messages?queue={dlq}&status=dismissed"), 200)
         .await;
@@ -841,22 +637,6 @@ async fn a_group_dismissed_from_the_overview_resolves_and_a_lost_server_is_said(
     t.cleanup().await;
 }
 
-/// Signs in through the login page, as a person would.
-async fn sign_in(browser: &Browser, base: &str, name: &str) {
-    browser.go(&format!("{base}/login")).await;
-    browser.type_into("input[name=name]", name).await;
-    browser
-        .type_into("input[name=password]", crate::auth::PASSWORD)
-        .await;
-    let submit = browser.find("form button[type=submit]").await;
-    browser
-        .call("POST", &format!("/element/{submit}/click"), None)
-        .await;
-    browser
-        .wait_text("header .who", "the signed-in name", |t| t.contains(name))
-        .await;
-}
-
 #[tokio::test]
 async fn a_viewer_is_offered_no_action_and_an_operator_each() {
     let (app, t, dlq, id) = crate::auth::users_app(|_| {}).await;
@@ -864,7 +644,7 @@ async fn a_viewer_is_offered_no_action_and_an_operator_each() {
     let forms = "return document.querySelectorAll(\"form[action$='/replay'], form[action$='/dismiss'], form[action='/messages/select'], input.select-row\").length";
     for (name, offered) in [("vera", false), ("otto", true)] {
         let browser = Browser::start().await;
-        sign_in(&browser, &base, name).await;
+        browser.sign_in(&base, name, crate::auth::PASSWORD).await;
         for path in [
             "/".to_owned(),
             format!("/messages?queue={dlq}"),

@@ -824,10 +824,7 @@ async fn the_cli_plans_replays_and_exits_non_zero_when_something_failed() {
     )
     .await;
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains("completed: 5/5 settled · published 5"),
-        "{out}"
-    );
+    assert!(out.contains("completed: 5/5 done · published 5"), "{out}");
     t.wait_for_depth(&queue, 5, Duration::from_secs(5)).await;
 
     // Already replayed: skipped, nothing to publish, still a clean run.

@@ -395,8 +395,8 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     let pages = Pages::with(vec![]).await;
     for path in [
         "/static/htmx-2.0.11.min.js",
-        "/static/lazarus-3.css",
-        "/static/lazarus-4.js",
+        "/static/lazarus-4.css",
+        "/static/lazarus-5.js",
     ] {
         let (status, body, headers) = pages.get(path, false).await;
         assert_eq!(status, StatusCode::OK, "{path}");
@@ -579,12 +579,12 @@ async fn search_finds_chinese_japanese_and_korean_inside_longer_text() {
     let (status, page, _) = pages.get(&format!("/messages/1{link}"), false).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("<mark>死信</mark>"), "{page}");
-    assert!(page.contains("1 hit of <q>死信</q> marked"), "{page}");
+    assert!(page.contains("1 hit of <code>死信</code> marked"), "{page}");
     let q: String = form_urlencoded::byte_serialize("発生しました <b>x</b>".as_bytes()).collect();
     let (_, page, _) = pages.get(&format!("/messages/3?q={q}"), false).await;
     assert!(page.contains("<mark>発生しました</mark>"), "{page}");
     assert!(
-        page.contains("<q>発生しました &#60;b&#62;x&#60;/b&#62;</q>"),
+        page.contains("<code>発生しました &#60;b&#62;x&#60;/b&#62;</code>"),
         "the search shown escaped: {page}"
     );
     // The API speaks the same language.

@@ -508,7 +508,7 @@ async fn a_plan_says_which_queues_each_target_reaches_rabbitmq4() {
                         .await
                         .text();
                     let cell = page
-                        .split(r#"<td class="wrap reach">"#)
+                        .split(r#"class="wrap reach">"#)
                         .nth(1)
                         .unwrap_or_else(|| panic!("no reach column: {page}"))
                         .split("</td>")

@@ -44,7 +44,7 @@ async fn archived_copies(
 }
 
 /// Writes a batch whose ids are taken: the messages, their bodies, statuses and business
-/// fields, and the totals, the sparkline's hourly counts and the failure groups they
+/// fields (with the keys `field:value` finds them by), and the totals, the sparkline's hourly counts and the failure groups they
 /// add to — all in one statement (data-modifying `WITH` parts, each one `UNNEST` insert), so
 /// a batch costs the server one round trip and one plan. Totals keys go in sorted, so
 /// instances updating the same rows at once take their locks in one order.
@@ -82,6 +82,10 @@ async fn insert_batch(
         .iter()
         .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
         .collect();
+    let keys: Vec<(i64, &str, String)> = rows
+        .iter()
+        .flat_map(|(id, m)| m.field_keys().into_iter().map(move |(n, k)| (*id, n, k)))
+        .collect();
     let totals = totals(rows);
     let Overview {
         hours,
@@ -113,6 +117,9 @@ async fn insert_batch(
          new_fields AS (\
          INSERT INTO message_fields (message_id, name, value) \
          SELECT * FROM UNNEST($26::bigint[], $27::text[], $28::text[]) ON CONFLICT DO NOTHING), \
+         new_field_keys AS (\
+         INSERT INTO message_field_keys (message_id, name, folded) \
+         SELECT * FROM UNNEST($52::bigint[], $53::text[], $54::text[]) ON CONFLICT DO NOTHING), \
          new_totals AS (\
          INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
          SELECT q, r, n, n, b, o, w FROM UNNEST($29::text[], $30::text[], $31::bigint[], $50::bigint[], \
@@ -191,6 +198,9 @@ async fn insert_batch(
     .bind(col(&|m| m.search_text.snippet.as_deref()))
     .bind(totals.values().map(|v| v.bytes).collect::<Vec<_>>())
     .bind(col(&|m| Some(&m.message.vhost)))
+    .bind(keys.iter().map(|(id, _, _)| *id).collect::<Vec<i64>>())
+    .bind(keys.iter().map(|(_, n, _)| *n).collect::<Vec<&str>>())
+    .bind(keys.iter().map(|(_, _, k)| k.as_str()).collect::<Vec<&str>>())
     .execute(conn)
     .await?;
     Ok(())

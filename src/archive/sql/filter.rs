@@ -29,6 +29,28 @@ pub fn push_conditions<'a, DB: sqlx::Database>(
     for (field, value) in filter.conditions() {
         push_condition(q, field, value, status_in);
     }
+    for term in filter.business_terms() {
+        push_business_term(q, term);
+    }
+    if let Some(job) = filter.job {
+        q.push(
+            " AND id IN (SELECT message_id FROM replay_job_items WHERE outcome = 'published' \
+             AND job_id = ",
+        )
+        .push_bind(job)
+        .push(")");
+    }
+    if let Some(job) = filter.copies_of_job {
+        // Archived since the job started: an earlier replay's copies are not this job's.
+        q.push(
+            " AND replay_of IN (SELECT message_id FROM replay_job_items WHERE outcome = 'published' \
+             AND job_id = ",
+        )
+        .push_bind(job)
+        .push(") AND archived_at >= (SELECT coalesce(started_at, created_at) FROM replay_jobs WHERE id = ")
+        .push_bind(job)
+        .push(")");
+    }
     if let Some(since) = filter.since {
         q.push(" AND archived_at >= ").push_bind(millis(since));
     }
@@ -106,16 +128,40 @@ pub fn push_condition<'a, DB: sqlx::Database>(
                 .push("))");
             return;
         }
-        business => {
-            q.push(" AND id IN (SELECT message_id FROM message_fields WHERE name = ")
-                .push_bind(business)
-                .push(" AND value = ")
-                .push_bind(value)
-                .push(")");
+        // A search's business fields are found by their words (push_business_term); a name
+        // that is no column matches nothing.
+        _ => {
+            q.push(" AND FALSE");
             return;
         }
     };
     q.push(format!(" AND {column} = ")).push_bind(value);
+}
+
+/// `AND <a business field holds the term's words>`: its keys in the term's range
+/// ([`crate::field_match`]: folded words, a phrase in order, a prefix), or its exact value —
+/// which also finds values whose keys are still to be written (archived before they existed,
+/// until the background reindex reaches them).
+fn push_business_term<'a, DB: sqlx::Database>(
+    q: &mut QueryBuilder<'a, DB>,
+    term: &'a crate::search::FieldTerm,
+) where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    q.push(" AND id IN (SELECT message_id FROM message_fields WHERE name = ")
+        .push_bind(term.field.as_str())
+        .push(" AND value = ")
+        .push_bind(term.value.as_str());
+    if let Some((low, high)) = crate::field_match::term_range(&term.value, term.prefix) {
+        q.push(" UNION SELECT message_id FROM message_field_keys WHERE name = ")
+            .push_bind(term.field.as_str())
+            .push(" AND folded >= ")
+            .push_bind(low)
+            .push(" AND folded < ")
+            .push_bind(high);
+    }
+    q.push(")");
 }
 
 /// `INSERT INTO replay_job_items ... SELECT job, message, target`: what every backend's

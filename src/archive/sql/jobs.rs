@@ -14,7 +14,8 @@ use crate::archive::jobs::{
     next_state, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, NOT_ALLOWED, NO_TARGET,
 };
 use crate::archive::{
-    Actor, ArchiveError, Canary, JobAction, JobItem, JobSpec, JobState, JobStore, Plan, ReplayJob,
+    Actor, ArchiveError, Canary, CopyCounts, JobAction, JobItem, JobSpec, JobState, JobStore,
+    MessageStatus, Plan, ReplayJob,
 };
 
 /// Jobs of this many messages or more refresh PostgreSQL's statistics of the items when they
@@ -314,6 +315,33 @@ impl<T: SqlArchive> JobStore for T {
             )
             .await?;
         row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn job_copies(&self, id: i64) -> Result<CopyCounts, ArchiveError> {
+        let db = self.db();
+        let table = db.dialect().status_table();
+        let rows = db
+            .fetch_all(
+                &format!(
+                    "SELECT s.status, count(*) AS n FROM replay_job_items i \
+                     JOIN {table} s ON s.id = i.message_id \
+                     WHERE i.job_id = $1 AND i.outcome = 'published' GROUP BY s.status"
+                ),
+                args![id],
+            )
+            .await?;
+        let mut counts = CopyCounts::default();
+        for row in &rows {
+            let status: String = super::ArchiveRow::column(row, "status")?;
+            let n: i64 = super::ArchiveRow::column(row, "n")?;
+            match MessageStatus::parse(&status) {
+                Some(MessageStatus::Replayed) => counts.settling += n,
+                Some(MessageStatus::Settled) => counts.settled += n,
+                Some(MessageStatus::DiedAgain) => counts.died_again += n,
+                _ => counts.changed_since += n,
+            }
+        }
+        Ok(counts)
     }
 
     async fn jobs(&self, limit: u32) -> Result<Vec<ReplayJob>, ArchiveError> {

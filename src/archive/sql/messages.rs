@@ -139,6 +139,31 @@ impl<T: SqlArchive> MessageStore for T {
         Ok(self.read_body_part(id, offset, len).await?)
     }
 
+    async fn field_values_in(
+        &self,
+        name: &str,
+        low: &str,
+        high: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, ArchiveError> {
+        // A few hundred keys in order, then their values: the same value of many messages
+        // is offered once.
+        let rows = self
+            .db()
+            .fetch_all(
+                "SELECT DISTINCT f.value FROM (SELECT message_id FROM message_field_keys \
+                 WHERE name = $1 AND folded >= $2 AND folded < $3 ORDER BY folded LIMIT 200) k \
+                 JOIN message_fields f ON f.message_id = k.message_id AND f.name = $1 \
+                 ORDER BY f.value LIMIT $4",
+                args![name, low, high, i64::from(limit)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.column("value"))
+            .collect::<Result<_, _>>()?)
+    }
+
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError> {
         let db = self.db();
         let d = db.dialect();

@@ -5,12 +5,14 @@
 //! before are written, by the backend ([`SqlArchive::rewrite_search`]): version 1 indexes CJK
 //! runs as bigrams, and reads compressed (kombu), MessagePack, CBOR and AMQP 1.0 bodies and
 //! JSON's `\u` escapes; version 2 reads bzip2, lzma/xz, zstd and brotli bodies and protobuf.
+//! Version 3 gives stored business field values the keys `field:value` finds them by
+//! ([`crate::field_match`]), from the values alone: no body is read.
 
 use async_trait::async_trait;
 
 use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::message_from_row;
-use super::{args, ArchiveRow, SqlArchive};
+use super::{args, ArchiveRow, Arg, SqlArchive};
 use crate::archive::{
     ArchiveError, IncomingMessage, IngestRules, Reindex, ReindexProgress, SearchText,
 };
@@ -45,6 +47,11 @@ impl<T: SqlArchive> Reindex for T {
                 last_id,
                 rewritten: 0,
             }));
+        }
+        if version == FIELD_KEYS {
+            return field_keys_batch(self, next_id, last_id, limit)
+                .await
+                .map(Some);
         }
         let sql = format!(
             "SELECT {}, {DETAIL_COLUMNS}, \
@@ -84,6 +91,83 @@ impl<T: SqlArchive> Reindex for T {
             rewritten: changed.len() as u64,
         }))
     }
+}
+
+/// The version of the reindex that gives business field values their keys.
+const FIELD_KEYS: i64 = 3;
+
+/// Rows a key insert writes at most (three parameters each).
+const KEYS_PER_STATEMENT: usize = 300;
+
+/// Keys for the business fields of the next `limit` messages that have any, up to `last_id`
+/// (ingest writes them for later ones); keys already there are left as they are.
+async fn field_keys_batch<T: SqlArchive>(
+    archive: &T,
+    next_id: i64,
+    last_id: i64,
+    limit: u32,
+) -> Result<ReindexProgress, ArchiveError> {
+    let db = archive.db();
+    let ids: Vec<i64> = db
+        .fetch_all(
+            "SELECT DISTINCT message_id FROM message_fields WHERE message_id >= $1 \
+             AND message_id <= $2 ORDER BY message_id LIMIT $3",
+            args![next_id, last_id, i64::from(limit.max(1))],
+        )
+        .await?
+        .iter()
+        .map(|row| row.column("message_id"))
+        .collect::<Result<_, _>>()?;
+    let done_through = match ids.last() {
+        Some(last) if ids.len() == limit.max(1) as usize => *last,
+        _ => last_id,
+    };
+    let rows = db
+        .fetch_all(
+            "SELECT message_id, name, value FROM message_fields WHERE message_id >= $1 \
+             AND message_id <= $2",
+            args![next_id, done_through],
+        )
+        .await?;
+    let mut keys: Vec<(i64, String, String)> = Vec::new();
+    for row in &rows {
+        let (id, name): (i64, String) = (row.column("message_id")?, row.column("name")?);
+        let value: String = row.column("value")?;
+        for key in crate::field_match::keys(&value) {
+            keys.push((id, name.clone(), key));
+        }
+    }
+    let mut tx = db.begin().await?;
+    let mut conn = tx.conn();
+    for chunk in keys.chunks(KEYS_PER_STATEMENT) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+            .collect();
+        let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
+        for (id, name, key) in chunk {
+            bound.extend([Arg::from(*id), Arg::from(name), Arg::from(key)]);
+        }
+        conn.execute(
+            &format!(
+                "INSERT INTO message_field_keys (message_id, name, folded) VALUES {} \
+                 ON CONFLICT DO NOTHING",
+                values.join(", ")
+            ),
+            &bound,
+        )
+        .await?;
+    }
+    conn.execute(
+        "UPDATE search_reindex SET next_id = $1 WHERE version = $2 AND next_id < $1",
+        args![done_through + 1, FIELD_KEYS],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ReindexProgress {
+        done_through,
+        last_id,
+        rewritten: keys.len() as u64,
+    })
 }
 
 /// The search text ingest would derive for a stored message today (only that: no

@@ -243,6 +243,19 @@ async fn write_batch(
             });
             q.build().execute(&mut **tx).await?;
         }
+        let keys: Vec<(i64, &str, String)> = chunk
+            .iter()
+            .flat_map(|(id, m)| m.field_keys().into_iter().map(move |(n, k)| (*id, n, k)))
+            .collect();
+        for keys in keys.chunks(5_000) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT OR IGNORE INTO message_field_keys (message_id, name, folded) ",
+            );
+            q.push_values(keys, |mut b, (id, name, key)| {
+                b.push_bind(*id).push_bind(*name).push_bind(key);
+            });
+            q.build().execute(&mut **tx).await?;
+        }
     }
     terms.save(tx).await?;
     record_overview(tx, &rows).await?;

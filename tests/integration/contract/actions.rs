@@ -183,7 +183,7 @@ async fn dismiss_marks_and_purge_deletes_but_not_what_an_unfinished_job_holds() 
     assert_eq!(
         lines,
         vec![
-            ("purge", None, "purged 1 messages ([p4]): cleanup"),
+            ("purge", None, "purged 1 message ([p4]): cleanup"),
             (
                 "purge",
                 None,
@@ -195,11 +195,11 @@ async fn dismiss_marks_and_purge_deletes_but_not_what_an_unfinished_job_holds() 
                 Some(i64::MAX),
                 "dismissed 0 messages ([unknown]): nothing"
             ),
-            ("dismiss", None, "dismissed 1 messages ([p1, p2]): later"),
+            ("dismiss", None, "dismissed 1 message ([p1, p2]): later"),
             (
                 "dismiss",
                 Some(p[0]),
-                "dismissed 1 messages ([p1]): fixed by hand"
+                "dismissed 1 message ([p1]): fixed by hand"
             ),
         ]
     );

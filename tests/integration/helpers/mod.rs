@@ -1,10 +1,12 @@
 //! Shared test scaffolding, by concern: the archive backend under test (`archive`), the
-//! broker side (`broker`), a running Lazarus (`app`) and a tiny HTTP client (`http`). Tests
+//! broker side (`broker`), a running Lazarus (`app`), a tiny HTTP client (`http`) and a WebDriver
+//! client for Chromium (`browser`). Tests
 //! take it all with `use crate::helpers::*`.
 
 mod app;
 mod archive;
 mod broker;
+mod browser;
 mod http;
 mod tls;
 
@@ -12,6 +14,7 @@ pub use app::*;
 pub(crate) use archive::on_both_backends;
 pub use archive::*;
 pub use broker::*;
+pub use browser::*;
 pub use http::*;
 pub use tls::*;
 

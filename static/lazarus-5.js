@@ -35,7 +35,15 @@ function showAgo(root) {
     span.textContent = " · " + ago(d);
   });
 }
-document.addEventListener("DOMContentLoaded", function () { showLocalTimes(document); showAgo(document); });
+document.addEventListener("DOMContentLoaded", function () {
+  showLocalTimes(document);
+  showAgo(document);
+  showFlash();
+  // Folded filters open by themselves where there is room for them.
+  if (window.matchMedia("(min-width: 641px)").matches) {
+    document.querySelectorAll("details[data-open-wide]").forEach(function (d) { d.open = true; });
+  }
+});
 document.addEventListener("htmx:afterSwap", function (e) { showLocalTimes(e.target); showAgo(document); });
 setInterval(function () { showAgo(document); }, 30000);
 // A form answered beside itself starts each request with its old error gone.
@@ -52,21 +60,49 @@ document.addEventListener("htmx:beforeRequest", function (e) {
     (document.activeElement && elt.contains(document.activeElement) && document.activeElement.matches("input, textarea, select"));
   if (busy) e.preventDefault();
 });
+// Toasts: what a request answered, drawn above everything and announced (#toasts is a live
+// region; an error is an alert). They stay until dismissed — an error read later is still
+// there — and at most a few are kept, the oldest going first.
+function toast(text, kind, id) {
+  var box = document.createElement("div");
+  box.className = "toast " + (kind === "success" ? "success" : "error-box");
+  box.setAttribute("role", kind === "success" ? "status" : "alert");
+  if (id) box.id = id;
+  var words = document.createElement("span");
+  words.className = "toast-text";
+  words.textContent = text;
+  var close = document.createElement("button");
+  close.type = "button";
+  close.className = "toast-close";
+  close.setAttribute("aria-label", "Dismiss this message");
+  // The × is drawn by the stylesheet: the toast's text is only its message.
+  close.addEventListener("click", function () { box.remove(); });
+  box.appendChild(words);
+  box.appendChild(close);
+  var toasts = document.getElementById("toasts");
+  toasts.appendChild(box);
+  while (toasts.children.length > 4) toasts.firstElementChild.remove();
+  return box;
+}
 // The server cannot be reached at all (it stopped, or the network is down): one toast that
 // says so, gone once a request gets through again.
 function unreachable(show) {
   var box = document.getElementById("unreachable");
   if (!show) { if (box) box.remove(); return; }
   if (box) return;
-  box = document.createElement("div");
-  box.id = "unreachable";
-  box.className = "error-box";
-  box.setAttribute("role", "alert");
-  box.textContent = "Lazarus cannot be reached: this page is not up to date. Retrying…";
-  document.getElementById("toasts").appendChild(box);
+  toast("Lazarus cannot be reached: this page is not up to date. Retrying…", "error", "unreachable");
 }
 document.addEventListener("htmx:sendError", function () { unreachable(true); });
 document.addEventListener("htmx:afterRequest", function (e) { if (e.detail.xhr && e.detail.xhr.status) unreachable(false); });
+// What a form did, said by the page it led to (a cookie the server set on its redirect).
+function showFlash() {
+  var match = document.cookie.match(/(?:^|; )lazarus_flash=([^;]*)/);
+  if (!match) return;
+  document.cookie = "lazarus_flash=; Path=/; Max-Age=0; SameSite=Strict";
+  var text = "";
+  try { text = decodeURIComponent(match[1].replace(/\+/g, " ")); } catch (_) { return; }
+  if (text) toast(text, "success");
+}
 // The message of an error answer, as text: the "error" of a JSON answer, the text of an
 // HTML one (parsed, not shown: entities read as the characters they stand for, and nothing
 // in it runs), else the status.
@@ -98,12 +134,7 @@ document.addEventListener("htmx:responseError", function (e) {
     place.classList.add("error-box");
     return;
   }
-  var box = document.createElement("div");
-  box.className = "error-box";
-  box.setAttribute("role", "alert");
-  box.textContent = errorMessage(e.detail.xhr);
-  document.getElementById("toasts").appendChild(box);
-  setTimeout(function () { box.remove(); }, 8000);
+  toast(errorMessage(e.detail.xhr), "error");
 });
 // Row selection (for replay): "select page" ticks every row; the count follows, and says
 // "all 1,234 selected" when every match is.
@@ -130,4 +161,49 @@ document.addEventListener("htmx:configRequest", function (e) {
   Object.keys(params).forEach(function (k) {
     if (typeof params[k] === "string" && params[k].trim() === "") delete params[k];
   });
+});
+// The keyboard. A skip link moves the focus where it leads. Esc closes the dialog the focus
+// is in (a `details.inline-form`, such as "Replay group…", or any `[data-dialog]`), or the
+// one opened last, and gives the focus back to what opened it. In the list, arrow keys go
+// from the search box to the results and from one result to the next.
+document.addEventListener("click", function (e) {
+  var skip = e.target.closest && e.target.closest("a.skip");
+  var to = skip && document.querySelector(skip.getAttribute("href"));
+  if (to) { e.preventDefault(); to.focus(); }
+});
+document.addEventListener("keydown", function (e) {
+  if (e.key === "Escape") {
+    var open = Array.prototype.slice.call(document.querySelectorAll("details.inline-form[open], details[data-dialog][open]"));
+    if (!open.length) return;
+    var inside = open.filter(function (d) { return d.contains(document.activeElement); });
+    var dialog = inside.length ? inside[inside.length - 1] : open[open.length - 1];
+    dialog.open = false;
+    var summary = dialog.querySelector("summary");
+    if (summary) summary.focus();
+    e.preventDefault();
+    return;
+  }
+  if (e.key !== "ArrowDown" && e.key !== "ArrowUp") return;
+  var target = e.target;
+  if (!target.closest) return;
+  var search = target.closest("input[data-results]");
+  var links = function (place) { return Array.prototype.slice.call(place.querySelectorAll("tbody a.row-link")); };
+  if (search && e.key === "ArrowDown") {
+    var place = document.getElementById(search.dataset.results);
+    var first = place && links(place)[0];
+    if (first) { e.preventDefault(); first.focus(); }
+    return;
+  }
+  var link = target.closest("a.row-link");
+  var results = link && link.closest("[id]");
+  if (!link || !results) return;
+  var all = links(results);
+  var at = all.indexOf(link);
+  e.preventDefault();
+  if (e.key === "ArrowDown" && at + 1 < all.length) all[at + 1].focus();
+  if (e.key === "ArrowUp") {
+    if (at > 0) { all[at - 1].focus(); return; }
+    var box = document.querySelector("input[data-results='" + results.id + "']");
+    if (box) box.focus();
+  }
 });
