@@ -18,6 +18,7 @@ mod deploy;
 mod discovery;
 mod export;
 mod failures;
+mod groups;
 mod headers;
 mod hostile;
 mod instances;

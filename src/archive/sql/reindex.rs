@@ -5,6 +5,7 @@
 //! before are written, by the backend ([`SqlArchive::rewrite_search`]): version 1 indexes CJK
 //! runs as bigrams, and reads compressed (kombu), MessagePack, CBOR and AMQP 1.0 bodies and
 //! JSON's `\u` escapes; version 2 reads bzip2, lzma/xz, zstd and brotli bodies and protobuf.
+//! The regroup of failures by cause walks a cursor of its own (`regroup`).
 
 use async_trait::async_trait;
 
@@ -83,6 +84,14 @@ impl<T: SqlArchive> Reindex for T {
             last_id,
             rewritten: changed.len() as u64,
         }))
+    }
+
+    async fn regroup_batch(
+        &self,
+        rules: &IngestRules,
+        limit: u32,
+    ) -> Result<Option<ReindexProgress>, ArchiveError> {
+        super::regroup::batch(self.db(), rules, limit).await
     }
 }
 
