@@ -129,8 +129,9 @@ pub struct Chip {
     pub remove: String,
 }
 
-/// The chips of the filters in use, in the order of the form.
-fn chips(pairs: &[(String, String)]) -> Vec<Chip> {
+/// The chips of the filters in use, in the order of the form; a group's says what the group
+/// is (`group`: its cause and where, when it is known).
+fn chips(pairs: &[(String, String)], group: Option<&str>) -> Vec<Chip> {
     pairs
         .iter()
         .enumerate()
@@ -150,6 +151,10 @@ fn chips(pairs: &[(String, String)]) -> Vec<Chip> {
                 "routing_key" => "routing key",
                 "content_type" => "content type",
                 other => other,
+            };
+            let value = match (name.as_str(), group) {
+                ("group", Some(group)) => group,
+                _ => value.as_str(),
             };
             Chip {
                 label: format!("{label}: {value}"),
@@ -235,6 +240,33 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// The failure group `filter` selects by, as its chip names it: `cause (reason in queue)`.
+async fn group_named(
+    state: &AppState,
+    filter: &crate::archive::MessageFilter,
+) -> Result<Option<String>, crate::archive::ArchiveError> {
+    let Some(id) = filter.group.as_deref().and_then(|g| g.parse().ok()) else {
+        return Ok(None);
+    };
+    let query = crate::archive::GroupQuery {
+        group: Some(id),
+        ..crate::archive::GroupQuery::by_cause(1)
+    };
+    Ok(state.archive.groups(&query).await?.first().map(|g| {
+        let cause = g.cause();
+        format!(
+            "{} ({} in {})",
+            if cause.is_empty() {
+                "no error given"
+            } else {
+                &cause
+            },
+            g.reason.as_deref().unwrap_or_default(),
+            g.first_death_queue.as_deref().unwrap_or_default()
+        )
+    }))
+}
+
 /// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
 pub async fn list_page(
     State(state): State<AppState>,
@@ -259,11 +291,15 @@ pub async fn list_page(
             state.masking.check_search(caller.role, &filter)?;
             Ok((filter, page))
         });
+    let mut group = None;
     let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
             let _reading = state
                 .reads
                 .acquire()
+                .await
+                .map_err(|e| PageError::new(e, &headers))?;
+            group = group_named(&state, &filter)
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
             let mut page = state
@@ -303,7 +339,7 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
-                chips: chips(&pairs),
+                chips: chips(&pairs, group.as_deref()),
                 filter_pairs: pairs,
             }),
         )
@@ -330,7 +366,7 @@ pub async fn list_page(
             nav: Nav::new(Some(&caller), state.auth.mode),
             can_act: caller.role >= crate::archive::Role::Operator,
             count_link,
-            chips: chips(&pairs),
+            chips: chips(&pairs, group.as_deref()),
             filter_pairs: pairs,
             since_input: datetime_local(&form.since),
             until_input: datetime_local(&form.until),
@@ -365,7 +401,7 @@ mod tests {
             queue: Some(" ".into()),
             ..Default::default()
         };
-        let found = chips(&filter_pairs(&form));
+        let found = chips(&filter_pairs(&form), None);
         let shown: Vec<(&str, &str)> = found
             .iter()
             .map(|c| (c.label.as_str(), c.remove.as_str()))
@@ -380,7 +416,7 @@ mod tests {
                 ("error: TimeoutException: tax", "/messages?q=invoice+42"),
             ]
         );
-        assert!(chips(&[]).is_empty());
+        assert!(chips(&[], None).is_empty());
     }
 
     #[test]

@@ -180,6 +180,19 @@ async fn overview_shows_queues_reasons_and_failure_groups() {
         pages.groups_listed(&html).await,
         [vec!["o-1", "o-2"], vec!["o-3"]]
     );
+    // The list of a group says which group it is.
+    let link = html
+        .split(r#"class="row-link" href=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .replace("&#38;", "&");
+    let (_, list, _) = pages.get(&link, false).await;
+    assert!(
+        list.contains("group: NullPointerException: customer (rejected in orders)")
+            || list.contains("group: no error given (rejected in orders)"),
+        "{list}"
+    );
     assert!(html.contains("<svg class=\"spark\""));
     // All three died just now.
     assert!(
