@@ -12,10 +12,10 @@ use lazarus::archive::{Actor, GroupQuery, IngestRules, Outcome, StatusFilter};
 use super::lifecycle::{assert_open_counts_exact, replay};
 use super::*;
 
-/// The schema, groups and migration record the version before causes left (SQLite's
-/// migration 0025, PostgreSQL's 0018): what the migration to causes adds dropped, the groups
-/// keyed on (first-death queue, reason, error) as that version counted them, and each
-/// message's error as it wrote it (`old_errors`: message-id, error).
+/// The schema, groups and migration record the version before causes left: what the
+/// migration to causes (found by its name, so that renumbering it is a rename) adds dropped,
+/// the groups keyed on (first-death queue, reason, error) as that version counted them, and
+/// each message's error as it wrote it (`old_errors`: message-id, error).
 fn downgrade(url: &str, old_errors: &[(String, String)]) -> String {
     let errors: String = old_errors
         .iter()
@@ -48,7 +48,7 @@ fn downgrade(url: &str, old_errors: &[(String, String)]) -> String {
                  FROM messages GROUP BY 1, 2, 3;
              CREATE INDEX failure_groups_first_seen ON failure_groups (first_seen);
              DROP TABLE regroup;
-             DELETE FROM _sqlx_migrations WHERE version = 26;"
+             DELETE FROM _sqlx_migrations WHERE description = 'failures by cause';"
         ),
         false => format!(
             "{errors}
@@ -72,7 +72,7 @@ fn downgrade(url: &str, old_errors: &[(String, String)]) -> String {
                  FROM messages m JOIN message_status s ON s.id = m.id GROUP BY 1, 2, 3;
              CREATE INDEX failure_groups_first_seen ON failure_groups (first_seen);
              DROP TABLE regroup;
-             DELETE FROM _sqlx_migrations WHERE version = 19;"
+             DELETE FROM _sqlx_migrations WHERE description = 'failures by cause';"
         ),
     }
 }

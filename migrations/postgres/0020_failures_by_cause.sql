@@ -1,4 +1,4 @@
--- Failures by cause (issue 33; as SQLite's migration 0026): a failure group is one bug in one
+-- Failures by cause (issue 33; as SQLite's migration 0027): a failure group is one bug in one
 -- place — its DLQ, the queue it failed in, the reason, and its cause: the exception type and the
 -- message's template (src/cause/) — with its counts kept per message type. Each group has an
 -- id (the list's `group` filter), one raw error as its example, and counts its settling
