@@ -15,7 +15,13 @@
 //! BENCH_PREFETCH=2000 (Lazarus' default; both consumers get it),
 //! BENCH_REDELIVERED=1 (0: no redelivered backlog), BENCH_DIRECT=1, BENCH_FLOOR=0,
 //! BENCH_ROUNDS=3 (the raw consumer and each backend take turns, round after round),
-//! BENCH_BACKENDS=sqlite,postgres, BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
+//! BENCH_BACKENDS=sqlite,postgres, BENCH_ERRORS=0 (1: each message carries a failing Spring
+//! listener's error — `x-exception-message` naming its own invoice id and the
+//! `x-exception-stacktrace` a JVM printed, as RepublishMessageRecoverer writes them — so that
+//! deriving each failure's cause is part of what is measured), BENCH_BASELINE (the path of
+//! another `lazarus` binary, say the previous commit's: each round runs it too, right after
+//! or before this one in turn, and the table ends with this binary's rate over it),
+//! BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
 //! afterwards), LAZARUS_TEST_AMQP_URL. Needs the local RabbitMQ, and PostgreSQL for the
 //! postgres backend; prints a table of rates, the ratios to the raw consumer, peak RSS.
@@ -25,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::*;
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::process::Command;
 
@@ -35,10 +41,58 @@ use common::{
     postgres_url, publish_all,
 };
 
+/// A failing Spring listener's error headers for invoice `i`: the cause's message, naming the
+/// invoice, and the stack trace a JVM printed for it (`trace` is one printed for `INV-0`).
+fn spring_error(trace: &str, i: usize) -> FieldTable {
+    let id = format!("INV-2026-{i:06}");
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-exception-message".into(),
+        AMQPValue::LongString(format!("no invoice {id} in ledger").as_str().into()),
+    );
+    headers.insert(
+        "x-exception-stacktrace".into(),
+        AMQPValue::LongString(trace.replace("INV-0", &id).as_str().into()),
+    );
+    headers
+}
+
+/// The stack trace a JVM prints for the test suite's failing listener (`Invoices.java`) and
+/// invoice `INV-0`, when BENCH_ERRORS=1.
+fn printed_trace() -> Option<String> {
+    if env_or("BENCH_ERRORS", 0) == 0 {
+        return None;
+    }
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/causes/Invoices.java"
+    );
+    let out = std::process::Command::new("java")
+        .args([source, "INV-0"])
+        .output()
+        .expect("BENCH_ERRORS=1 runs java");
+    let trace = String::from_utf8(out.stdout).unwrap();
+    let trace = trace.trim_end().trim_end_matches("----").to_owned();
+    assert!(trace.contains("Caused by: "), "{trace}");
+    Some(trace)
+}
+
 /// Fills `queue` with `n` 1 KB JSON messages, with `big` 16 MiB ones spread among them:
 /// dead-lettered into it by the broker (`dead`: each expires at once in a work queue whose
-/// dead-letter target is `queue`), or published straight into it.
+/// dead-letter target is `queue`), or published straight into it; with a failing listener's
+/// error headers when `trace` is given ([`spring_error`]).
 async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) {
+    fill_failing(channel, queue, n, big, dead, None).await
+}
+
+async fn fill_failing(
+    channel: &Channel,
+    queue: &str,
+    n: usize,
+    big: usize,
+    dead: bool,
+    trace: Option<&str>,
+) {
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
@@ -59,10 +113,13 @@ async fn fill(channel: &Channel, queue: &str, n: usize, big: usize, dead: bool) 
     let every = n.checked_div(big).unwrap_or(usize::MAX).max(1);
     let messages = (0..n).map(|i| {
         let body = invoice_body(i);
-        let props = BasicProperties::default()
+        let mut props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_delivery_mode(2)
             .with_message_id(format!("m-{i}").into());
+        if let Some(trace) = trace {
+            props = props.with_headers(spring_error(trace, i));
+        }
         let payload = if i % every == every / 2 {
             big_body.clone()
         } else {
@@ -388,9 +445,27 @@ enum Until<'a> {
 
 /// Runs the release binary into `target` until it is done: (time, peak RSS in MiB).
 async fn lazarus(target: &Target, queue: &str, until: Until<'_>, prefetch: u16) -> (Duration, f64) {
+    lazarus_binary(
+        env!("CARGO_BIN_EXE_lazarus"),
+        target,
+        queue,
+        until,
+        prefetch,
+    )
+    .await
+}
+
+/// [`lazarus`] with the binary at `binary`.
+async fn lazarus_binary(
+    binary: &str,
+    target: &Target,
+    queue: &str,
+    until: Until<'_>,
+    prefetch: u16,
+) -> (Duration, f64) {
     let mut conn = None;
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lazarus"))
+    let mut child = Command::new(binary)
         .args([
             "serve",
             "--queue",
@@ -442,6 +517,8 @@ enum Contender<'a> {
     Raw,
     /// Lazarus into a fresh archive on this backend.
     Lazarus(&'a str),
+    /// The BENCH_BASELINE binary (at this path) into a fresh archive on this backend.
+    Baseline(&'a str, &'a str),
     /// The floor consumer into a fresh archive on this backend ([`floor_consumer`]).
     Floor(&'a str),
 }
@@ -453,6 +530,8 @@ struct Run {
     backend: Option<&'static str>,
     /// The floor consumer's run, not Lazarus'.
     floor: bool,
+    /// The BENCH_BASELINE binary's run.
+    baseline: bool,
     big: usize,
     /// What was special about the backlog, for the table.
     note: &'static str,
@@ -462,8 +541,10 @@ struct Run {
     rss: Option<f64>,
 }
 
-/// Fills a queue of its own with `n` messages (`big` of them 16 MiB), drains it with the
-/// contender (into a fresh archive for Lazarus and the floor), and removes both.
+/// Fills a queue of its own with `n` messages (`big` of them 16 MiB; failing with `trace`,
+/// [`spring_error`]), drains it with the contender (into a fresh archive for Lazarus and the
+/// floor), and removes both.
+#[allow(clippy::too_many_arguments)]
 async fn drain(
     connection: &Connection,
     channel: &Channel,
@@ -472,14 +553,16 @@ async fn drain(
     (n, prefetch): (usize, u16),
     big: usize,
     (round, dead): (usize, bool),
+    trace: Option<&str>,
 ) -> Run {
     let how = if dead { "dead-lettered" } else { "published" };
     println!("filling {queue} with {n} 1 KB messages and {big} of 16 MiB, {how}...");
-    fill(channel, &queue, n, big, dead).await;
+    fill_failing(channel, &queue, n, big, dead, trace).await;
     let mut run = Run {
         round,
         backend: None,
         floor: false,
+        baseline: false,
         big,
         note: "",
         dead,
@@ -488,18 +571,28 @@ async fn drain(
     };
     match contender {
         Contender::Raw => run.elapsed = raw_consumer(connection, &queue, n, prefetch).await,
-        Contender::Lazarus(name) | Contender::Floor(name) => {
+        Contender::Lazarus(name) | Contender::Floor(name) | Contender::Baseline(name, _) => {
             let floor = matches!(contender, Contender::Floor(_));
+            let baseline = match contender {
+                Contender::Baseline(_, path) => Some(path),
+                _ => None,
+            };
             let target = Target::new(
                 name,
-                round * 8 + usize::from(big > 0) + 2 * usize::from(dead) + 4 * usize::from(floor),
+                round * 16
+                    + usize::from(big > 0)
+                    + 2 * usize::from(dead)
+                    + 4 * usize::from(floor)
+                    + 8 * usize::from(baseline.is_some()),
             );
             if floor {
                 run.elapsed = floor_consumer(connection, &queue, n, prefetch, &target).await;
             } else {
-                let (elapsed, rss) =
-                    lazarus(&target, &queue, Until::Archived(n as i64), prefetch).await;
+                let binary = baseline.unwrap_or(env!("CARGO_BIN_EXE_lazarus"));
+                let until = Until::Archived(n as i64);
+                let (elapsed, rss) = lazarus_binary(binary, &target, &queue, until, prefetch).await;
                 (run.elapsed, run.rss) = (elapsed, Some(rss));
+                run.baseline = baseline.is_some();
             }
             (run.backend, run.floor) = (Some(target.backend), floor);
             target.remove().await;
@@ -527,6 +620,7 @@ async fn redelivered(
         round: 0,
         backend: Some(target.backend),
         floor: false,
+        baseline: false,
         big: 0,
         note,
         dead: true,
@@ -571,6 +665,9 @@ async fn main() {
         &[true]
     };
     let backends = backend_names();
+    let baseline = std::env::var("BENCH_BASELINE").ok();
+    let trace = printed_trace();
+    let trace = trace.as_deref();
     let (connection, channel) = confirm_channel(&amqp_url()).await;
     let tag = std::process::id();
     let sizes = (n, prefetch);
@@ -582,15 +679,25 @@ async fn main() {
         for &dead in modes {
             let queue = format!("bench.{tag}.raw.{round}.{dead}");
             let raw = Contender::Raw;
-            runs.push(drain(&connection, &channel, queue, raw, sizes, 0, (round, dead)).await);
+            let at = (round, dead);
+            runs.push(drain(&connection, &channel, queue, raw, sizes, 0, at, trace).await);
             for backend in &backends {
-                let queue = format!("bench.{tag}.{backend}.{round}.{dead}");
-                let b = Contender::Lazarus(backend);
-                runs.push(drain(&connection, &channel, queue, b, sizes, 0, (round, dead)).await);
+                // This binary and the baseline in turn, each first every other round.
+                let mut contenders = vec![(Contender::Lazarus(backend), "")];
+                if let Some(path) = &baseline {
+                    contenders.push((Contender::Baseline(backend, path), ".baseline"));
+                    if round % 2 == 0 {
+                        contenders.reverse();
+                    }
+                }
+                for (b, which) in contenders {
+                    let queue = format!("bench.{tag}.{backend}{which}.{round}.{dead}");
+                    runs.push(drain(&connection, &channel, queue, b, sizes, 0, at, trace).await);
+                }
                 if floor {
                     let queue = format!("bench.{tag}.{backend}.floor.{round}.{dead}");
                     let b = Contender::Floor(backend);
-                    let run = drain(&connection, &channel, queue, b, sizes, 0, (round, dead));
+                    let run = drain(&connection, &channel, queue, b, sizes, 0, at, trace);
                     runs.push(run.await);
                 }
             }
@@ -600,7 +707,17 @@ async fn main() {
         for backend in &backends {
             let queue = format!("bench.{tag}.{backend}.big");
             let b = Contender::Lazarus(backend);
-            runs.push(drain(&connection, &channel, queue, b, sizes, big, (0, true)).await);
+            let run = drain(
+                &connection,
+                &channel,
+                queue,
+                b,
+                sizes,
+                big,
+                (0, true),
+                trace,
+            );
+            runs.push(run.await);
         }
     }
     if redeliveries {
@@ -623,6 +740,7 @@ async fn main() {
         let name = match r.backend {
             None => format!("raw lapin consumer, ack only, {how}"),
             Some(b) if r.floor => format!("floor: append-only consumer → {b}, {how}"),
+            Some(b) if r.baseline => format!("baseline lazarus → {b}, {how}"),
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
             Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
             Some(b) => format!("lazarus → {b}, {how}"),
@@ -640,12 +758,15 @@ async fn main() {
         );
     }
     println!();
-    let rates = |backend: Option<&str>, dead: bool, floor: bool| -> Vec<f64> {
+    let rates_of = |backend: Option<&str>, dead: bool, floor: bool, baseline: bool| -> Vec<f64> {
         runs.iter()
             .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead && r.floor == floor)
+            .filter(|r| r.baseline == baseline)
             .map(|r| rate(r.elapsed))
             .collect()
     };
+    let rates =
+        |backend: Option<&str>, dead: bool, floor: bool| rates_of(backend, dead, floor, false);
     for &dead in modes {
         let how = if dead {
             "dead letters (x-death)"
@@ -682,9 +803,24 @@ async fn main() {
             "  lazarus → {backend}: median {:.0} msg/s, ratio of medians {:.2} (target ≥ 1.0), \
              per round {}; peak RSS {peak:.0} MiB (target < 150 MiB)",
             median(own.clone()),
-            median(own) / median(raw.clone()),
+            median(own.clone()) / median(raw.clone()),
             per_round.join(", ")
         );
+            let base = rates_of(Some(backend), dead, false, true);
+            if !base.is_empty() {
+                let per_round: Vec<String> = own
+                    .iter()
+                    .zip(&base)
+                    .map(|(l, b)| format!("{:.2}", l / b))
+                    .collect();
+                println!(
+                    "  baseline lazarus → {backend}: median {:.0} msg/s; this binary over it: \
+                     ratio of medians {:.2}, per round {}",
+                    median(base.clone()),
+                    median(own) / median(base),
+                    per_round.join(", ")
+                );
+            }
         }
     }
 }

@@ -50,10 +50,22 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub first_death_queue: Option<String>,
-    /// The failing consumer's error description (from --error-header).
+    /// The failing consumer's error description (from --error-header), as it left it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub error: Option<String>,
+    /// A failure group's id (`GET /api/groups`): its messages, one cause in one queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub group: Option<String>,
+    /// The exception type the error names ("(none)" for errors that name none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub error_type: Option<String>,
+    /// The message type, the AMQP `type` property ("(none)" for messages without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
+    pub message_type: Option<String>,
     /// Replay-target exchange to select by ("(AMQP default)" for the default exchange).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
@@ -115,6 +127,9 @@ impl ListParams {
             reason: keep(&self.reason),
             first_death_queue: keep(&self.first_death_queue),
             error: keep(&self.error),
+            group: keep(&self.group),
+            error_type: keep(&self.error_type),
+            message_type: keep(&self.message_type),
             exchange: keep(&self.exchange),
             routing_key: keep(&self.routing_key),
             status: keep(&self.status),
@@ -146,6 +161,9 @@ impl ListParams {
             ("reason", &self.reason),
             ("first_death_queue", &self.first_death_queue),
             ("error", &self.error),
+            ("group", &self.group),
+            ("error_type", &self.error_type),
+            ("message_type", &self.message_type),
             ("exchange", &self.exchange),
             ("routing_key", &self.routing_key),
             ("status", &self.status),
@@ -243,6 +261,15 @@ impl ListParams {
                 })
             })
             .transpose()?;
+        let group = given(&self.group)
+            .map(|g| {
+                g.parse::<i64>().map(|id| id.to_string()).map_err(|_| {
+                    InvalidSelection(format!(
+                        "group must be the id of a failure group (GET /api/groups), not {g:?}"
+                    ))
+                })
+            })
+            .transpose()?;
         let text = |v: &Option<String>| given(v).map(str::to_owned);
         let filter = MessageFilter {
             queue: text(&self.queue),
@@ -250,6 +277,9 @@ impl ListParams {
             reason: given(&self.reason).map(str::to_lowercase),
             first_death_queue: text(&self.first_death_queue),
             error: text(&self.error),
+            group,
+            error_type: text(&self.error_type),
+            message_type: text(&self.message_type),
             exchange: text(&self.exchange),
             routing_key: text(&self.routing_key),
             status,

@@ -369,23 +369,78 @@ async fn archive_ready(work: &Work, token: &CancellationToken) -> bool {
     }
 }
 
-/// Brings the search index of messages archived by an earlier version up to date, a batch at
-/// a time beside ingest and requests, until nothing is left (at once, on an archive that is
-/// up to date). A failing database is waited out.
+/// What the background catch-up brings up to date in messages archived by an earlier version.
+#[derive(Clone, Copy)]
+enum CatchUp {
+    /// Their failure groups, keyed on causes.
+    Groups,
+    /// Their search index.
+    Search,
+}
+
+impl CatchUp {
+    async fn batch(
+        self,
+        archive: &dyn Archive,
+        rules: &archive::IngestRules,
+        limit: u32,
+    ) -> Result<Option<archive::ReindexProgress>, archive::ArchiveError> {
+        match self {
+            CatchUp::Groups => archive.regroup_batch(rules, limit).await,
+            CatchUp::Search => archive.reindex_batch(rules, limit).await,
+        }
+    }
+
+    fn doing(self) -> &'static str {
+        match self {
+            CatchUp::Groups => {
+                "regrouping failures by cause of messages archived by an earlier version"
+            }
+            CatchUp::Search => {
+                "reindexing the search entries of messages archived by an earlier version"
+            }
+        }
+    }
+
+    fn done(self) -> &'static str {
+        match self {
+            CatchUp::Groups => "failure groups up to date",
+            CatchUp::Search => "search index up to date",
+        }
+    }
+}
+
+/// Brings the failure groups, then the search index, of messages archived by an earlier
+/// version up to date, a batch at a time beside ingest and requests, until nothing is left
+/// (at once, on an archive that is up to date). A failing database is waited out.
 async fn reindex_search(
     archive: Arc<dyn Archive>,
     rules: archive::IngestRules,
     shutdown: CancellationToken,
 ) {
+    for step in [CatchUp::Groups, CatchUp::Search] {
+        if !catch_up(&*archive, &rules, step, &shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Runs `step` until it is done (`true`) or shutdown comes (`false`).
+async fn catch_up(
+    archive: &dyn Archive,
+    rules: &archive::IngestRules,
+    step: CatchUp,
+    shutdown: &CancellationToken,
+) -> bool {
     const BATCH: u32 = 500;
     let (mut rewritten, mut worked, mut reported) = (0u64, false, std::time::Instant::now());
     while !shutdown.is_cancelled() {
-        let pause = match archive.reindex_batch(&rules, BATCH).await {
+        let pause = match step.batch(archive, rules, BATCH).await {
             Ok(None) => {
                 if worked {
-                    tracing::info!(rewritten, "search index up to date");
+                    tracing::info!(rewritten, "{}", step.done());
                 }
-                return;
+                return true;
             }
             Ok(Some(progress)) => {
                 worked = true;
@@ -395,7 +450,8 @@ async fn reindex_search(
                         done_through = progress.done_through,
                         last_id = progress.last_id,
                         rewritten,
-                        "reindexing the search entries of messages archived by an earlier version"
+                        "{}",
+                        step.doing()
                     );
                     reported = std::time::Instant::now();
                 }
@@ -403,15 +459,16 @@ async fn reindex_search(
                 Duration::from_millis(5)
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reindexing search failed; trying again in 30 s");
+                tracing::warn!(error = %e, "{} failed; trying again in 30 s", step.doing());
                 Duration::from_secs(30)
             }
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return false,
         }
     }
+    false
 }
 
 /// Resolves replayed messages whose copy has not died again within `settle`, checking every

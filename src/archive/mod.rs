@@ -1,11 +1,13 @@
 //! The archive: what it can do (`store`, one trait per capability), the records it stores and
-//! returns (`model`, `record`, `jobs`, `accounts`), and its two backends (`sqlite`,
+//! returns (`model`, `record`, `failure`, `groups`, `jobs`, `accounts`), and its two backends (`sqlite`,
 //! `postgres`, with what they share in `sql`), chosen from the database URL here.
 
 mod accounts;
 pub mod admit;
 mod audit_text;
 mod copies;
+mod failure;
+mod groups;
 mod jobs;
 mod model;
 mod postgres;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 
 pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
+pub use failure::{failure, Failure, TRACE_HEADERS, TYPE_HEADERS};
+pub use groups::{FailureGroup, GroupBy, GroupKey, GroupQuery};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, CopyCounts, ItemOutcome, JobAction, JobCounts, JobItem,
     JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection,

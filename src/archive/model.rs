@@ -302,6 +302,12 @@ pub struct MessageFilter {
     pub first_death_queue: Option<String>,
     /// The error description its failing consumer left (`""`: none).
     pub error: Option<String>,
+    /// The id of its failure group (a cause group: every message type of it), as digits.
+    pub group: Option<String>,
+    /// The exception type its error names (`""`: none).
+    pub error_type: Option<String>,
+    /// Its message type, the AMQP `type` property (`""`: none).
+    pub message_type: Option<String>,
     /// The exchange of its first death (its replay target exchange).
     pub exchange: Option<String>,
     /// The routing key of its replay target.
@@ -323,11 +329,16 @@ pub struct MessageFilter {
 }
 
 impl MessageFilter {
-    /// The failure group (queue, reason, error as stored) whose open messages this filter
-    /// asks for, when it asks for nothing else: the overview's group link.
-    pub fn open_group(&self) -> Option<(&str, &str, &str)> {
+    /// The failure group (its id, as digits) whose open messages this filter asks for, when it
+    /// asks for nothing else: the overview's group link.
+    pub fn open_group(&self) -> Option<&str> {
         let only_group = self.queue.is_none()
             && self.vhost.is_none()
+            && self.reason.is_none()
+            && self.first_death_queue.is_none()
+            && self.error.is_none()
+            && self.error_type.is_none()
+            && self.message_type.is_none()
             && self.exchange.is_none()
             && self.routing_key.is_none()
             && self.content_type.is_none()
@@ -338,12 +349,7 @@ impl MessageFilter {
             && self.job.is_none()
             && self.copies_of_job.is_none()
             && self.status == Some(StatusFilter::Open);
-        match (&self.first_death_queue, &self.reason, &self.error) {
-            (Some(queue), Some(reason), Some(error)) if only_group => {
-                Some((queue, reason, filter_value(error)))
-            }
-            _ => None,
-        }
+        self.group.as_deref().filter(|_| only_group)
     }
 
     /// The search's terms on business fields (`--field`), found by their words
@@ -361,6 +367,9 @@ impl MessageFilter {
             ("reason", &self.reason),
             ("first_death_queue", &self.first_death_queue),
             ("error", &self.error),
+            ("group", &self.group),
+            ("error_type", &self.error_type),
+            ("message_type", &self.message_type),
             ("exchange", &self.exchange),
             ("routing_key", &self.routing_key),
             ("content_type", &self.content_type),
@@ -380,7 +389,10 @@ impl MessageFilter {
         );
         // The names of empty values resolve here, once, for every backend.
         for (field, value) in &mut out {
-            if matches!(*field, "exchange" | "routing_key" | "error") {
+            if matches!(
+                *field,
+                "exchange" | "routing_key" | "error" | "error_type" | "message_type"
+            ) {
                 *value = filter_value(value);
             }
         }
@@ -389,7 +401,8 @@ impl MessageFilter {
 }
 
 /// How filters name the empty values they can select: the default exchange, the empty
-/// routing key and "no error given" (an empty filter value means no filter at all).
+/// routing key and "no error given" (also "no exception type", "no message type"); an empty
+/// filter value means no filter at all.
 pub const EMPTY_NAMES: [&str; 3] = [DEFAULT_EXCHANGE, EMPTY_KEY, NO_ERROR];
 /// The default exchange, as RabbitMQ's management UI names it.
 pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
@@ -438,23 +451,6 @@ pub struct HourlyCount {
     /// Unix time / 3600.
     pub hour: i64,
     pub messages: i64,
-}
-
-/// Messages that first died in the same queue, for the same reason, with the same error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FailureGroup {
-    /// The first-death queue (the DLQ for messages without death history).
-    pub queue: String,
-    pub reason: String,
-    /// The failing consumer's error description; empty when it left none.
-    pub error: String,
-    pub messages: i64,
-    /// Of those, still open (not dismissed, settled or died again).
-    pub open: i64,
-    #[serde(with = "time::serde::rfc3339")]
-    pub first_seen: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub last_seen: OffsetDateTime,
 }
 
 /// One replay of one message, as recorded.

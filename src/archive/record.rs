@@ -79,7 +79,7 @@ pub const DEFAULT_ERROR_HEADERS: [&str; 4] = [
 ];
 
 /// Longest error description kept (longer ones are cut at a character boundary).
-const MAX_ERROR_LEN: usize = 300;
+pub(super) const MAX_ERROR_LEN: usize = 300;
 
 /// Body text indexed for search, per message (the page and the archive keep the rest).
 const INDEXED_BODY_BYTES: usize = 64 * 1024;
@@ -287,12 +287,20 @@ fn scalar_at(text: &str, pointer: &str) -> Option<serde_json::Value> {
     }
 }
 
-/// The error a failing consumer left in a JSON body, at the first of `pointers` holding text.
+/// The error a failing consumer left in a JSON body, at the first of `pointers` holding text,
+/// as [`error_line`] reads it.
+#[cfg(test)]
 pub fn body_error(body_text: Option<&str>, pointers: &[String]) -> Option<String> {
+    body_error_text(body_text, pointers).and_then(|t| error_line(&t))
+}
+
+/// The whole text at the first of `pointers` holding some (a traceback, say).
+fn body_error_text(body_text: Option<&str>, pointers: &[String]) -> Option<String> {
     let text = body_text.filter(|t| !pointers.is_empty() && t.len() <= FIELD_BODY_BYTES)?;
-    pointers
-        .iter()
-        .find_map(|p| scalar_at(text, p)?.as_str().and_then(error_line))
+    pointers.iter().find_map(|p| match scalar_at(text, p)? {
+        serde_json::Value::String(s) if error_line(&s).is_some() => Some(s),
+        _ => None,
+    })
 }
 
 /// The line of an error text that names the error, at most 300 bytes: the first, except in
@@ -322,7 +330,8 @@ pub(crate) fn searchable(
     (fields, search_text)
 }
 
-/// [`searchable`], and the error the body holds at an `--error-pointer`, from one decoding.
+/// [`searchable`], and the error text the body holds at an `--error-pointer`, from one
+/// decoding.
 fn derived(
     message: &IncomingMessage,
     rules: &IngestRules,
@@ -341,7 +350,7 @@ fn derived(
         .with_schemas(rules.schemas.as_deref());
     let text = crate::body::text(&message.body, &encoding, limit);
     let fields = extract_fields(text.as_deref(), &rules.fields);
-    let error = body_error(text.as_deref(), &rules.error_pointers);
+    let error = body_error_text(text.as_deref(), &rules.error_pointers);
     let search_text = if rules.masks.is_empty() {
         search_text(message, text.as_deref(), &fields)
     } else {
@@ -377,7 +386,12 @@ pub struct PreparedMessage {
     pub history: DeathHistory,
     pub deaths_json: String,
     pub problems_json: Option<String>,
+    /// What the failing consumer said: the error shown and searched, its type, the cause its
+    /// failure group is keyed on, and the message's type ([`failure`](super::failure)).
     pub error: Option<String>,
+    pub error_type: Option<String>,
+    pub cause: String,
+    pub message_type: Option<String>,
     pub search_text: SearchText,
     pub columns: MessageColumns,
     /// Business field values: (name, value).
@@ -426,8 +440,17 @@ impl PreparedMessage {
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
         let (fields, search_text, body_error) = derived(&message, rules);
-        let error =
-            error_description(message.headers.as_ref(), &rules.error_headers).or(body_error);
+        let super::failure::Failure {
+            error,
+            error_type,
+            cause,
+            message_type,
+        } = super::failure::failure(
+            message.headers.as_ref(),
+            &message.properties,
+            &rules.error_headers,
+            body_error.as_deref(),
+        );
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let mut history = death::decode(message.headers.as_ref());
@@ -468,6 +491,9 @@ impl PreparedMessage {
             deaths_json,
             problems_json,
             error,
+            error_type,
+            cause,
+            message_type,
             search_text,
             columns,
             fields,
@@ -491,14 +517,18 @@ impl PreparedMessage {
         out
     }
 
-    /// The failure group: first-death queue (the DLQ without history), reason, error.
-    pub fn group(&self) -> (&str, &str, &str) {
+    /// The failure group it counts in ([`GroupKey`](super::GroupKey)): its DLQ, the queue it
+    /// failed in (its first death's, the DLQ's without history), the reason, its cause and its
+    /// message type.
+    pub fn group(&self) -> super::GroupKey<'_> {
         let first = self.history.first_death.as_ref();
-        (
-            first.map_or(self.message.queue.as_str(), |f| f.queue.as_str()),
-            first.map_or(super::NO_REASON, |f| f.reason.as_str()),
-            self.error.as_deref().unwrap_or(""),
-        )
+        super::GroupKey {
+            dlq: &self.message.queue,
+            queue: first.map_or(self.message.queue.as_str(), |f| f.queue.as_str()),
+            reason: first.map_or(super::NO_REASON, |f| f.reason.as_str()),
+            cause: &self.cause,
+            message_type: self.message_type.as_deref().unwrap_or(""),
+        }
     }
 }
 

@@ -11,11 +11,11 @@ use tokio::sync::watch;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit, CopyCounts,
-    ExportedMessage, FailureGroup, HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction,
-    JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage, MessageSummary,
-    NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit,
-    ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome,
-    StoredBody, TokenRecord, TokenRow, TokenSpec, UserRecord,
+    ExportedMessage, FailureGroup, GroupQuery, HourlyCount, IngestRules, ItemOutcome, ItemRow,
+    JobAction, JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage,
+    MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals,
+    ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection,
+    StoreOutcome, StoredBody, TokenRecord, TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -134,8 +134,13 @@ pub trait MessageStore: Send + Sync {
         &self,
         since: OffsetDateTime,
     ) -> Result<Vec<(String, i64)>, ArchiveError>;
-    /// The largest failure groups, most recent activity first.
-    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// The failure groups `query` asks for, grouped as it says: those with open messages
+    /// first, then by their latest failure, newest first. Reads the groups' own counts.
+    async fn groups(&self, query: &GroupQuery) -> Result<Vec<FailureGroup>, ArchiveError>;
+    /// Up to `limit` failure groups by cause, as [`MessageStore::groups`] orders them.
+    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
+        self.groups(&GroupQuery::by_cause(limit)).await
+    }
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }
@@ -356,13 +361,22 @@ pub trait Accounts: Send + Sync {
     async fn tokens(&self) -> Result<Vec<TokenRecord>, ArchiveError>;
 }
 
-/// Bringing the search index of messages archived by an earlier version up to date, in the
-/// background and in small batches (CJK bigrams came after the first archives did).
+/// Bringing messages archived by an earlier version up to date, in the background and in small
+/// batches: their search index (CJK bigrams came after the first archives did) and their
+/// failure groups (keyed on causes since issue 33).
 #[async_trait]
 pub trait Reindex: Send + Sync {
     /// Derives the search text of up to `limit` messages not reindexed yet, with `rules`, and
     /// rewrites the index entries it changes; `None` once nothing is left to do.
     async fn reindex_batch(
+        &self,
+        rules: &IngestRules,
+        limit: u32,
+    ) -> Result<Option<ReindexProgress>, ArchiveError>;
+    /// Regroups up to `limit` messages archived before failures were grouped by cause
+    /// (their failure derived with `rules`, their counts moved to their cause group in the
+    /// same transaction); `None` once nothing is left to do.
+    async fn regroup_batch(
         &self,
         rules: &IngestRules,
         limit: u32,
@@ -521,7 +535,7 @@ pub enum Noted {
 /// change.
 #[async_trait]
 pub trait Notices: Send + Sync {
-    /// Failure groups first seen at or after `since`, oldest first.
+    /// Failure groups by cause first seen at or after `since`, oldest first.
     async fn failure_groups_since(
         &self,
         since: OffsetDateTime,

@@ -6,14 +6,13 @@
 
 use hyper::body::Bytes;
 use serde_json::{json, Value};
-use time::format_description::well_known::Rfc3339;
 
 use super::line::Line;
-use crate::archive::{FailureGroup, JobState, ReplayJob};
+use crate::archive::{FailureGroup, GroupBy, JobState, ReplayJob};
 use crate::web::messages::thousands;
 use crate::web::overview::{group_link, urlencode};
 
-/// A link longer than this (a group's link holds its error) points to the overview instead.
+/// A link longer than this (a long `--public-url`) points to the overview instead.
 const LINK: usize = 1_000;
 /// The failure groups a digest names; it counts the others.
 pub const DIGEST_NAMES: usize = 5;
@@ -98,7 +97,7 @@ impl Event {
     /// The dashboard page it is about (a path).
     fn path(&self) -> String {
         match self {
-            Event::NewFailureGroup(g) => group_link(g),
+            Event::NewFailureGroup(g) => group_link(g, GroupBy::Cause),
             Event::OverThreshold { queue, .. } | Event::BackUnder { queue, .. } => {
                 format!("/messages?queue={}&status=open", urlencode(queue))
             }
@@ -273,30 +272,26 @@ impl Event {
     }
 }
 
-/// A group in a line: `rejected in invoices, ValueError: … (3 messages so far)`.
+/// A cause group in a line: `rejected in invoices, ValueError: amount < <n> (3 messages so
+/// far)` — where its messages failed, and its cause.
 fn group(g: &FailureGroup) -> Line {
     let line = Line::new()
-        .name(&g.reason)
+        .name(g.reason.as_deref().unwrap_or_default())
         .ours(" in ")
-        .name(&g.queue)
+        .name(g.first_death_queue.as_deref().unwrap_or_default())
         .ours(", ");
-    let line = if g.error.is_empty() {
+    let cause = g.cause();
+    let line = if cause.is_empty() {
         line.ours("no error given")
     } else {
-        line.text(&g.error)
+        line.text(&cause)
     };
-    line.ours(format!(" ({} so far)", messages(g.messages)))
+    line.ours(format!(" ({} so far)", messages(g.total)))
 }
 
+/// A group as `GET /api/groups` answers it.
 fn group_details(g: &FailureGroup) -> Value {
-    json!({
-        "queue": g.queue,
-        "reason": g.reason,
-        "error": g.error,
-        "messages": g.messages,
-        "open": g.open,
-        "first_seen": g.first_seen.format(&Rfc3339).unwrap_or_default(),
-    })
+    serde_json::to_value(g).expect("a group serializes")
 }
 
 fn messages(n: i64) -> String {
@@ -314,11 +309,17 @@ mod tests {
 
     fn group() -> FailureGroup {
         FailureGroup {
-            queue: "invoices".into(),
-            reason: "rejected".into(),
-            error: "ValueError: amount < 0".into(),
-            messages: 1204,
+            id: Some(17),
+            queue: Some("invoices.dlq".into()),
+            first_death_queue: Some("invoices".into()),
+            reason: Some("rejected".into()),
+            error_type: Some("ValueError".into()),
+            error: Some("amount < <n>".into()),
+            example: Some("ValueError: amount < 0".into()),
+            message_type: None,
             open: 1200,
+            total: 1204,
+            settling: 0,
             first_seen: datetime!(2026-12-05 04:00 UTC),
             last_seen: datetime!(2026-12-05 04:10 UTC),
         }
@@ -329,14 +330,14 @@ mod tests {
         let event = Event::NewFailureGroup(group());
         assert_eq!(
             event.text(),
-            "New failure group: rejected in invoices, ValueError: amount < 0 (1,204 messages so far)"
+            "New failure group: rejected in invoices, ValueError: amount < <n> (1,204 messages so far)"
         );
-        let slack = "New failure group: `rejected` in `invoices`, `ValueError: amount &lt; 0` \
+        let slack =
+            "New failure group: `rejected` in `invoices`, `ValueError: amount &lt; &lt;n&gt;` \
                      (1,204 messages so far)";
         assert_eq!(event.line().slack(), slack);
         let payload = event.payload(Some("https://lazarus.example.com/"), Format::Text);
-        let url = "https://lazarus.example.com/messages?first_death_queue=invoices\
-                   &reason=rejected&error=ValueError%3A%20amount%20%3C%200&status=open";
+        let url = "https://lazarus.example.com/messages?group=17&status=open";
         assert_eq!(payload["text"], format!("{slack} <{url}>"));
         let section = &payload["blocks"][0];
         assert_eq!(section["type"], "section");
@@ -347,13 +348,20 @@ mod tests {
         assert_eq!(payload["lazarus"]["url"], url);
         assert_eq!(payload["lazarus"]["first_seen"], "2026-12-05T04:00:00Z");
         assert_eq!(payload["lazarus"]["open"], 1200);
+        // The group as `GET /api/groups` answers it.
+        assert_eq!(payload["lazarus"]["id"], "17");
+        assert_eq!(payload["lazarus"]["queue"], "invoices.dlq");
+        assert_eq!(payload["lazarus"]["first_death_queue"], "invoices");
+        assert_eq!(payload["lazarus"]["error_type"], "ValueError");
+        assert_eq!(payload["lazarus"]["error"], "amount < <n>");
+        assert_eq!(payload["lazarus"]["example"], "ValueError: amount < 0");
+        assert_eq!(payload["lazarus"]["total"], 1204);
         let unlinked = event.payload(None, Format::Text);
         assert_eq!(unlinked["text"], slack);
-        // A link too long for a chat (a long error in it) goes to the overview.
-        let mut long = group();
-        long.error = "é".repeat(300);
-        let payload = Event::NewFailureGroup(long).payload(Some("http://h"), Format::Text);
-        assert_eq!(payload["lazarus"]["url"], "http://h/");
+        // A link too long for a chat (a long base URL) goes to the overview.
+        let long = format!("http://h/{}", "é".repeat(500));
+        let payload = Event::NewFailureGroup(group()).payload(Some(&long), Format::Text);
+        assert_eq!(payload["lazarus"]["url"], format!("{long}/"));
         assert_eq!(unlinked["lazarus"]["url"], Value::Null);
     }
 
@@ -482,9 +490,11 @@ mod tests {
     #[test]
     fn a_digest_counts_every_group_and_names_the_first() {
         let mut other = group();
-        other.queue = "orders".into();
-        other.error = String::new();
-        other.messages = 1;
+        other.queue = Some("orders.dlq".into());
+        other.first_death_queue = Some("orders".into());
+        other.error_type = None;
+        other.error = Some(String::new());
+        other.total = 1;
         let digest = Event::Digest {
             named: vec![group(), other],
             count: 1_200,
@@ -493,12 +503,12 @@ mod tests {
         assert_eq!(
             digest.text(),
             "1,200 new failure groups, more than this webhook may be told one by one: rejected \
-             in invoices, ValueError: amount < 0 (1,204 messages so far); rejected in orders, no \
+             in invoices, ValueError: amount < <n> (1,204 messages so far); rejected in orders, no \
              error given (1 message so far); and 1,198 more"
         );
         let payload = digest.payload(Some("https://l.example"), Format::Text);
         assert_eq!(payload["lazarus"]["count"], 1_200);
-        assert_eq!(payload["lazarus"]["groups"][1]["queue"], "orders");
+        assert_eq!(payload["lazarus"]["groups"][1]["queue"], "orders.dlq");
         assert_eq!(payload["lazarus"]["url"], "https://l.example/");
         assert!(payload["text"]
             .as_str()

@@ -209,9 +209,13 @@ async fn look(archive: &dyn Archive, thresholds: &Thresholds) -> Result<Vec<Seen
     let mut seen = Vec::new();
     for group in archive.failure_groups_since(recent).await? {
         seen.push(Seen {
+            // A cause group: its DLQ, failing queue, reason and cause.
             key: format!(
-                "group\u{1f}{}\u{1f}{}\u{1f}{}",
-                group.queue, group.reason, group.error
+                "group\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+                group.queue.as_deref().unwrap_or_default(),
+                group.first_death_queue.as_deref().unwrap_or_default(),
+                group.reason.as_deref().unwrap_or_default(),
+                group.cause()
             ),
             // A group deleted (purge, retention) and seen anew is new again.
             state: (group.first_seen.unix_timestamp_nanos() / 1_000_000).to_string(),

@@ -163,11 +163,17 @@ mod tests {
 
     fn group(n: usize) -> Event {
         Event::NewFailureGroup(FailureGroup {
-            queue: "q".into(),
-            reason: "rejected".into(),
-            error: format!("error {n}"),
-            messages: 1,
+            id: Some(n as i64),
+            queue: Some("q".into()),
+            first_death_queue: Some("q".into()),
+            reason: Some("rejected".into()),
+            error_type: None,
+            error: Some(format!("error {n}")),
+            example: Some(format!("error {n}")),
+            message_type: None,
             open: 1,
+            total: 1,
+            settling: 0,
             first_seen: OffsetDateTime::UNIX_EPOCH,
             last_seen: OffsetDateTime::UNIX_EPOCH,
         })

@@ -39,8 +39,10 @@ pub fn filter_pairs(form: &ListParams) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The list's chips: each filter in use, with the link to the same list without it.
-pub fn removable(pairs: &[(String, String)]) -> Vec<Chip> {
+/// The list's chips: each filter in use, with the link to the same list without it; a
+/// failure group's (`group=<id>`) says what the group is (`group`: its cause and where,
+/// when it is known).
+pub fn removable(pairs: &[(String, String)], group: Option<&str>) -> Vec<Chip> {
     pairs
         .iter()
         .enumerate()
@@ -54,6 +56,10 @@ pub fn removable(pairs: &[(String, String)]) -> Vec<Chip> {
                         .map(|(_, pair)| pair),
                 )
                 .finish();
+            let value = match (name.as_str(), group) {
+                ("group", Some(group)) => group,
+                _ => value.as_str(),
+            };
             Chip {
                 label: label(name, value),
                 link: match rest.is_empty() {
@@ -180,7 +186,7 @@ mod tests {
             queue: Some(" ".into()),
             ..Default::default()
         };
-        let found = removable(&filter_pairs(&form));
+        let found = removable(&filter_pairs(&form), None);
         let shown: Vec<(&str, &str)> = found
             .iter()
             .map(|c| (c.label.as_str(), c.link.as_str()))
@@ -195,7 +201,7 @@ mod tests {
                 ("error: TimeoutException: tax", "/messages?q=invoice+42"),
             ]
         );
-        assert!(removable(&[]).is_empty());
+        assert!(removable(&[], None).is_empty());
     }
 
     #[test]

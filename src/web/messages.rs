@@ -216,6 +216,33 @@ async fn dlq_names(state: &AppState) -> Result<Vec<String>, AppError> {
     Ok(queues)
 }
 
+/// The failure group `filter` selects by, as its chip names it: `cause (reason in queue)`.
+async fn group_named(
+    state: &AppState,
+    filter: &crate::archive::MessageFilter,
+) -> Result<Option<String>, crate::archive::ArchiveError> {
+    let Some(id) = filter.group.as_deref().and_then(|g| g.parse().ok()) else {
+        return Ok(None);
+    };
+    let query = crate::archive::GroupQuery {
+        group: Some(id),
+        ..crate::archive::GroupQuery::by_cause(1)
+    };
+    Ok(state.archive.groups(&query).await?.first().map(|g| {
+        let cause = g.cause();
+        format!(
+            "{} ({} in {})",
+            if cause.is_empty() {
+                "no error given"
+            } else {
+                &cause
+            },
+            g.reason.as_deref().unwrap_or_default(),
+            g.first_death_queue.as_deref().unwrap_or_default()
+        )
+    }))
+}
+
 /// `/messages`: the whole page, or only the result rows when htmx asks (live filtering).
 pub async fn list_page(
     State(state): State<AppState>,
@@ -241,11 +268,15 @@ pub async fn list_page(
             Ok((filter, page))
         });
     let mut found_nothing: Option<MessageFilter> = None;
+    let mut group = None;
     let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
             let _reading = state
                 .reads
                 .acquire()
+                .await
+                .map_err(|e| PageError::new(e, &headers))?;
+            group = group_named(&state, &filter)
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
             let mut page = state
@@ -305,7 +336,7 @@ pub async fn list_page(
                 rows,
                 next_link,
                 error,
-                chips: removable(&pairs),
+                chips: removable(&pairs, group.as_deref()),
                 filter_pairs: pairs,
                 read_as,
                 offers,
@@ -325,7 +356,7 @@ pub async fn list_page(
             nav: Nav::new(Some(&caller), state.auth.mode),
             can_act: caller.role >= crate::archive::Role::Operator,
             count_link,
-            chips: removable(&pairs),
+            chips: removable(&pairs, group.as_deref()),
             filters_in_use: pairs.iter().filter(|(name, _)| name != "q").count(),
             filter_pairs: pairs,
             read_as,

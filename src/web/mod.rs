@@ -4,6 +4,7 @@
 pub mod access;
 mod admin;
 mod api;
+mod api_groups;
 mod api_page;
 mod api_replays;
 mod assets;
@@ -193,6 +194,7 @@ fn routes() -> Routes {
         .get(VIEWER, "/api/replays/{id}", api_replays::get_job)
         .get(VIEWER, "/api/replays/{id}/items", api_replays::job_items)
         .get(VIEWER, "/api/dlqs", dlqs::list_dlqs)
+        .get(VIEWER, "/api/groups", api_groups::list_groups)
         // Operators: replaying and dismissing.
         .post(
             OPERATOR,

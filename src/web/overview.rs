@@ -1,10 +1,11 @@
 //! The overview page: every archived DLQ with totals, reasons, a 24-hour sparkline and its
-//! consumer's state, then the failure groups. Reads only the incremental tables.
+//! consumer's state, then the failure groups — by cause, or by one of its parts
+//! (`?group_by=`). Reads only the incremental tables.
 
 use std::collections::BTreeMap;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use time::{Duration, OffsetDateTime};
 
@@ -13,7 +14,7 @@ use super::html::{filters, render, utc};
 use super::nav::Nav;
 use super::AppState;
 use crate::amqp::discovery::Risk;
-use crate::archive::{FailureGroup, HourlyCount, QueueReasonCount};
+use crate::archive::{FailureGroup, GroupBy, GroupQuery, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.
@@ -53,17 +54,33 @@ pub struct QueueRow {
 }
 
 pub struct GroupRow {
-    pub queue: String,
-    pub reason: String,
-    pub error: String,
+    /// What its messages have in common, as the grouping names it (grouped by cause: the
+    /// queue they failed in).
+    pub name: String,
+    /// Grouped by cause: the DLQ, when it is not the queue they failed in.
+    pub dlq: Option<String>,
+    pub reason: Option<String>,
+    /// Grouped by cause (or exception type): `Type: template`; empty when none was given.
+    pub cause: Option<String>,
+    /// One error of the group as written.
+    pub example: Option<String>,
+    pub message_type: Option<String>,
     pub open: i64,
-    pub messages: i64,
+    pub settling: i64,
+    pub total: i64,
     pub first_seen: String,
     pub last_seen: String,
     /// The list of its open messages.
     pub link: String,
     /// Its filters, as the hidden fields of its replay and dismiss forms.
     pub fields: Vec<(&'static str, String)>,
+}
+
+/// A grouping the overview offers, and its link.
+pub struct GroupChoice {
+    pub label: &'static str,
+    pub link: String,
+    pub chosen: bool,
 }
 
 /// A dead-letter queue on the broker that this instance does not archive.
@@ -108,6 +125,11 @@ pub struct OverviewPage {
     pub nav: Nav,
     pub queues: Vec<QueueRow>,
     pub groups: Vec<GroupRow>,
+    /// How the groups are grouped, and the other ways.
+    pub group_by: GroupBy,
+    pub group_choices: Vec<GroupChoice>,
+    /// This page, grouped as it is (what it refreshes from).
+    pub here: String,
     /// Risks to a DLQ's messages although it is consumed: (queue, what is wrong).
     pub warnings: Vec<(String, String)>,
     /// What cannot be reached (the database, RabbitMQ), said in full above everything.
@@ -126,10 +148,28 @@ pub struct OverviewPage {
 
 /// `/`: never an error page — what cannot be read is said in a banner, and the page keeps
 /// refreshing itself until it can.
-pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
+pub async fn overview(
+    State(state): State<AppState>,
+    nav: Nav,
+    RawQuery(query): RawQuery,
+) -> Response {
     let now = OffsetDateTime::now_utc();
     let consumers = state.status.snapshot();
     let mut outages = outages(&consumers);
+    let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
+    let group_by = match requested_grouping(query.as_deref()) {
+        Ok(by) => by,
+        Err(asked) => {
+            warnings.push((
+                format!("group_by={asked}"),
+                format!(
+                    "groups can be grouped by {}; shown by cause",
+                    GroupBy::ALL.map(GroupBy::as_str).join(", ")
+                ),
+            ));
+            GroupBy::Cause
+        }
+    };
     // The page says the database is down (and keeps refreshing) rather than being an error.
     let read = async {
         let counts = state.archive.counts().await?;
@@ -137,7 +177,13 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             .archive
             .hourly_counts(now - Duration::hours(23))
             .await?;
-        let groups = state.archive.failure_groups(GROUPS_SHOWN).await?;
+        let groups = state
+            .archive
+            .groups(&GroupQuery {
+                by: group_by,
+                ..GroupQuery::by_cause(GROUPS_SHOWN)
+            })
+            .await?;
         // Whole minutes: the current one and the four before it.
         let recent = state
             .archive
@@ -163,7 +209,6 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
             }
         },
     };
-    let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
     let dlqs = state.management.as_ref().map(|management| {
         let found = state
             .discovery
@@ -194,7 +239,17 @@ pub async fn overview(State(state): State<AppState>, nav: Nav) -> Response {
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
         queues: queue_rows(&counts, &hourly, &recent, &consumers, now),
-        groups: groups.iter().map(group_row).collect(),
+        groups: groups.iter().map(|g| group_row(g, group_by)).collect(),
+        group_by,
+        group_choices: GroupBy::ALL
+            .into_iter()
+            .map(|by| GroupChoice {
+                label: by.label(),
+                link: overview_link(by),
+                chosen: by == group_by,
+            })
+            .collect(),
+        here: overview_link(group_by),
         warnings,
         outages,
     })
@@ -378,26 +433,38 @@ fn sparkline(per_hour: &[i64], first_hour: i64) -> Vec<Bar> {
         .collect()
 }
 
-/// A failure group's open messages, as list filters.
-fn group_fields(g: &FailureGroup) -> Vec<(&'static str, String)> {
-    let error = if g.error.is_empty() {
-        crate::archive::NO_ERROR
-    } else {
-        &g.error
-    };
-    vec![
-        ("first_death_queue", g.queue.clone()),
-        ("reason", g.reason.clone()),
-        ("error", error.to_owned()),
-        ("status", "open".to_owned()),
-    ]
+/// The grouping `?group_by=` asks for (cause when none); what it asked for, when it is none.
+fn requested_grouping(query: Option<&str>) -> Result<GroupBy, String> {
+    let asked = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "group_by")
+        .map(|(_, v)| v.trim().to_owned())
+        .filter(|v| !v.is_empty());
+    match asked {
+        None => Ok(GroupBy::Cause),
+        Some(v) => GroupBy::parse(&v).ok_or(v),
+    }
 }
 
-/// The message list of a failure group's open messages.
-pub fn group_link(g: &FailureGroup) -> String {
+/// The overview with its groups grouped `by`.
+fn overview_link(by: GroupBy) -> String {
+    match by {
+        GroupBy::Cause => "/".to_owned(),
+        by => format!("/?group_by={}", by.as_str()),
+    }
+}
+
+/// A failure group's open messages, as list filters (grouped `by`).
+fn group_fields(g: &FailureGroup, by: GroupBy) -> Vec<(&'static str, String)> {
+    let mut fields = g.filter(by);
+    fields.push(("status", "open".to_owned()));
+    fields
+}
+
+/// The message list of a failure group's open messages (grouped `by`).
+pub fn group_link(g: &FailureGroup, by: GroupBy) -> String {
     format!(
         "/messages?{}",
-        group_fields(g)
+        group_fields(g, by)
             .iter()
             .map(|(k, v)| format!("{k}={}", urlencode(v)))
             .collect::<Vec<_>>()
@@ -405,17 +472,31 @@ pub fn group_link(g: &FailureGroup) -> String {
     )
 }
 
-fn group_row(g: &FailureGroup) -> GroupRow {
+fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
+    let none = || crate::archive::NO_ERROR.to_owned();
+    let name = match by {
+        GroupBy::Cause | GroupBy::Queue => g.first_death_queue.clone(),
+        GroupBy::ErrorType => g.error_type.clone().or_else(|| Some(none())),
+        GroupBy::MessageType => g.message_type.clone().or_else(|| Some(none())),
+        GroupBy::Reason => g.reason.clone(),
+    };
     GroupRow {
-        queue: g.queue.clone(),
-        reason: g.reason.clone(),
-        error: g.error.clone(),
+        name: name.unwrap_or_default(),
+        dlq: g
+            .queue
+            .clone()
+            .filter(|q| Some(q) != g.first_death_queue.as_ref()),
+        reason: g.reason.clone().filter(|_| by == GroupBy::Cause),
+        cause: (by == GroupBy::Cause).then(|| g.cause()),
+        example: g.example.clone(),
+        message_type: g.message_type.clone().filter(|_| by == GroupBy::Cause),
         open: g.open,
-        messages: g.messages,
+        settling: g.settling,
+        total: g.total,
         first_seen: utc(g.first_seen),
         last_seen: utc(g.last_seen),
-        link: group_link(g),
-        fields: group_fields(g),
+        link: group_link(g, by),
+        fields: group_fields(g, by),
     }
 }
 

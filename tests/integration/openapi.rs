@@ -178,6 +178,7 @@ async fn the_api_keeps_to_its_openapi_description() {
         "/api/admin/users",
         "/api/audit",
         "/api/dlqs",
+        "/api/groups",
         "/readyz",
         "/api/audit.ndjson",
         "/api/export",
@@ -193,6 +194,12 @@ async fn the_api_keeps_to_its_openapi_description() {
     answers
         .ask("GET", "/api/messages", path, None, &[400])
         .await;
+    for by in ["error_type", "message_type", "queue", "reason"] {
+        let path = format!("/api/groups?group_by={by}");
+        answers.get("/api/groups", &path).await;
+    }
+    let path = "/api/groups?group_by=bug";
+    answers.ask("GET", "/api/groups", path, None, &[400]).await;
     let empty = json!({ "note": "nothing" });
     let path = "/api/messages/dismiss";
     answers.ask("POST", path, path, Some(empty), &[400]).await;

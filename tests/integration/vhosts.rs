@@ -106,7 +106,11 @@ async fn two_vhosts_are_archived_apart_and_replayed_each_into_its_own() {
         "{counts:?}"
     );
     let groups = app.archive.failure_groups(100).await.unwrap();
-    let first_died = |queue: &str| groups.iter().any(|g| g.queue == queue);
+    let first_died = |queue: &str| {
+        groups
+            .iter()
+            .any(|g| g.first_death_queue.as_deref() == Some(queue))
+    };
     assert!(
         first_died("orders.work") && first_died(&format!("{key}/orders.work")),
         "{groups:?}"

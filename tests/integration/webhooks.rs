@@ -333,6 +333,78 @@ async fn a_flood_of_new_groups_is_told_within_the_rate_and_digested() {
     t.cleanup().await;
 }
 
+on_both_backends!(failures_of_four_bugs_are_told_as_four_new_groups);
+/// 200 failures of four bugs, each error naming its own id, duration or request UUID: the
+/// webhook is told of four new groups — one per cause — not of one per id.
+async fn failures_of_four_bugs_are_told_as_four_new_groups() {
+    let p = unique("hookbugs");
+    let mut t = Topology::new().await;
+    let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
+    let receiver = Receiver::start(0).await;
+    let mut app = TestApp::spawn_with(&[&dlq], |c| {
+        c.webhooks.webhooks = vec![receiver.url.parse().unwrap()];
+        c.webhooks.webhook_interval_secs = 1;
+    })
+    .await;
+    let bugs = crate::groups::four_bugs(50);
+    let worker = crate::groups::dead_letter_all(&t, &work, &bugs).await;
+    app.wait_for_archived(200, Duration::from_secs(60)).await;
+    worker.abort();
+    // The groups told: alone, or counted in a digest.
+    let told = || {
+        let events = receiver.events();
+        let alone: Vec<Value> = events
+            .iter()
+            .filter(|r| r.body["lazarus"]["event"] == "failure_group")
+            .map(|r| r.body["lazarus"].clone())
+            .collect();
+        let folded: u64 = events
+            .iter()
+            .filter(|r| r.body["lazarus"]["event"] == "failure_groups")
+            .map(|r| r.body["lazarus"]["count"].as_u64().unwrap())
+            .sum();
+        (alone, folded)
+    };
+    let start = Instant::now();
+    while {
+        let (alone, folded) = told();
+        (alone.len() as u64 + folded) < 4
+    } {
+        assert!(start.elapsed() < Duration::from_secs(30), "{:#?}", told());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Three more looks: nothing more is told.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (alone, folded) = told();
+    assert_eq!(
+        alone.len() as u64 + folded,
+        4,
+        "one new group per bug: {alone:#?}"
+    );
+    let mut types: Vec<&str> = alone
+        .iter()
+        .map(|g| g["error_type"].as_str().unwrap())
+        .collect();
+    types.sort();
+    let mut expected: Vec<&str> = bugs.iter().map(|b| b.error_type).collect();
+    expected.sort();
+    assert_eq!(
+        types, expected,
+        "each told alone, within the webhook's rate"
+    );
+    for g in &alone {
+        assert_eq!(g["queue"], dlq.as_str());
+        assert_eq!(g["first_death_queue"], work.as_str());
+        assert!(
+            g["error"].as_str().unwrap().contains('<'),
+            "a template: {g}"
+        );
+    }
+    assert_eq!(app.counter("lazarus_webhook_waiting_events").await, 0);
+    app.stop().await;
+    t.cleanup().await;
+}
+
 /// A port nothing listens on.
 async fn dead_url() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -379,19 +451,23 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
     die(&t, &work, "ValueError: amount < 0", 3).await;
     app.wait_for_archived(3, Duration::from_secs(20)).await;
     let told = receiver
-        .wait_for("failure_group", |e| e["error"] == "ValueError: amount < 0")
+        .wait_for("failure_group", |e| {
+            e["example"] == "ValueError: amount < 0"
+        })
         .await;
-    // A group is named by the queue its messages first died in.
-    assert_eq!(told["lazarus"]["queue"], work.as_str());
+    // A group is named by the queue its messages first died in, and its cause.
+    assert_eq!(told["lazarus"]["first_death_queue"], work.as_str());
+    assert_eq!(told["lazarus"]["queue"], dlq.as_str());
     assert_eq!(told["lazarus"]["reason"], "rejected");
     let url = told["lazarus"]["url"].as_str().unwrap();
-    assert!(
-        url.starts_with("https://lazarus.example.com/messages?first_death_queue="),
-        "{url}"
+    let id = told["lazarus"]["id"].as_str().unwrap();
+    assert_eq!(
+        url,
+        format!("https://lazarus.example.com/messages?group={id}&status=open")
     );
     assert!(
         told["text"].as_str().unwrap().starts_with(&format!(
-            "New failure group: `rejected` in `{work}`, `ValueError: amount &lt; 0`"
+            "New failure group: `rejected` in `{work}`, `ValueError: amount &lt; &lt;n&gt;`"
         )),
         "{told}"
     );

@@ -16,7 +16,8 @@ use crate::archive::{Actions, Actor, ArchiveError, Selection};
 
 /// The purged messages' contribution to a running total, subtracted: `key` is the value of
 /// `columns` (the table's key) for a message, `order` the order ingest takes the rows in.
-/// `open`: the table keeps `open_messages` (and `queue_reason_counts` `bytes`) too. Returns
+/// `open`: the table keeps `open_messages` (and `queue_reason_counts` `bytes`, the failure
+/// groups `settling_messages`) too. Returns
 /// the keys of the rows it changed (before those left empty are deleted).
 async fn subtract_totals(
     tx: &mut PgConnection,
@@ -44,14 +45,20 @@ async fn subtract_totals(
         (true, "queue_reason_counts") => {
             format!(", open_messages = {table}.open_messages - d.o, bytes = {table}.bytes - d.b")
         }
+        (true, "failure_groups") => format!(
+            ", open_messages = {table}.open_messages - d.o, \
+             settling_messages = {table}.settling_messages - d.s"
+        ),
         (true, _) => format!(", open_messages = {table}.open_messages - d.o"),
         (false, _) => String::new(),
     };
     sqlx::query(&format!(
         "UPDATE {table} SET messages = {table}.messages - d.n{open_too} FROM \
          (SELECT {key}, count(*), count(*) FILTER (WHERE id IN \
-          (SELECT id FROM message_status WHERE id = ANY($1) AND status IN ({}))), sum(body_size) \
-          FROM messages WHERE id = ANY($1) GROUP BY {}) AS d ({list}, n, o, b) \
+          (SELECT id FROM message_status WHERE id = ANY($1) AND status IN ({}))), \
+          count(*) FILTER (WHERE id IN \
+          (SELECT id FROM message_status WHERE id = ANY($1) AND status = 'replayed')), sum(body_size) \
+          FROM messages WHERE id = ANY($1) GROUP BY {}) AS d ({list}, n, o, s, b) \
          WHERE {}",
         lifecycle::open_list(),
         positions.join(", "),
@@ -132,9 +139,11 @@ pub(super) async fn delete_messages(
             tx,
             &ids,
             "failure_groups",
-            &["queue", "reason", "error"],
-            "coalesce(first_death_queue, queue), coalesce(first_death_reason, 'none'), coalesce(error, '')",
-            "queue COLLATE \"C\", reason COLLATE \"C\", error COLLATE \"C\"",
+            &["dlq", "queue", "reason", "cause", "message_type"],
+            "queue, coalesce(first_death_queue, queue), coalesce(first_death_reason, 'none'), \
+             coalesce(cause, error, ''), coalesce(message_type, '')",
+            "dlq COLLATE \"C\", queue COLLATE \"C\", reason COLLATE \"C\", cause COLLATE \"C\", \
+             message_type COLLATE \"C\"",
             true,
         )
         .await?;

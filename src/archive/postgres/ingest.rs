@@ -97,22 +97,23 @@ async fn insert_batch(
          INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet) \
+         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type) \
          SELECT id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search::tsvector, snippet \
+         replay_routing_key, error, replay_of, search::tsvector, snippet, error_type, cause, message_type \
          FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
-         $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[]) \
+         $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[], \
+         $55::text[], $56::text[], $57::text[]) \
          AS t (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet)), \
+         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type)), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
-         new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_error) \
+         new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_cause) \
          SELECT * FROM UNNEST($1::bigint[], $43::text[], $44::text[], $45::text[])), \
          new_fields AS (\
          INSERT INTO message_fields (message_id, name, value) \
@@ -138,10 +139,12 @@ async fn insert_batch(
          INSERT INTO minute_counts (queue, minute, messages) \
          SELECT * FROM UNNEST($46::text[], $47::bigint[], $48::bigint[]) \
          ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages) \
-         INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
-         SELECT q, r, e, n, n, f, l FROM UNNEST($37::text[], $38::text[], $39::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
-         AS t (q, r, e, n, f, l) \
-         ON CONFLICT (queue, reason, error) DO UPDATE SET \
+         INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type, example, \
+         messages, open_messages, settling_messages, first_seen, last_seen) \
+         SELECT d, q, r, c, mt, et, x, n, n, 0, f, l FROM UNNEST($58::text[], $37::text[], $38::text[], \
+         $39::text[], $59::text[], $60::text[], $61::text[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+         AS t (d, q, r, c, mt, et, x, n, f, l) \
+         ON CONFLICT (dlq, queue, reason, cause, message_type) DO UPDATE SET \
          messages = failure_groups.messages + excluded.messages, \
          open_messages = failure_groups.open_messages + excluded.messages, \
          first_seen = LEAST(failure_groups.first_seen, excluded.first_seen), \
@@ -183,15 +186,15 @@ async fn insert_batch(
     .bind(hours.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(hours.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(hours.values().copied().collect::<Vec<_>>())
-    .bind(groups.keys().map(|k| k.0).collect::<Vec<_>>())
-    .bind(groups.keys().map(|k| k.1).collect::<Vec<_>>())
-    .bind(groups.keys().map(|k| k.2).collect::<Vec<_>>())
-    .bind(groups.values().map(|v| v.0).collect::<Vec<_>>())
-    .bind(groups.values().map(|v| v.1).collect::<Vec<_>>())
-    .bind(groups.values().map(|v| v.2).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, m)| m.group().0).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, m)| m.group().1).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, m)| m.group().2).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.queue).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.reason).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.cause).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.messages).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.first).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.last).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().queue).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().reason).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, m)| m.group().cause).collect::<Vec<_>>())
     .bind(minutes.keys().map(|k| k.0).collect::<Vec<_>>())
     .bind(minutes.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(minutes.values().copied().collect::<Vec<_>>())
@@ -201,6 +204,14 @@ async fn insert_batch(
     .bind(keys.iter().map(|(id, _, _)| *id).collect::<Vec<i64>>())
     .bind(keys.iter().map(|(_, n, _)| *n).collect::<Vec<&str>>())
     .bind(keys.iter().map(|(_, _, k)| k.as_str()).collect::<Vec<&str>>())
+    // The failure's cause (issue 33): the message's, then its group's.
+    .bind(col(&|m| m.error_type.as_deref()))
+    .bind(col(&|m| Some(&m.cause)))
+    .bind(col(&|m| m.message_type.as_deref()))
+    .bind(groups.keys().map(|k| k.dlq).collect::<Vec<_>>())
+    .bind(groups.keys().map(|k| k.message_type).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.error_type).collect::<Vec<_>>())
+    .bind(groups.values().map(|v| v.example).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

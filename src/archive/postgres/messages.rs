@@ -32,7 +32,7 @@ pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, filter: &'a Me
             q.push(" FROM messages WHERE TRUE");
         }
     }
-    push_conditions(q, filter, StatusIn::Table);
+    push_conditions(q, filter, StatusIn::Table, None);
 }
 
 /// ` FROM messages WHERE ...`: the messages of a selection, after `SELECT ...`.
@@ -47,16 +47,30 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Postgres>, selection: 
     }
 }
 
-/// `SELECT id FROM message_status WHERE` a failure group's open messages: through the partial
-/// index of open messages by group, however much of the group is resolved.
-fn push_open_group<'a>(q: &mut QueryBuilder<'a, Postgres>, group: (&'a str, &'a str, &'a str)) {
-    q.push("SELECT id FROM message_status WHERE group_queue = ")
-        .push_bind(group.0)
-        .push(" AND group_reason = ")
-        .push_bind(group.1)
-        .push(" AND group_error = ")
-        .push_bind(group.2)
-        .push(format!(" AND status IN ({})", lifecycle::open_list()));
+/// `SELECT id FROM message_status WHERE` a failure group's open messages (`group`: its id):
+/// through the partial index of open messages by group, however much of the group is
+/// resolved. The group's key is read from its row, each part compared as the index holds it.
+fn push_open_group<'a>(q: &mut QueryBuilder<'a, Postgres>, group: &'a str) {
+    q.push("SELECT s.id FROM message_status s WHERE ");
+    for (column, held) in [
+        ("queue", "s.group_queue"),
+        ("reason", "s.group_reason"),
+        ("cause", "s.group_cause"),
+    ] {
+        q.push(format!(
+            "{held} = (SELECT {column} FROM failure_groups WHERE id = CAST("
+        ))
+        .push_bind(group)
+        .push(" AS BIGINT)) AND ");
+    }
+    q.push(format!("s.status IN ({})", lifecycle::open_list()));
+    // Its DLQ, the last part of the key: as good as always the failing queue's own.
+    q.push(
+        " AND (SELECT m.queue FROM messages m WHERE m.id = s.id) = \
+         (SELECT dlq FROM failure_groups WHERE id = CAST(",
+    )
+    .push_bind(group)
+    .push(" AS BIGINT))");
 }
 
 #[async_trait]
@@ -91,9 +105,9 @@ impl MessageSearch for PostgresArchive {
             q.push(" FROM messages WHERE id IN (");
             push_open_group(&mut q, group);
             if let Some(before) = page.before {
-                q.push(" AND id < ").push_bind(before);
+                q.push(" AND s.id < ").push_bind(before);
             }
-            q.push(" ORDER BY id DESC LIMIT ")
+            q.push(" ORDER BY s.id DESC LIMIT ")
                 .push_bind(i64::from(limit) + 1)
                 .push(") ORDER BY id DESC");
             let rows = q.build().persistent(false).fetch_all(&self.pool).await?;

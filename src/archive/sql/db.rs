@@ -25,6 +25,22 @@ impl Dialect {
         }
     }
 
+    /// The smaller of two values (SQLite's `min` of two arguments is not an aggregate).
+    pub fn least(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("min({a}, {b})"),
+            Dialect::Postgres => format!("LEAST({a}, {b})"),
+        }
+    }
+
+    /// The larger of two values.
+    pub fn greatest(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("max({a}, {b})"),
+            Dialect::Postgres => format!("GREATEST({a}, {b})"),
+        }
+    }
+
     /// `column` is one of the ids bound as [`Arg::Ids`] at `$n`.
     pub fn in_ids(self, column: &str, n: usize) -> String {
         match self {

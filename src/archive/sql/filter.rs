@@ -15,11 +15,75 @@ pub enum StatusIn {
     Table,
 }
 
-/// ` AND ...` for every condition of the filter but its text.
+/// Each part of a cause group's key ([`GroupKey`](crate::archive::GroupKey) but the message
+/// type): its `failure_groups` column, and what it is for a message. A message archived by an
+/// earlier version counts under its error until it is regrouped (its cause is null until then).
+pub const GROUP_KEY: [(&str, &str); 4] = [
+    ("queue", "coalesce(first_death_queue, queue)"),
+    ("reason", "coalesce(first_death_reason, 'none')"),
+    ("cause", "coalesce(cause, error, '')"),
+    ("dlq", "queue"),
+];
+
+/// A failure group's key, read from its row before a query that selects its messages
+/// (`group=`): SQLite uses its index of groups' messages only for values it is given, not for
+/// values a subquery reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupParts {
+    /// Each part's value, in the order of [`GROUP_KEY`].
+    values: [String; 4],
+}
+
+impl GroupParts {
+    /// The key of the group `filter` selects by (`None`: no such filter, or no such group,
+    /// which the condition's subqueries then find as nothing).
+    pub async fn of(
+        conn: &mut super::Conn<'_>,
+        filter: &MessageFilter,
+    ) -> Result<Option<GroupParts>, sqlx::Error> {
+        use super::ArchiveRow;
+        let Some(id) = filter.group.as_deref().and_then(|g| g.parse::<i64>().ok()) else {
+            return Ok(None);
+        };
+        let columns: Vec<&str> = GROUP_KEY.iter().map(|(column, _)| *column).collect();
+        let row = conn
+            .fetch_optional(
+                &format!(
+                    "SELECT {} FROM failure_groups WHERE id = $1",
+                    columns.join(", ")
+                ),
+                super::args![id],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut values: [String; 4] = Default::default();
+        for (value, column) in values.iter_mut().zip(&columns) {
+            *value = row.column(column)?;
+        }
+        Ok(Some(GroupParts { values }))
+    }
+
+    /// Those of the selection's filter.
+    pub async fn of_selection(
+        conn: &mut super::Conn<'_>,
+        selection: &crate::archive::Selection,
+    ) -> Result<Option<GroupParts>, sqlx::Error> {
+        match selection {
+            crate::archive::Selection::Filter(filter) => Self::of(conn, filter).await,
+            crate::archive::Selection::Ids(_) => Ok(None),
+        }
+    }
+}
+
+/// ` AND ...` for every condition of the filter but its text; `group`: the key of the group it
+/// selects by, when read beforehand ([`GroupParts`]).
 pub fn push_conditions<'a, DB: sqlx::Database>(
     q: &mut QueryBuilder<'a, DB>,
     filter: &'a MessageFilter,
     status_in: StatusIn,
+    group: Option<&'a GroupParts>,
 ) where
     &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
@@ -27,7 +91,15 @@ pub fn push_conditions<'a, DB: sqlx::Database>(
 {
     // The status is one of the conditions.
     for (field, value) in filter.conditions() {
-        push_condition(q, field, value, status_in);
+        match (field, group) {
+            ("group", Some(parts)) => {
+                for ((_, expression), value) in GROUP_KEY.iter().zip(&parts.values) {
+                    q.push(format!(" AND {expression} = "))
+                        .push_bind(value.as_str());
+                }
+            }
+            _ => push_condition(q, field, value, status_in),
+        }
     }
     for term in filter.business_terms() {
         push_business_term(q, term);
@@ -85,6 +157,21 @@ pub fn push_condition<'a, DB: sqlx::Database>(
         // Messages without history are grouped under the DLQ itself.
         "first_death_queue" => "coalesce(first_death_queue, queue)",
         "error" => "coalesce(error, '')",
+        "group" => {
+            // The group's key, read from its row by subqueries (PostgreSQL's index serves
+            // these; SQLite's is given the values, [`GroupParts`]): each part as the index of
+            // groups' messages (`messages_group`) writes it.
+            for (column, expression) in GROUP_KEY {
+                q.push(format!(
+                    " AND {expression} = (SELECT {column} FROM failure_groups WHERE id = CAST("
+                ))
+                .push_bind(value)
+                .push(" AS BIGINT))");
+            }
+            return;
+        }
+        "error_type" => "coalesce(error_type, '')",
+        "message_type" => "coalesce(message_type, '')",
         "exchange" => "first_death_exchange",
         "routing_key" => "replay_routing_key",
         "status" => {

@@ -1,6 +1,6 @@
 //! Open and resolved: every change of a message's status goes through [`set_status`], which
-//! keeps the open counts of its DLQ and failure group (`open_messages`) in the same
-//! transaction; [`Upkeep::settle`] resolves replayed messages whose copy did not come back in time.
+//! keeps the open counts of its DLQ and failure group (`open_messages`, and the group's
+//! `settling_messages`) in the same transaction; [`Upkeep::settle`] resolves replayed messages whose copy did not come back in time.
 //!
 //! A message is open while archived, replayed and settling, or its replay failed; it is
 //! resolved once dismissed, settled, or died again (its copy, archived back, is the open
@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::{args, millis, ArchiveRow, Conn, Dialect, SqlArchive};
-use crate::archive::{ArchiveError, MessageStatus, Upkeep, NO_REASON};
+use crate::archive::{ArchiveError, MessageStatus, Upkeep};
 
 /// Messages whose status one statement reads and changes at most.
 const CHUNK: usize = 5_000;
@@ -54,7 +54,8 @@ pub async fn set_status(
     ids.sort_unstable();
     ids.dedup();
     let mut changed = Vec::new();
-    let mut groups: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    // Open and settling messages gained (or lost) per group, by [`GroupKey`] order.
+    let mut groups: BTreeMap<GroupKeyOwned, (i64, i64)> = BTreeMap::new();
     let mut queues: BTreeMap<(String, String), i64> = BTreeMap::new();
     let d = conn.dialect();
     for chunk in ids.chunks(CHUNK) {
@@ -70,8 +71,7 @@ pub async fn set_status(
         let rows = conn
             .fetch_all(
                 &format!(
-                    "SELECT m.id, s.status, m.queue, coalesce(m.first_death_queue, m.queue) AS group_queue, \
-                     coalesce(m.first_death_reason, '{NO_REASON}') AS reason, coalesce(m.error, '') AS error \
+                    "SELECT m.id, s.status, m.queue, {GROUP_COLUMNS} \
                      FROM messages m JOIN {} s ON s.id = m.id WHERE {}",
                     d.status_table(),
                     d.in_ids("m.id", 1)
@@ -90,14 +90,18 @@ pub async fn set_status(
             }
             mine.push(row.column::<i64>("id")?);
             let delta = i64::from(to.is_open()) - i64::from(status.is_open());
+            let settling = i64::from(to == MessageStatus::Replayed)
+                - i64::from(status == MessageStatus::Replayed);
             if delta != 0 {
                 let reason: String = row.column("reason")?;
                 *queues
                     .entry((row.column("queue")?, reason.clone()))
                     .or_default() += delta;
-                *groups
-                    .entry((row.column("group_queue")?, reason, row.column("error")?))
-                    .or_default() += delta;
+            }
+            if delta != 0 || settling != 0 {
+                let counts = groups.entry(group_of(row)?).or_default();
+                counts.0 += delta;
+                counts.1 += settling;
             }
         }
         if mine.is_empty() {
@@ -123,15 +127,42 @@ pub async fn set_status(
         )
         .await?;
     }
-    for ((queue, reason, error), delta) in groups.into_iter().filter(|(_, n)| *n != 0) {
+    for (key, (open, settling)) in groups {
+        if (open, settling) == (0, 0) {
+            continue;
+        }
+        let (dlq, queue, reason, cause, message_type) = &key;
         conn.execute(
-            "UPDATE failure_groups SET open_messages = open_messages + $1 \
-             WHERE queue = $2 AND reason = $3 AND error = $4",
-            args![delta, queue.as_str(), reason.as_str(), error.as_str()],
+            "UPDATE failure_groups SET open_messages = open_messages + $1, \
+             settling_messages = settling_messages + $2 \
+             WHERE dlq = $3 AND queue = $4 AND reason = $5 AND cause = $6 AND message_type = $7",
+            args![open, settling, dlq, queue, reason, cause, message_type],
         )
         .await?;
     }
     Ok(changed)
+}
+
+/// A message's failure group ([`GroupKey`](crate::archive::GroupKey)), owned, in its order.
+pub type GroupKeyOwned = (String, String, String, String, String);
+
+/// What `m` (messages) says of its failure group: `dlq`, `group_queue`, `reason`, `cause` and
+/// `message_type`, as ingest keyed it (a message of an earlier version, until it is
+/// regrouped, under its error).
+pub const GROUP_COLUMNS: &str =
+    "m.queue AS dlq, coalesce(m.first_death_queue, m.queue) AS group_queue, \
+     coalesce(m.first_death_reason, 'none') AS reason, coalesce(m.cause, m.error, '') AS cause, \
+     coalesce(m.message_type, '') AS message_type";
+
+/// The group a row read with [`GROUP_COLUMNS`] counts in.
+pub fn group_of(row: &impl ArchiveRow) -> Result<GroupKeyOwned, sqlx::Error> {
+    Ok((
+        row.column("dlq")?,
+        row.column("group_queue")?,
+        row.column("reason")?,
+        row.column("cause")?,
+        row.column("message_type")?,
+    ))
 }
 
 /// The messages of `published` (just confirmed by a replay that began at `since`) whose copy

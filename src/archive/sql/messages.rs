@@ -7,13 +7,11 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::columns::{summary_columns, DETAIL_COLUMNS};
-use super::rows::{
-    count_from_row, group_from_row, hourly_from_row, message_from_row, summary_from_row,
-};
+use super::rows::{count_from_row, hourly_from_row, message_from_row, summary_from_row};
 use super::{args, ArchiveRow, Pool, SqlArchive};
 use crate::archive::{
-    ArchiveError, ArchivedMessage, BodyStart, FailureGroup, HourlyCount, MessagePage, MessageStore,
-    QueueReasonCount, StoredBody,
+    ArchiveError, ArchivedMessage, BodyStart, FailureGroup, GroupQuery, HourlyCount, MessagePage,
+    MessageStore, QueueReasonCount, StoredBody,
 };
 
 /// Business field values of the given messages, by message.
@@ -207,16 +205,8 @@ impl<T: SqlArchive> MessageStore for T {
             .collect()
     }
 
-    async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
-        let rows = self
-            .db()
-            .fetch_all(
-                "SELECT queue, reason, error, messages, open_messages, first_seen, last_seen \
-                 FROM failure_groups ORDER BY open_messages > 0 DESC, last_seen DESC LIMIT $1",
-                args![i64::from(limit)],
-            )
-            .await?;
-        rows.iter().map(group_from_row).collect()
+    async fn groups(&self, query: &GroupQuery) -> Result<Vec<FailureGroup>, ArchiveError> {
+        super::groups::read(self.db(), query, None).await
     }
 
     async fn ping(&self) -> Result<(), ArchiveError> {

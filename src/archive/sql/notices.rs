@@ -1,13 +1,12 @@
-//! The webhooks' side of the archive, the same on both backends: new failure groups read by
-//! when they were first seen, and each watched thing's last told state in `notifications`,
+//! The webhooks' side of the archive, the same on both backends: new failure groups (by
+//! cause) read by when they were first seen, and each watched thing's last told state in `notifications`,
 //! changed by a conditional write so that of several instances exactly one changes it.
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use super::rows::group_from_row;
 use super::{args, millis, now, SqlArchive};
-use crate::archive::{ArchiveError, FailureGroup, Noted, Notices};
+use crate::archive::{ArchiveError, FailureGroup, GroupQuery, Noted, Notices};
 
 #[async_trait]
 impl<T: SqlArchive> Notices for T {
@@ -15,15 +14,8 @@ impl<T: SqlArchive> Notices for T {
         &self,
         since: OffsetDateTime,
     ) -> Result<Vec<FailureGroup>, ArchiveError> {
-        let rows = self
-            .db()
-            .fetch_all(
-                "SELECT queue, reason, error, messages, open_messages, first_seen, last_seen \
-                 FROM failure_groups WHERE first_seen >= $1 ORDER BY first_seen",
-                args![millis(since)],
-            )
-            .await?;
-        rows.iter().map(group_from_row).collect()
+        let every = GroupQuery::by_cause(u32::MAX / 2);
+        super::groups::read(self.db(), &every, Some(millis(since))).await
     }
 
     async fn note_state(&self, key: &str, state: &str) -> Result<Noted, ArchiveError> {

@@ -4,15 +4,25 @@
 use std::collections::BTreeMap;
 
 use super::millis;
-use crate::archive::{PreparedMessage, NO_REASON};
+use crate::archive::{GroupKey, PreparedMessage, NO_REASON};
 
 /// Messages per (DLQ, hour) (the sparkline), per (DLQ, minute) (the rate it dies at now), and
-/// per failure group (queue, reason, error): how many, the first and the last archive time;
-/// in key order, the order every backend writes them in.
+/// per failure group ([`GroupKey`]); in key order, the order every backend writes them in.
 pub struct Overview<'a> {
     pub hours: BTreeMap<(&'a str, i64), i64>,
     pub minutes: BTreeMap<(&'a str, i64), i64>,
-    pub groups: BTreeMap<(&'a str, &'a str, &'a str), (i64, i64, i64)>,
+    pub groups: BTreeMap<GroupKey<'a>, GroupCount<'a>>,
+}
+
+/// What a batch adds to a failure group: how many, the first and the last archive time, and
+/// what a group made by it says of itself (its first message's error type and error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCount<'a> {
+    pub messages: i64,
+    pub first: i64,
+    pub last: i64,
+    pub error_type: Option<&'a str>,
+    pub example: Option<&'a str>,
 }
 
 /// Minutes of per-minute counts kept: the overview shows the last few.
@@ -21,7 +31,7 @@ pub const MINUTES_KEPT: i64 = 60;
 pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
     let mut hours: BTreeMap<(&str, i64), i64> = BTreeMap::new();
     let mut minutes: BTreeMap<(&str, i64), i64> = BTreeMap::new();
-    let mut groups: BTreeMap<(&str, &str, &str), (i64, i64, i64)> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, GroupCount> = BTreeMap::new();
     for (_, m) in rows {
         let at = millis(m.message.received_at);
         *hours
@@ -30,10 +40,16 @@ pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
         *minutes
             .entry((m.message.queue.as_str(), at / 60_000))
             .or_default() += 1;
-        let entry = groups.entry(m.group()).or_insert((0, at, at));
-        entry.0 += 1;
-        entry.1 = entry.1.min(at);
-        entry.2 = entry.2.max(at);
+        let entry = groups.entry(m.group()).or_insert(GroupCount {
+            messages: 0,
+            first: at,
+            last: at,
+            error_type: m.error_type.as_deref(),
+            example: m.error.as_deref(),
+        });
+        entry.messages += 1;
+        entry.first = entry.first.min(at);
+        entry.last = entry.last.max(at);
     }
     Overview {
         hours,

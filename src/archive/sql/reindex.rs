@@ -7,6 +7,7 @@
 //! JSON's `\u` escapes; version 2 reads bzip2, lzma/xz, zstd and brotli bodies and protobuf.
 //! Version 3 gives stored business field values the keys `field:value` finds them by
 //! ([`crate::field_match`]), from the values alone: no body is read.
+//! The regroup of failures by cause walks a cursor of its own (`regroup`).
 
 use async_trait::async_trait;
 
@@ -90,6 +91,14 @@ impl<T: SqlArchive> Reindex for T {
             last_id,
             rewritten: changed.len() as u64,
         }))
+    }
+
+    async fn regroup_batch(
+        &self,
+        rules: &IngestRules,
+        limit: u32,
+    ) -> Result<Option<ReindexProgress>, ArchiveError> {
+        super::regroup::batch(self.db(), rules, limit).await
     }
 }
 

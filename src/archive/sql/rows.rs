@@ -15,9 +15,9 @@ use crate::archive::jobs::{
     Step, ALREADY_REPLAYED, DISMISSED, MAX_ATTEMPTS, NOT_ALLOWED, NO_TARGET,
 };
 use crate::archive::{
-    ArchiveError, ArchivedMessage, AuditEntry, Canary, FailureGroup, HourlyCount, JobCounts,
-    JobItem, JobState, MessageStatus, MessageSummary, OutgoingMessage, Plan, QueueReasonCount,
-    ReplayJob, ReplayRecord, Role, TargetCount, TokenRecord, UserRecord,
+    ArchiveError, ArchivedMessage, AuditEntry, Canary, HourlyCount, JobCounts, JobItem, JobState,
+    MessageStatus, MessageSummary, OutgoingMessage, Plan, QueueReasonCount, ReplayJob,
+    ReplayRecord, Role, TargetCount, TokenRecord, UserRecord,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -154,18 +154,6 @@ pub fn hourly_from_row(r: &impl ArchiveRow) -> Result<HourlyCount, ArchiveError>
         queue: r.column("queue")?,
         hour: r.column("hour")?,
         messages: r.column("messages")?,
-    })
-}
-
-pub fn group_from_row(r: &impl ArchiveRow) -> Result<FailureGroup, ArchiveError> {
-    Ok(FailureGroup {
-        queue: r.column("queue")?,
-        reason: r.column("reason")?,
-        error: r.column("error")?,
-        messages: r.column("messages")?,
-        open: r.column("open_messages")?,
-        first_seen: from_millis(r.column("first_seen")?),
-        last_seen: from_millis(r.column("last_seen")?),
     })
 }
 

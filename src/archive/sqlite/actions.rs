@@ -8,12 +8,13 @@ use super::messages::push_selection;
 use super::SqliteArchive;
 use crate::archive::audit_text::{action_summary, single_message};
 use crate::archive::sql::columns::{HELD_BY_UNFINISHED_JOB, OF_TOTAL};
+use crate::archive::sql::filter::GroupParts;
 use crate::archive::sql::{audit, lifecycle, recount, Conn};
 use crate::archive::{Actions, Actor, ArchiveError, Selection};
 
 /// The selected messages' contribution to a running total, subtracted: `key` groups the
-/// messages as `table` keys its rows (on `on`); `open`: the table keeps `open_messages` and
-/// `bytes` too.
+/// messages as `table` keys its rows (on `on`); `open`: the table keeps `open_messages` too
+/// (and `bytes`, or the failure groups' `settling_messages`).
 async fn subtract_totals(
     conn: &mut SqliteConnection,
     table: &str,
@@ -25,6 +26,10 @@ async fn subtract_totals(
         (true, "queue_reason_counts") => {
             format!(", open_messages = {table}.open_messages - d.o, bytes = {table}.bytes - d.b")
         }
+        (true, "failure_groups") => format!(
+            ", open_messages = {table}.open_messages - d.o, \
+             settling_messages = {table}.settling_messages - d.s"
+        ),
         (true, _) => format!(", open_messages = {table}.open_messages - d.o"),
         (false, _) => String::new(),
     };
@@ -32,7 +37,8 @@ async fn subtract_totals(
     let by: Vec<String> = (1..=groups).map(|i| i.to_string()).collect();
     sqlx::query(&format!(
         "UPDATE {table} SET messages = {table}.messages - d.n{open_too} FROM \
-         (SELECT {key}, count(*) AS n, sum(status IN ({})) AS o, sum(body_size) AS b FROM messages \
+         (SELECT {key}, count(*) AS n, sum(status IN ({})) AS o, sum(status = 'replayed') AS s, \
+          sum(body_size) AS b FROM messages \
           WHERE id IN (SELECT id FROM purge_ids) GROUP BY {}) AS d \
          WHERE {on}",
         lifecycle::open_list(),
@@ -80,9 +86,10 @@ pub(super) async fn delete_purge_ids(
     subtract_totals(
         conn,
         "failure_groups",
-        "coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
-         coalesce(error, '') AS e",
-        "failure_groups.queue = d.q AND failure_groups.reason = d.r AND failure_groups.error = d.e",
+        "queue AS d, coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
+         coalesce(cause, error, '') AS c, coalesce(message_type, '') AS t",
+        "failure_groups.dlq = d.d AND failure_groups.queue = d.q AND failure_groups.reason = d.r \
+         AND failure_groups.cause = d.c AND failure_groups.message_type = d.t",
         true,
     )
     .await?;
@@ -140,8 +147,9 @@ impl Actions for SqliteArchive {
         actor: &Actor,
     ) -> Result<u64, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let group = GroupParts::of_selection(&mut Conn::from(&mut tx), selection).await?;
         let mut q = QueryBuilder::<Sqlite>::new("SELECT messages.id");
-        push_selection(&mut q, selection);
+        push_selection(&mut q, selection, group.as_ref());
         let ids: Vec<i64> = q.build_query_scalar().fetch_all(&mut *tx).await?;
         let dismissed = lifecycle::dismiss(&mut Conn::from(&mut tx), &ids, note).await?;
         let only = single_message(selection);
@@ -163,8 +171,9 @@ impl Actions for SqliteArchive {
     ) -> Result<u64, ArchiveError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         clear_purge_ids(&mut tx).await?;
+        let group = GroupParts::of_selection(&mut Conn::from(&mut tx), selection).await?;
         let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO purge_ids SELECT messages.id");
-        push_selection(&mut q, selection);
+        push_selection(&mut q, selection, group.as_ref());
         q.push(" AND NOT ").push(HELD_BY_UNFINISHED_JOB);
         q.build().execute(&mut *tx).await?;
         let (purged, _) = delete_purge_ids(&mut tx).await?;

@@ -39,7 +39,7 @@ async fn archived_copies(
     Ok(archived)
 }
 
-/// Rows per multi-row INSERT: 25 columns each stays far below SQLite's 32,766 parameters.
+/// Rows per multi-row INSERT: 28 columns each stays far below SQLite's 32,766 parameters.
 const ROWS_PER_STATEMENT: usize = 500;
 
 async fn insert_messages(
@@ -47,7 +47,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet) ",
+        "INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -77,7 +77,11 @@ async fn insert_messages(
             .push_bind(target.map(|t| &t.routing_key))
             .push_bind(&m.error)
             .push_bind(m.replay_of)
-            .push_bind(&m.search_text.snippet);
+            .push_bind(&m.search_text.snippet)
+            // The failure's cause (issue 33).
+            .push_bind(&m.error_type)
+            .push_bind(&m.cause)
+            .push_bind(&m.message_type);
     });
     q.build().execute(&mut **tx).await?;
     Ok(())
@@ -110,21 +114,26 @@ async fn record_overview(
             .await?;
         }
     }
-    for ((queue, reason, error), (messages, first, last)) in groups {
+    for (key, count) in groups {
         sqlx::query(
-            "INSERT INTO failure_groups (queue, reason, error, messages, open_messages, first_seen, last_seen) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (queue, reason, error) DO UPDATE SET messages = messages + excluded.messages, \
-             open_messages = open_messages + excluded.messages, \
+            "INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type, example, \
+             messages, open_messages, settling_messages, first_seen, last_seen) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?) \
+             ON CONFLICT (dlq, queue, reason, cause, message_type) DO UPDATE SET \
+             messages = messages + excluded.messages, open_messages = open_messages + excluded.messages, \
              first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen)",
         )
-        .bind(queue)
-        .bind(reason)
-        .bind(error)
-        .bind(messages)
-        .bind(messages)
-        .bind(first)
-        .bind(last)
+        .bind(key.dlq)
+        .bind(key.queue)
+        .bind(key.reason)
+        .bind(key.cause)
+        .bind(key.message_type)
+        .bind(count.error_type)
+        .bind(count.example)
+        .bind(count.messages)
+        .bind(count.messages)
+        .bind(count.first)
+        .bind(count.last)
         .execute(&mut **tx)
         .await?;
     }

@@ -5,19 +5,29 @@ use sqlx::{QueryBuilder, Sqlite};
 
 use super::SqliteArchive;
 use crate::archive::sql::columns::SUMMARY_COLUMNS;
-use crate::archive::sql::filter::{push_conditions, StatusIn};
+use crate::archive::sql::filter::{push_conditions, GroupParts, StatusIn};
 use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
+use crate::archive::sql::Conn;
 use crate::archive::sql::SqlArchive;
 use crate::archive::{
     ArchiveError, MessageFilter, MessagePage, MessageSearch, MessageSummary, PageRequest,
     Selection, MAX_PAGE_SIZE,
 };
 
-/// ` FROM messages ... WHERE ...`: the messages a list filter selects. A text search joins
-/// the FTS index, whose rowid is the message id.
-pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Sqlite>, filter: &'a MessageFilter) {
-    push_filter_matching(q, filter, filter.text.as_ref().map(|text| text.fts5()));
+/// ` FROM messages ... WHERE ...`: the messages a list filter selects (`group`: the key of
+/// its group, [`GroupParts`]). A text search joins the FTS index, whose rowid is the message id.
+pub(super) fn push_filter<'a>(
+    q: &mut QueryBuilder<'a, Sqlite>,
+    filter: &'a MessageFilter,
+    group: Option<&'a GroupParts>,
+) {
+    push_filter_matching(
+        q,
+        filter,
+        filter.text.as_ref().map(|text| text.fts5()),
+        group,
+    );
 }
 
 /// [`push_filter`] with the FTS5 query for its text (the list's expands prefixes).
@@ -25,6 +35,7 @@ fn push_filter_matching<'a>(
     q: &mut QueryBuilder<'a, Sqlite>,
     filter: &'a MessageFilter,
     fts5: Option<String>,
+    group: Option<&'a GroupParts>,
 ) {
     match fts5 {
         Some(fts5) => {
@@ -35,18 +46,23 @@ fn push_filter_matching<'a>(
             q.push(" FROM messages WHERE 1 = 1");
         }
     }
-    push_conditions(q, filter, StatusIn::Column);
+    push_conditions(q, filter, StatusIn::Column, group);
 }
 
-/// ` AND messages.id IN (...)` or the filter's conditions, after `SELECT ...`.
-pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Sqlite>, selection: &'a Selection) {
+/// ` AND messages.id IN (...)` or the filter's conditions, after `SELECT ...` (`group`: the
+/// key of the filter's group, [`GroupParts::of_selection`]).
+pub(super) fn push_selection<'a>(
+    q: &mut QueryBuilder<'a, Sqlite>,
+    selection: &'a Selection,
+    group: Option<&'a GroupParts>,
+) {
     match selection {
         Selection::Ids(ids) => {
             q.push(" FROM messages WHERE messages.id IN (SELECT value FROM json_each(")
                 .push_bind(serde_json::to_string(ids).expect("ids serialize"))
                 .push("))");
         }
-        Selection::Filter(filter) => push_filter(q, filter),
+        Selection::Filter(filter) => push_filter(q, filter, group),
     }
 }
 
@@ -58,8 +74,9 @@ impl MessageSearch for SqliteArchive {
             Some(text) => Some(super::terms::list_query(&mut conn, text).await?),
             None => None,
         };
+        let group = GroupParts::of(&mut Conn::Sqlite(&mut conn), filter).await?;
         let mut q = QueryBuilder::<Sqlite>::new("SELECT count(*) FROM (SELECT messages.id");
-        push_filter_matching(&mut q, filter, fts5);
+        push_filter_matching(&mut q, filter, fts5, group.as_ref());
         q.push(" LIMIT ").push_bind(cap as i64).push(")");
         let n: i64 = q.build_query_scalar().fetch_one(&mut *conn).await?;
         Ok(n as u64)
@@ -75,8 +92,9 @@ impl MessageSearch for SqliteArchive {
             Some(text) => Some(super::terms::list_query(&mut conn, text).await?),
             None => None,
         };
+        let group = GroupParts::of(&mut Conn::Sqlite(&mut conn), filter).await?;
         let mut q = QueryBuilder::<Sqlite>::new(format!("SELECT {SUMMARY_COLUMNS}"));
-        push_filter_matching(&mut q, filter, fts5);
+        push_filter_matching(&mut q, filter, fts5, group.as_ref());
         // With a text search the FTS index drives, in its own rowid (= id) order.
         let order = if filter.text.is_some() {
             "messages_fts.rowid"

@@ -19,7 +19,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::sql::columns::HELD_BY_UNFINISHED_JOB;
-use super::sql::filter::push_freeze;
+use super::sql::filter::{push_freeze, GroupParts};
 use super::sql::{args, Conn, Pool, SqlArchive};
 use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText, Selection};
 
@@ -159,13 +159,15 @@ impl SqlArchive for SqliteArchive {
         after: i64,
         limit: u32,
     ) -> Result<Vec<i64>, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        let group = GroupParts::of_selection(&mut Conn::Sqlite(&mut conn), selection).await?;
         let mut q = QueryBuilder::<Sqlite>::new("SELECT messages.id");
-        messages::push_selection(&mut q, selection);
+        messages::push_selection(&mut q, selection, group.as_ref());
         q.push(" AND messages.id > ")
             .push_bind(after)
             .push(" ORDER BY messages.id LIMIT ")
             .push_bind(i64::from(limit));
-        q.build_query_scalar().fetch_all(&self.pool).await
+        q.build_query_scalar().fetch_all(&mut *conn).await
     }
 
     async fn delete_messages(
@@ -196,9 +198,10 @@ impl SqlArchive for SqliteArchive {
         let Conn::Sqlite(conn) = conn else {
             unreachable!("a SQLite archive's transactions are SQLite's")
         };
+        let group = GroupParts::of_selection(&mut Conn::Sqlite(conn), spec.selection).await?;
         let mut q = QueryBuilder::<Sqlite>::new("");
         push_freeze(&mut q, id, spec);
-        messages::push_selection(&mut q, spec.selection);
+        messages::push_selection(&mut q, spec.selection, group.as_ref());
         Ok(q.build().execute(&mut **conn).await?.rows_affected())
     }
 }

@@ -94,10 +94,10 @@ async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice
         .into_iter()
         .map(|g| {
             (
-                g.queue,
-                g.reason,
-                g.error,
-                g.messages,
+                g.first_death_queue.unwrap(),
+                g.reason.unwrap(),
+                g.error.unwrap(),
+                g.total,
                 g.first_seen,
                 g.last_seen,
             )

@@ -10,6 +10,7 @@ mod ingest;
 mod jobs;
 mod lease;
 mod lifecycle;
+mod regroup;
 mod reindex;
 mod replays;
 mod search;

@@ -1,0 +1,213 @@
+//! A dead letter's failure as ingest reads it (pure): the error users read and search (the
+//! raw line, or a stack trace's root cause), the [`Cause`] that groups it with the other
+//! failures of the same bug, and its message type — from the error headers (`--error-header`),
+//! an `--error-pointer` into the body, and the generic stack trace and exception type headers
+//! below.
+
+use crate::amqp::headers::{MessageProperties, Table};
+use crate::cause::Cause;
+
+use super::record::{column_text, error_line, MAX_ERROR_LEN};
+
+// CONVENTIONS: the generic failure headers, read on every message. The framework conventions
+// (`src/conventions/`) name each framework's own headers; once they are wired in, a message a
+// convention claims is read with that convention's names instead of these.
+
+/// Headers in which failing consumers leave their exception's stack trace: Spring AMQP's
+/// `RepublishMessageRecoverer`, MassTransit, NServiceBus.
+pub const TRACE_HEADERS: [&str; 3] = [
+    "x-exception-stacktrace",
+    "MT-Fault-StackTrace",
+    "NServiceBus.ExceptionInfo.StackTrace",
+];
+
+/// Headers in which failing consumers name their exception's type: MassTransit, NServiceBus.
+pub const TYPE_HEADERS: [&str; 2] = [
+    "MT-Fault-ExceptionType",
+    "NServiceBus.ExceptionInfo.ExceptionType",
+];
+
+/// Longest cause kept, in bytes: a key of a failure group (with its queues and message type,
+/// well within what a PostgreSQL index entry holds).
+const MAX_CAUSE_LEN: usize = 1_000;
+
+/// The most of an error or trace text that is parsed: a trace's root cause is well within.
+const MAX_PARSED: usize = 256 * 1024;
+
+/// What a dead letter says of its failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// The error shown and searched: the root cause's `Type: message` where a stack trace or a
+    /// type header names it, else the error line as the consumer left it (ids and all).
+    pub error: Option<String>,
+    pub error_type: Option<String>,
+    /// What its failure group is keyed on: [`Cause::signature`] (`""`: no error given).
+    pub cause: String,
+    /// The message's type: the AMQP `type` property.
+    pub message_type: Option<String>,
+}
+
+/// The text of the first of `names` (case-insensitive) that holds non-blank text.
+fn header_text<'a>(headers: Option<&'a Table>, names: &[&str]) -> Option<&'a str> {
+    let headers = headers?;
+    names.iter().find_map(|name| {
+        let (_, value) = headers
+            .iter()
+            .find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name.as_bytes()))?;
+        value.as_str().filter(|t| !t.trim().is_empty())
+    })
+}
+
+/// The failure of a message with these headers and properties: its error text is the first of
+/// `error_headers` holding text, else `body_error` (the text at an `--error-pointer`).
+pub fn failure(
+    headers: Option<&Table>,
+    properties: &MessageProperties,
+    error_headers: &[String],
+    body_error: Option<&str>,
+) -> Failure {
+    let names: Vec<&str> = error_headers.iter().map(String::as_str).collect();
+    let text = header_text(headers, &names)
+        .or(body_error)
+        .map(|t| crate::body::prefix(t, MAX_PARSED));
+    let trace = header_text(headers, &TRACE_HEADERS).map(|t| crate::body::prefix(t, MAX_PARSED));
+    let kind = header_text(headers, &TYPE_HEADERS);
+    let cause = match (trace, text) {
+        (Some(trace), _) => Cause::from_parts(kind, text, Some(trace)),
+        // The error text may be a whole trace itself; a single line is also the message, should
+        // it not read as one.
+        (None, Some(text)) => {
+            let one_line = text.trim().lines().nth(1).is_none();
+            Cause::from_parts(kind, one_line.then_some(text), Some(text))
+        }
+        (None, None) => Cause::from_parts(kind, None, None),
+    };
+    let raw = text.and_then(error_line);
+    // A trace or a type header says more than the line: its root cause, as `Type: message`.
+    let said = cause.runtime.is_some() || kind.is_some();
+    let error = match said.then(|| shown(&cause)).flatten() {
+        Some(shown) => Some(shown),
+        None => raw,
+    };
+    Failure {
+        error,
+        error_type: cause
+            .error_type
+            .as_deref()
+            .map(|t| column_text(t).into_owned()),
+        cause: column_text(crate::body::prefix(&cause.signature(), MAX_CAUSE_LEN)).into_owned(),
+        message_type: properties
+            .kind
+            .as_ref()
+            .map(|k| column_text(&k.to_text()).into_owned()),
+    }
+}
+
+/// `Type: message`, `Type` or `message`, as long as an error is kept.
+fn shown(cause: &Cause) -> Option<String> {
+    let text = match (&cause.error_type, cause.message.is_empty()) {
+        (Some(kind), false) => format!("{kind}: {}", cause.message),
+        (Some(kind), true) => kind.clone(),
+        (None, false) => cause.message.clone(),
+        (None, true) => return None,
+    };
+    Some(column_text(crate::body::prefix(&text, MAX_ERROR_LEN)).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::headers::AmqpValue;
+
+    fn of(pairs: &[(&str, &str)]) -> Failure {
+        let headers: Table = pairs
+            .iter()
+            .map(|(k, v)| (*k, AmqpValue::text(v)))
+            .collect();
+        let rules = super::super::IngestRules::default();
+        failure(
+            Some(&headers),
+            &MessageProperties::default(),
+            &rules.error_headers,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_plain_line_is_kept_as_it_was_left_and_grouped_by_its_template() {
+        let f = of(&[(
+            "x-exception-message",
+            "CustomerNotFoundException: no customer with id C-1007",
+        )]);
+        assert_eq!(
+            f.error.as_deref(),
+            Some("CustomerNotFoundException: no customer with id C-1007")
+        );
+        assert_eq!(f.error_type.as_deref(), Some("CustomerNotFoundException"));
+        assert_eq!(
+            f.cause,
+            "CustomerNotFoundException: no customer with id C-<n>"
+        );
+        let other = of(&[("error", "tax service did not answer within 3012 ms")]);
+        assert_eq!(other.error_type, None);
+        assert_eq!(other.cause, "tax service did not answer within <n> ms");
+        // A line that merely starts like a frame is still the message.
+        let odd = of(&[("error", "at the moment nothing works")]);
+        assert_eq!(odd.error.as_deref(), Some("at the moment nothing works"));
+        assert_eq!(odd.cause, "at the moment nothing works");
+    }
+
+    #[test]
+    fn spring_shows_the_root_cause_its_trace_names() {
+        let trace = "org.springframework.amqp.rabbit.support.ListenerExecutionFailedException: \
+                     Listener method 'onMessage' threw exception\n\
+                     \tat org.springframework.amqp.rabbit.listener.X.invoke(X.java:10)\n\
+                     Caused by: com.acme.CustomerNotFoundException: no customer with id C-1007\n\
+                     \tat com.acme.Billing.load(Billing.java:12)\n\t... 5 more";
+        let f = of(&[
+            ("x-exception-message", "no customer with id C-1007"),
+            ("x-exception-stacktrace", trace),
+        ]);
+        assert_eq!(
+            f.error.as_deref(),
+            Some("com.acme.CustomerNotFoundException: no customer with id C-1007")
+        );
+        assert_eq!(
+            f.cause,
+            "com.acme.CustomerNotFoundException: no customer with id C-<n>"
+        );
+    }
+
+    #[test]
+    fn a_type_header_names_the_type_of_a_message_header() {
+        let f = of(&[
+            ("MT-Fault-ExceptionType", "System.TimeoutException"),
+            ("MT-Fault-Message", "The operation timed out after 3012 ms"),
+            (
+                "MT-Fault-StackTrace",
+                "   at Billing.Consumer.Consume(ConsumeContext`1 context) in /src/Consumer.cs:line 42",
+            ),
+        ]);
+        assert_eq!(
+            f.error.as_deref(),
+            Some("System.TimeoutException: The operation timed out after 3012 ms")
+        );
+        assert_eq!(
+            f.cause,
+            "System.TimeoutException: The operation timed out after <n> ms"
+        );
+    }
+
+    #[test]
+    fn no_error_is_no_cause() {
+        let f = of(&[("other", "x")]);
+        assert_eq!(f, Failure::default());
+        let properties = MessageProperties {
+            kind: Some("invoice.created".into()),
+            ..Default::default()
+        };
+        let typed = failure(None, &properties, &[], None);
+        assert_eq!(typed.message_type.as_deref(), Some("invoice.created"));
+        assert_eq!(typed.cause, "");
+    }
+}
