@@ -20,6 +20,7 @@ mod export;
 mod failures;
 mod headers;
 mod hostile;
+mod ingest_bounds;
 mod instances;
 mod jobs;
 mod limits;
