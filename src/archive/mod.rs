@@ -20,7 +20,7 @@ pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
-    JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
+    JobStep, OutgoingBody, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,
 };
 pub use model::*;
 pub use postgres::PostgresArchive;

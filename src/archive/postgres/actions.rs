@@ -146,6 +146,7 @@ pub(super) async fn delete_messages(
         .await?;
         for statement in [
             "DELETE FROM message_fields WHERE message_id = ANY($1)",
+            "DELETE FROM message_body_chunks WHERE message_id = ANY($1)",
             "DELETE FROM message_bodies WHERE message_id = ANY($1)",
             "DELETE FROM replays WHERE message_id = ANY($1)",
             "DELETE FROM replay_job_items WHERE message_id = ANY($1)",

@@ -1,11 +1,13 @@
 //! Exporting messages whole, the same on both backends: a batch of the selection in id order
 //! (the backend finds the ids), cut to a byte budget, read in four statements — the
-//! messages, their status times, their bodies, their replays.
+//! messages, their status times, their bodies (a body over a MiB a piece at a time), their
+//! replays.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 
+use super::bodies;
 use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
 use super::rows::{message_from_row, replay_from_row};
 use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
@@ -74,22 +76,7 @@ impl<T: SqlArchive> Export for T {
                 (at("status_at")?, at("replayed_at")?),
             );
         }
-        let mut bodies = HashMap::new();
-        for row in db
-            .fetch_all(
-                &format!(
-                    "SELECT message_id, body FROM message_bodies WHERE {}",
-                    d.in_ids("message_id", 1)
-                ),
-                args![&ids],
-            )
-            .await?
-        {
-            bodies.insert(
-                row.column::<i64>("message_id")?,
-                row.column::<Vec<u8>>("body")?,
-            );
-        }
+        let mut body_of = bodies::whole(self, &ids).await?;
         let mut replays: HashMap<i64, Vec<ExportedReplay>> = HashMap::new();
         for row in db
             .fetch_all(
@@ -128,7 +115,7 @@ impl<T: SqlArchive> Export for T {
                 let (status_at, replayed_at) = times.remove(&id).unwrap_or_default();
                 Ok(ExportedMessage {
                     id,
-                    body: bodies.remove(&id).ok_or_else(|| ArchiveError::Corrupt {
+                    body: body_of.remove(&id).ok_or_else(|| ArchiveError::Corrupt {
                         id,
                         reason: "its body is missing".into(),
                     })?,

@@ -94,6 +94,7 @@ pub(super) async fn delete_purge_ids(
     for statement in [
         "DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_fields WHERE message_id IN (SELECT id FROM purge_ids)",
+        "DELETE FROM message_body_chunks WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_bodies WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM replays WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM replay_job_items WHERE message_id IN (SELECT id FROM purge_ids)",
