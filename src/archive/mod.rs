@@ -6,6 +6,7 @@ mod accounts;
 pub mod admit;
 mod audit_text;
 mod copies;
+mod exported;
 mod jobs;
 mod model;
 mod postgres;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
+pub use exported::{read_unread_body, ExportLine};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, ItemOutcome, JobAction, JobCounts, JobItem, JobSpec, JobState,
     JobStep, OutgoingBody, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection, TargetCount,

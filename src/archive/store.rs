@@ -417,7 +417,9 @@ pub trait Retention: Send + Sync {
 #[async_trait]
 pub trait Export: Send + Sync {
     /// The selected messages with an id above `after`, in id order, whole: up to `limit` of
-    /// them, and fewer once their bodies pass `max_bytes` (always at least one).
+    /// them, and fewer once their bodies pass `max_bytes` (always at least one). A body over
+    /// a MiB is left in the archive ([`crate::archive::ExportedMessage::unread_body`]), read
+    /// as its line is written ([`crate::archive::ExportLine`]).
     async fn export_batch(
         &self,
         selection: &Selection,

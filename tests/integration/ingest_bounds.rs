@@ -14,7 +14,7 @@ use crate::bounds::{
     assert_bounded, expiring_into_dlq, get, get_counted, tokens, MANIFEST_LIMIT_MIB,
 };
 use crate::helpers::*;
-use crate::served::{MemoryCgroup, Served};
+use crate::served::{lazarus_cli, MemoryCgroup, Served};
 
 /// A body of `size` bytes that is neither text nor repetitive (a stored copy cannot pass
 /// for it by accident), and its SHA-256.
@@ -86,9 +86,10 @@ on_both_backends!(
 );
 /// A 100 MiB and a 128 MiB-less-4-KiB dead letter, dead-lettered by the broker into the DLQ
 /// of a server that runs, from its start, in a cgroup of the manifest's 384 MiB: both are
-/// archived once (the DLQ empty, every delivery acked, one row each), their downloads are
-/// their bytes, and replaying the larger one, alone and then with the other in a bulk job,
-/// puts its bytes back in a queue — the process never reaching 256 MiB, never the limit.
+/// archived once (the DLQ empty, every delivery acked, one row each), their downloads and an
+/// admin's export are their bytes, and replaying the larger one, alone and then with the
+/// other in a bulk job, puts its bytes back in a queue — the process never reaching 256 MiB,
+/// never the limit.
 async fn dead_letters_of_100_and_128_mib_are_archived_and_replayed_within_the_manifest_limit() {
     let p = unique("hugeingest");
     let mut t = Topology::new().await;
@@ -98,6 +99,8 @@ async fn dead_letters_of_100_and_128_mib_are_archived_and_replayed_within_the_ma
     let dir = tempfile::tempdir().unwrap();
     let db = archive_url(dir.path()).await;
     let (viewer, operator) = tokens(&db);
+    let admin = lazarus_cli(&db, &["token", "create", "a", "--role", "admin"], None);
+    let admin = format!("Bearer {}", admin.trim());
     let cgroup = match MemoryCgroup::create(&format!("lazarus-{p}"), MANIFEST_LIMIT_MIB) {
         Ok(cgroup) => Some(cgroup),
         Err(why) => {
@@ -155,6 +158,38 @@ async fn dead_letters_of_100_and_128_mib_are_archived_and_replayed_within_the_ma
         cgroup.as_ref(),
         "archiving 100 and 128 MiB dead letters",
     );
+    // Each step from here on is measured on its own.
+    served.reset_peak();
+
+    // An admin's export: each line whole (its body base64), written as it is read.
+    let export = get(served.addr, &admin, &format!("/api/export?queue={dlq}")).await;
+    assert_eq!(export.status, 200, "{}", export.text());
+    let lines: Vec<&[u8]> = export
+        .body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2, "one line each");
+    for line in lines {
+        let m: lazarus::archive::ExportedMessage = serde_json::from_slice(line).unwrap();
+        let name = m
+            .properties
+            .message_id
+            .as_ref()
+            .unwrap()
+            .to_text()
+            .into_owned();
+        let (_, size, digest) = sent.iter().find(|(n, _, _)| *n == name).unwrap();
+        let exported: [u8; 32] = sha2::Sha256::digest(&m.body).into();
+        assert_eq!(
+            (m.body.len(), exported),
+            (*size, *digest),
+            "{name}: exported"
+        );
+    }
+    drop(export);
+    assert_bounded(&served, cgroup.as_ref(), "exporting them");
+    served.reset_peak();
 
     // The largest, replayed on its own into another queue.
     let (_, size, digest) = sent[1];
@@ -187,6 +222,7 @@ async fn dead_letters_of_100_and_128_mib_are_archived_and_replayed_within_the_ma
         cgroup.as_ref(),
         "replaying the 128 MiB dead letter",
     );
+    served.reset_peak();
 
     // Both, in one bulk job: each lands whole.
     let answer = http_with(
