@@ -931,7 +931,7 @@ on_both_backends!(a_body_over_a_mib_replays_as_read_and_is_edited_only_up_to_8_m
 async fn a_body_over_a_mib_replays_as_read_and_is_edited_only_up_to_8_mib() {
     let (t, app, queue, dlq) = archived_bare("bigedit", 0).await;
     let body: Vec<u8> = (0..9 * 1024 * 1024)
-        .map(|i| b'a' + (i % 26) as u8 ^ (i >> 20) as u8 & 1)
+        .map(|i| (b'a' + (i % 26) as u8) ^ ((i >> 20) as u8 & 1))
         .collect();
     t.publish("", &dlq, &body, json_props("big")).await;
     app.wait_for_archived(1, Duration::from_secs(30)).await;

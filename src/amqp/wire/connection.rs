@@ -484,6 +484,18 @@ impl Channel {
         content: &ContentHeader,
         body: &[u8],
     ) -> Result<u64, WireError> {
+        // The header announces the body given, whatever size `content` says.
+        let sized;
+        let content = match content.body_size == body.len() as u64 {
+            true => content,
+            false => {
+                sized = ContentHeader {
+                    body_size: body.len() as u64,
+                    ..content.clone()
+                };
+                &sized
+            }
+        };
         let mut publishing = self.begin_publish(exchange, routing_key, mandatory, content)?;
         publishing.body(body).await?;
         publishing.finish().await

@@ -57,6 +57,8 @@ pub async fn read_rest(
     offset: u64,
     len: usize,
 ) -> Result<Vec<u8>, sqlx::Error> {
+    // A part is cut by `substr()`, which counts in 32-bit integers on PostgreSQL.
+    let len = len.min(i32::MAX as usize);
     let (start, end) = (offset as i64, offset.saturating_add(len as u64) as i64);
     // The piece holding `offset` (found through the key, not by the pieces' lengths) and
     // those after it up to `end`, each cut to what is asked for.
