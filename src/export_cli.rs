@@ -5,13 +5,14 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::archive::{self, Export, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
+use crate::archive::{self, Archive, ExportLine, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
 use crate::config::{redact_url, ExportConfig};
 use crate::selection::ListParams;
 
-/// Writes the export to `out`; how many messages and body bytes.
+/// Writes the export to `out`; how many messages and body bytes. A body over a MiB is read
+/// and written a piece at a time ([`ExportLine`]).
 pub async fn write(
-    archive: &dyn Export,
+    archive: &dyn Archive,
     selection: &Selection,
     home_vhost: &str,
     out: &mut dyn Write,
@@ -26,9 +27,11 @@ pub async fn write(
         };
         after = last.id;
         for m in batch {
-            bytes += m.body.len() as u64;
-            serde_json::to_writer(&mut *out, &m.portable(home_vhost))?;
-            out.write_all(b"\n")?;
+            bytes += m.unread_body.map_or(m.body.len() as u64, |b| b.size);
+            let mut line = ExportLine::new(&mut m.portable(home_vhost));
+            while let Some(piece) = line.next(archive).await? {
+                out.write_all(&piece)?;
+            }
             messages += 1;
         }
     }

@@ -12,6 +12,30 @@
 //! Setting the threshold takes `mallopt` (unsafe FFI, which this crate forbids) or the
 //! environment variable glibc reads at start-up, so the binary re-executes itself once with
 //! the variable set: same pid, arguments, standard streams and environment otherwise.
+//!
+//! And how many whole message bodies the process holds at once for its background work
+//! ([`hold_bodies`]): deliveries from their content header until they are stored, the bodies
+//! the reindex reads again. Everything else reads bodies a piece at a time.
+
+/// Body bytes held whole at once, process-wide, by deliveries (from their content header until
+/// their batch is stored) and the reindex: the broker is held back (TCP) while they are. A
+/// body counts at most all of it, so one larger (RabbitMQ delivers up to 128 MiB) is held
+/// alone: never two such bodies at once, whichever DLQs they come from.
+pub const HELD_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Waits until `bytes` more of body may be held (at most [`HELD_BODY_BYTES`] counted); the
+/// permit gives them back when dropped.
+pub async fn hold_bodies(bytes: usize) -> tokio::sync::OwnedSemaphorePermit {
+    use std::sync::{Arc, LazyLock};
+    use tokio::sync::Semaphore;
+    static HELD: LazyLock<Arc<Semaphore>> =
+        LazyLock::new(|| Arc::new(Semaphore::new(HELD_BODY_BYTES)));
+    let share = bytes.min(HELD_BODY_BYTES) as u32;
+    HELD.clone()
+        .acquire_many_owned(share)
+        .await
+        .expect("the semaphore is never closed")
+}
 
 /// The environment variable glibc reads for `M_MMAP_THRESHOLD` (a fixed value also turns the
 /// dynamic adjustment off).

@@ -12,8 +12,8 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 
 use crate::archive::{
-    self, Actor, Archive, AuditRow, ExportedMessage, QueueTotals, Selection, EXPORT_BATCH,
-    EXPORT_BATCH_BYTES,
+    self, read_unread_body, Actor, Archive, ArchiveError, AuditRow, ExportLine, ExportedMessage,
+    MessageStore, QueueTotals, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES,
 };
 use crate::config::{redact_url, MigrateConfig};
 use crate::import_cli::Importer;
@@ -34,15 +34,6 @@ async fn open(url: &str) -> anyhow::Result<std::sync::Arc<dyn Archive>> {
         .with_context(|| format!("opening the archive {}", redact_url(url)))
 }
 
-/// A message as both archives must hold it: everything but the ids, which differ (a copy
-/// keeps only that it is one).
-fn canonical(m: &ExportedMessage) -> Vec<u8> {
-    let mut m = m.clone();
-    m.id = 0;
-    m.replay_of = m.replay_of.map(|_| 0);
-    serde_json::to_vec(&m).expect("messages serialize")
-}
-
 /// A SHA-256 over messages in archive order (each canonical line with its length), and how
 /// many.
 #[derive(Default)]
@@ -52,13 +43,25 @@ struct Checksum {
 }
 
 impl Checksum {
-    fn add(&mut self, batch: &[ExportedMessage]) {
-        for m in batch {
-            let line = canonical(m);
-            self.hash.update((line.len() as u64).to_be_bytes());
-            self.hash.update(&line);
-            self.n += 1;
+    /// Adds a message as both archives must hold it: its export line with everything but the
+    /// ids, which differ (a copy keeps only that it is one). A body the export left in
+    /// `archive` is read a piece at a time, as the line is hashed.
+    async fn add(
+        &mut self,
+        m: &mut ExportedMessage,
+        archive: &dyn MessageStore,
+    ) -> Result<(), ArchiveError> {
+        let (id, replay_of) = (m.id, m.replay_of);
+        m.id = 0;
+        m.replay_of = m.replay_of.map(|_| 0);
+        let mut line = ExportLine::new(m);
+        (m.id, m.replay_of) = (id, replay_of);
+        self.hash.update(line.len().to_be_bytes());
+        while let Some(piece) = line.next(archive).await? {
+            self.hash.update(&piece);
         }
+        self.n += 1;
+        Ok(())
     }
 
     fn finish(self) -> (String, u64) {
@@ -77,14 +80,16 @@ async fn checksum(archive: &dyn Archive) -> anyhow::Result<(String, u64)> {
     let selection = everything();
     let (mut sum, mut after) = (Checksum::default(), 0);
     loop {
-        let batch = archive
+        let mut batch = archive
             .export_batch(&selection, after, EXPORT_BATCH, EXPORT_BATCH_BYTES)
             .await?;
         let Some(last) = batch.last() else {
             break;
         };
         after = last.id;
-        sum.add(&batch);
+        for m in &mut batch {
+            sum.add(m, archive).await?;
+        }
     }
     Ok(sum.finish())
 }
@@ -138,8 +143,17 @@ pub async fn run(config: MigrateConfig) -> anyhow::Result<()> {
             break;
         };
         after = last.id;
-        source.add(&batch);
-        importer.store(to.as_ref(), &mut batch, &rules).await?;
+        for m in &mut batch {
+            source.add(m, from.as_ref()).await?;
+        }
+        // A body the export left in the source is read whole to be stored (ingest holds a
+        // body whole, as a delivery), one such message at a time.
+        for run in batch.chunk_by_mut(|a, b| a.unread_body.is_none() && b.unread_body.is_none()) {
+            for m in run.iter_mut() {
+                read_unread_body(from.as_ref(), m).await?;
+            }
+            importer.store(to.as_ref(), run, &rules).await?;
+        }
         done += batch.len() as u64;
         if said.elapsed() >= Duration::from_secs(2) {
             let imported = importer.imported();

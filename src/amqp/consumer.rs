@@ -7,14 +7,16 @@
 //! A batch is stored by a task of its own while the next one fills (as many batches in the
 //! database at a time as the archive takes at once, acked in order). A database error holds
 //! the batches in flight (unacked) and retries them; the consumer fills at most one batch
-//! more meanwhile, and takes nothing further.
+//! more meanwhile, and takes nothing further. Bodies count toward what the process holds
+//! ([`crate::memory::hold_bodies`]) from their content header until their batch is stored:
+//! two 128 MiB dead letters are never in memory at once, from one DLQ or several.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -482,6 +484,10 @@ struct Batch {
     last_tag: Option<u64>,
     bytes: usize,
     started: Option<Instant>,
+    /// The bodies' share of what the process holds ([`crate::memory::hold_bodies`]), given
+    /// back once they are stored: until then the connection reads no body that would take
+    /// the process past it.
+    held: Vec<OwnedSemaphorePermit>,
 }
 
 impl Batch {
@@ -489,11 +495,12 @@ impl Batch {
         &mut self,
         queue: &str,
         vhost: &str,
-        delivery: Box<Delivery>,
+        mut delivery: Box<Delivery>,
         stream_offset: Option<u64>,
         rules: &IngestRules,
     ) {
         self.started.get_or_insert_with(Instant::now);
+        self.held.extend(delivery.take_hold());
         self.last_tag = Some(delivery.delivery_tag);
         self.bytes += delivery.body.len();
         let Delivery {
@@ -559,10 +566,14 @@ impl Storing {
         before: Option<watch::Receiver<bool>>,
     ) -> Self {
         let bytes = batch.bytes;
-        let messages = std::mem::take(batch).messages;
+        let Batch { messages, held, .. } = std::mem::take(batch);
         let (dlq, ctx) = (dlq.clone(), ctx.clone());
         let (numbering, numbered) = Numbering::after(before);
-        let task = tokio::spawn(async move { store(&dlq, messages, &ctx, numbering).await });
+        let task = tokio::spawn(async move {
+            let stored = store(&dlq, messages, &ctx, numbering).await;
+            drop(held);
+            stored
+        });
         Storing {
             last_tag,
             bytes,

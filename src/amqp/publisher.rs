@@ -35,10 +35,52 @@ pub struct ReplayMessage<'a> {
     pub archive_id: i64,
     pub properties: &'a MessageProperties,
     pub headers: Option<&'a Table>,
-    pub body: &'a [u8],
+    pub body: ReplayBody<'a>,
     pub target: &'a ReplayTarget,
     pub job: Option<&'a str>,
 }
+
+/// A replayed copy's body.
+#[derive(Clone, Copy)]
+pub enum ReplayBody<'a> {
+    /// In hand.
+    Bytes(&'a [u8]),
+    /// `size` bytes read from `source` a piece at a time as they are published: a body too
+    /// large to hold (RabbitMQ takes up to 128 MiB) costs a piece, not its size.
+    Read {
+        size: u64,
+        source: &'a dyn BodySource,
+    },
+}
+
+impl ReplayBody<'_> {
+    pub fn size(&self) -> u64 {
+        match self {
+            ReplayBody::Bytes(bytes) => bytes.len() as u64,
+            ReplayBody::Read { size, .. } => *size,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReplayBody<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayBody::Bytes(bytes) => write!(f, "Bytes({} bytes)", bytes.len()),
+            ReplayBody::Read { size, .. } => write!(f, "Read({size} bytes)"),
+        }
+    }
+}
+
+/// Where a body is read from as it is published ([`ReplayBody::Read`]): the archive.
+#[async_trait::async_trait]
+pub trait BodySource: Send + Sync {
+    /// `len` bytes of archived message `archive_id`'s body from byte `offset` (fewer only at
+    /// its end), or why not.
+    async fn read(&self, archive_id: i64, offset: u64, len: usize) -> Result<Vec<u8>, String>;
+}
+
+/// How much of a [`ReplayBody::Read`] body is read at a time.
+const PIECE_BYTES: u64 = 1024 * 1024;
 
 /// The headers a replayed copy carries: the archived ones with their types, minus the death
 /// headers (so the consumer's retry counting starts fresh, and brokers that read a
@@ -118,21 +160,44 @@ impl Publisher {
         }
     }
 
-    async fn send(&mut self, m: &ReplayMessage<'_>) -> Result<u64, WireError> {
+    /// Publishes `m` (its body framed as it is read: never whole a second time) and returns
+    /// its delivery tag, or why it could not be sent. A body that cannot be read to its end
+    /// fails the connection: the broker holds a message that cannot be finished.
+    async fn send(&mut self, m: &ReplayMessage<'_>) -> Result<u64, String> {
         let content = ContentHeader {
-            body_size: m.body.len() as u64,
+            body_size: m.body.size(),
             properties: m.properties.clone(),
             headers: Some(replay_headers(m.headers, m.target, m.archive_id, m.job)),
         };
-        self.channel
-            .publish(
+        let mut publishing = self
+            .channel
+            .begin_publish(
                 m.target.exchange.as_bytes(),
                 m.target.routing_key.as_bytes(),
                 true,
                 &content,
-                m.body,
             )
-            .await
+            .map_err(|e| e.to_string())?;
+        match m.body {
+            ReplayBody::Bytes(bytes) => publishing.body(bytes).await.map_err(|e| e.to_string())?,
+            ReplayBody::Read { size, source } => {
+                let mut offset = 0;
+                while offset < size {
+                    let want = (size - offset).min(PIECE_BYTES) as usize;
+                    let piece = source
+                        .read(m.archive_id, offset, want)
+                        .await
+                        .map_err(|e| format!("reading its body to publish: {e}"))?;
+                    if piece.is_empty() {
+                        return Err(format!("its archived body ends at byte {offset} of {size}"));
+                    }
+                    let piece = &piece[..piece.len().min(want)];
+                    publishing.body(piece).await.map_err(|e| e.to_string())?;
+                    offset += piece.len() as u64;
+                }
+            }
+        }
+        publishing.finish().await.map_err(|e| e.to_string())
     }
 
     /// Publishes every message with at most `window` confirms outstanding (pipelined, not
@@ -155,7 +220,6 @@ impl Publisher {
                 None => match self.send(&m).await {
                     Ok(tag) => (tag, None),
                     Err(e) => {
-                        let e = e.to_string();
                         broken = Some(e.clone());
                         (0, Some(PublishOutcome::Failed(e)))
                     }

@@ -281,9 +281,19 @@ pub struct OutgoingMessage {
     pub target: ReplayTarget,
     pub properties: MessageProperties,
     pub headers: Option<Table>,
-    pub body: Vec<u8>,
+    pub body: OutgoingBody,
     /// Why the stored record could not be read; such a message is not published.
     pub unreadable: Option<String>,
+}
+
+/// The body of a message handed out to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutgoingBody {
+    /// In hand: a body of up to a MiB.
+    Held(Vec<u8>),
+    /// Larger: read from the archive a piece at a time as it is published
+    /// ([`crate::archive::MessageStore::body_part`]), so that a step never holds it.
+    Archived { size: u64 },
 }
 
 /// How much the next step of a job may hand out.

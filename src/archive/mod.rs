@@ -6,6 +6,7 @@ mod accounts;
 pub mod admit;
 mod audit_text;
 mod copies;
+mod exported;
 mod failure;
 mod groups;
 mod jobs;
@@ -20,12 +21,13 @@ use std::sync::Arc;
 
 pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
+pub use exported::{read_unread_body, ExportLine};
 pub use failure::{failure, Failure, TRACE_HEADERS, TYPE_HEADERS};
 pub use groups::{FailureGroup, GroupBy, GroupKey, GroupQuery};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, CopyCounts, ItemOutcome, JobAction, JobCounts, JobItem,
-    JobSpec, JobState, JobStep, OutgoingMessage, Plan, ReplayEdit, ReplayJob, Selection,
-    TargetCount,
+    JobSpec, JobState, JobStep, OutgoingBody, OutgoingMessage, Plan, ReplayEdit, ReplayJob,
+    Selection, TargetCount,
 };
 pub use model::*;
 pub use postgres::PostgresArchive;

@@ -575,6 +575,11 @@ pub struct ExportedMessage {
     #[serde(with = "base64_bytes")]
     #[schema(value_type = String, content_encoding = "base64")]
     pub body: Vec<u8>,
+    /// A body over a MiB that [`crate::archive::Export::export_batch`] left in the archive,
+    /// `body` being empty meanwhile: its line reads it a piece at a time as it is written
+    /// ([`crate::archive::ExportLine`]). Never in a file.
+    #[serde(skip)]
+    pub unread_body: Option<UnreadBody>,
     pub status: MessageStatus,
     pub status_note: Option<String>,
     /// When the status last changed (none while it is `archived`).
@@ -609,6 +614,13 @@ impl ExportedMessage {
         self.queue = crate::amqp::dlq::qualify(&self.vhost, &self.queue);
         self
     }
+}
+
+/// A body left in the archive by an export: whose it is, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnreadBody {
+    pub message_id: i64,
+    pub size: u64,
 }
 
 /// One replay of an exported message, whole: what it published (an edit too) and how it went.
@@ -649,8 +661,9 @@ mod base64_bytes {
     use base64::Engine;
     use serde::{de, Deserializer, Serializer};
 
+    /// Written as it is encoded: no text of it is made first.
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&STANDARD.encode(bytes))
+        s.collect_str(&base64::display::Base64Display::new(bytes, &STANDARD))
     }
 
     /// Decodes the text where the parser holds it (borrowed from a line read whole): a body
@@ -682,13 +695,11 @@ mod base64_bytes {
 }
 
 mod optional_base64_bytes {
-    use base64::engine::general_purpose::STANDARD;
-    use base64::Engine;
     use serde::{de, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match bytes {
-            Some(bytes) => s.serialize_str(&STANDARD.encode(bytes)),
+            Some(bytes) => super::base64_bytes::serialize(bytes, s),
             None => s.serialize_none(),
         }
     }

@@ -103,6 +103,8 @@ impl Numbering {
 #[async_trait]
 pub trait MessageStore: Send + Sync {
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError>;
+    /// A body whole, read a piece at a time into one buffer of its size: for a body known to
+    /// be small (a larger one is read with [`MessageStore::body_part`] as it is used).
     async fn get_body(&self, id: i64) -> Result<Option<StoredBody>, ArchiveError>;
     /// A body's first `max` bytes and its size: never more of it read (a page, an API
     /// answer).
@@ -441,7 +443,9 @@ pub trait Retention: Send + Sync {
 #[async_trait]
 pub trait Export: Send + Sync {
     /// The selected messages with an id above `after`, in id order, whole: up to `limit` of
-    /// them, and fewer once their bodies pass `max_bytes` (always at least one).
+    /// them, and fewer once their bodies pass `max_bytes` (always at least one). A body over
+    /// a MiB is left in the archive ([`crate::archive::ExportedMessage::unread_body`]), read
+    /// as its line is written ([`crate::archive::ExportLine`]).
     async fn export_batch(
         &self,
         selection: &Selection,

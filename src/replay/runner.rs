@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::bodies::{replay_body, ArchivedBodies};
 use super::job::{canary_verdict, item_outcome, not_sent, step_size, unreadable, RunnerSettings};
 use crate::amqp::connection::{connect, Backoff};
 use crate::amqp::publisher::{Publisher, ReplayMessage};
@@ -311,13 +312,14 @@ impl<'a> Runner<'a> {
             };
             let window = self.settings.window;
             let job_tag = id.to_string();
+            let bodies = ArchivedBodies(self.archive);
             // Each message goes back into the vhost it came from, on that vhost's connection.
             let mut batches: BTreeMap<&str, Vec<ReplayMessage<'_>>> = BTreeMap::new();
             for m in current.iter().filter(|m| m.unreadable.is_none()) {
                 batches
                     .entry(m.vhost.as_str())
                     .or_default()
-                    .push(to_replay(m, &job_tag));
+                    .push(to_replay(m, &job_tag, &bodies));
             }
             if batches.is_empty() {
                 // Only unreadable records: the step still goes through the broker's check.
@@ -500,12 +502,16 @@ impl<'a> Runner<'a> {
     }
 }
 
-fn to_replay<'m>(m: &'m OutgoingMessage, job: &'m str) -> ReplayMessage<'m> {
+fn to_replay<'m>(
+    m: &'m OutgoingMessage,
+    job: &'m str,
+    bodies: &'m ArchivedBodies<'m>,
+) -> ReplayMessage<'m> {
     ReplayMessage {
         archive_id: m.message_id,
         properties: &m.properties,
         headers: m.headers.as_ref(),
-        body: &m.body,
+        body: replay_body(&m.body, bodies),
         target: &m.target,
         job: Some(job),
     }

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::bodies::{replay_body, ArchivedBodies, IN_HAND_BYTES};
 use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
 use crate::archive::{
-    Actor, ArchiveError, ArchivedMessage, Console, Outcome, ReplayEdit, ReplayRecord, ReplayStart,
-    StoredBody,
+    Actor, ArchiveError, ArchivedMessage, Console, Outcome, OutgoingBody, ReplayEdit, ReplayRecord,
+    ReplayStart, StoredBody,
 };
 use crate::death::ReplayTarget;
 use crate::replay::policy::ExchangePolicy;
@@ -54,6 +55,51 @@ pub fn recorded(outcome: &PublishOutcome) -> (Outcome, Option<String>) {
         PublishOutcome::Nacked => (Outcome::Nacked, None),
         PublishOutcome::Failed(e) => (Outcome::Failed, Some(e.clone())),
     }
+}
+
+/// The body a replay publishes: the edited one (the archived one checked first), the
+/// archived one in hand (up to [`IN_HAND_BYTES`]), or a larger archived one, read from the
+/// archive as it is published.
+async fn body_to_publish(
+    archive: &dyn Console,
+    message: &ArchivedMessage,
+    edit: Option<&ReplayEdit>,
+) -> Result<OutgoingBody, ReplayError> {
+    let id = message.summary.id;
+    if let Some(edited) = edit.and_then(|e| e.body.as_ref()) {
+        let original = original_to_edit(archive, id).await?;
+        check_edit(message, &original, edit.expect("an edit"))?;
+        return Ok(OutgoingBody::Held(edited.clone()));
+    }
+    let start = archive
+        .body_start(id, IN_HAND_BYTES)
+        .await?
+        .ok_or(ReplayError::UnknownMessage(id))?;
+    Ok(match start.is_whole() {
+        true => OutgoingBody::Held(start.body.bytes),
+        false => OutgoingBody::Archived { size: start.size },
+    })
+}
+
+/// The largest archived body an edit may replace: it is read whole, to check it is text.
+pub const MAX_EDITED_ORIGINAL: usize = 8 * 1024 * 1024;
+
+/// The archived body of message `id` that an edit replaces, read whole (at most
+/// [`MAX_EDITED_ORIGINAL`]).
+pub async fn original_to_edit(archive: &dyn Console, id: i64) -> Result<StoredBody, ReplayError> {
+    let start = archive
+        .body_start(id, MAX_EDITED_ORIGINAL)
+        .await?
+        .ok_or(ReplayError::UnknownMessage(id))?;
+    if !start.is_whole() {
+        return Err(ReplayError::InvalidEdit(format!(
+            "the archived body is {} bytes: a body over {} MiB cannot be edited (replay it as \
+             archived); nothing was published",
+            start.size,
+            MAX_EDITED_ORIGINAL >> 20
+        )));
+    }
+    Ok(start.body)
 }
 
 /// Only text bodies can be edited, and a JSON body must stay valid JSON.
@@ -137,13 +183,7 @@ pub async fn replay_one(
         .get_message(id)
         .await?
         .ok_or(ReplayError::UnknownMessage(id))?;
-    let body = archive
-        .get_body(id)
-        .await?
-        .ok_or(ReplayError::UnknownMessage(id))?;
-    if let Some(edit) = &request.edit {
-        check_edit(&message, &body, edit)?;
-    }
+    let body = body_to_publish(archive.as_ref(), &message, request.edit.as_ref()).await?;
     let target = request
         .target
         .or_else(|| message.summary.replay_target.clone())
@@ -216,7 +256,6 @@ pub async fn replay_one(
     let headers = edit
         .and_then(|e| e.headers.clone())
         .or(message.headers.clone());
-    let bytes = edit.and_then(|e| e.body.clone()).unwrap_or(body.bytes);
     let mut blocked = publisher.blocked();
     let (settled_tx, settled) = tokio::sync::oneshot::channel();
     let publishing = {
@@ -225,11 +264,12 @@ pub async fn replay_one(
         let metrics = request.metrics.clone();
         async move {
             let mut outcome = PublishOutcome::Failed("no confirm".into());
+            let bodies = ArchivedBodies(archive.as_ref());
             let m = ReplayMessage {
                 archive_id: id,
                 properties: &properties,
                 headers: headers.as_ref(),
-                body: &bytes,
+                body: replay_body(&body, &bodies),
                 target: &target,
                 job: None,
             };

@@ -15,7 +15,7 @@ use crate::amqp::headers::Table;
 use crate::archive::ReplayEdit;
 use crate::death::ReplayTarget;
 use crate::replay::plan::{check_request_key, check_target, IdValue, SelectionRequest};
-use crate::replay::single::{replay_one, SingleReplay};
+use crate::replay::single::{original_to_edit, replay_one, SingleReplay};
 use serde::Deserialize;
 
 #[derive(Template)]
@@ -83,13 +83,12 @@ pub async fn replay_form(
         )));
     }
     let original = match form.edit.is_some() {
-        true => state
-            .archive
-            .get_body(numeric)
-            .await
-            .map_err(|e| page_error(e.into()))?
-            .map(|b| b.bytes)
-            .unwrap_or_default(),
+        true => {
+            original_to_edit(state.archive.as_ref(), numeric)
+                .await
+                .map_err(|e| page_error(e.into()))?
+                .bytes
+        }
         false => Vec::new(),
     };
     let edit = form.edit(&original).map_err(page_error)?;

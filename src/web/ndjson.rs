@@ -55,6 +55,14 @@ where
             Some((Ok::<_, std::io::Error>(out), (next, following)))
         },
     );
+    attachment(pages, filename)
+}
+
+/// `pieces` as the NDJSON download `filename`; an error cuts it short.
+pub fn attachment<S>(pieces: S, filename: &str) -> Response
+where
+    S: futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send + 'static,
+{
     (
         [
             (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
@@ -63,7 +71,7 @@ where
                 format!("attachment; filename=\"{filename}\""),
             ),
         ],
-        axum::body::Body::from_stream(pages),
+        axum::body::Body::from_stream(pieces),
     )
         .into_response()
 }

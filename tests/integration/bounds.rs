@@ -12,9 +12,9 @@ use crate::helpers::*;
 use crate::served::{lazarus_cli, MemoryCgroup, Served};
 
 /// The shipped manifest's memory limit (deploy/kubernetes/lazarus.yaml).
-const MANIFEST_LIMIT_MIB: u64 = 384;
+pub(crate) const MANIFEST_LIMIT_MIB: u64 = 384;
 /// What every attack here must stay under.
-const PEAK_MIB: u64 = 256;
+pub(crate) const PEAK_MIB: u64 = 256;
 
 /// The served process in a cgroup of the manifest's limit, when this machine lets a test
 /// make one (said so, when not: the peak resident memory is still measured).
@@ -29,7 +29,7 @@ fn confine(served: &Served) -> Option<MemoryCgroup> {
 }
 
 /// The process survived, the OOM killer never ran, and the peak stayed under `PEAK_MIB`.
-fn assert_bounded(served: &Served, cgroup: Option<&MemoryCgroup>, what: &str) {
+pub(crate) fn assert_bounded(served: &Served, cgroup: Option<&MemoryCgroup>, what: &str) {
     if let Some(cgroup) = cgroup {
         eprintln!(
             "{what}: cgroup of {MANIFEST_LIMIT_MIB} MiB charged at most {} MiB (limit reached {} times)",
@@ -45,19 +45,29 @@ fn assert_bounded(served: &Served, cgroup: Option<&MemoryCgroup>, what: &str) {
     assert!(peak < PEAK_MIB, "{what} took the server to {peak} MiB");
 }
 
-/// A server with viewer and operator tokens and `flags`.
-async fn served_with_tokens(dlq: &str, db: &str, flags: &[&str]) -> (Served, String, String) {
+/// A viewer's and an operator's bearer tokens for the archive `db` (served with
+/// `--auth users`).
+pub(crate) fn tokens(db: &str) -> (String, String) {
     let token = |name: &str, role: &str| {
         let token = lazarus_cli(db, &["token", "create", name, "--role", role], None);
         format!("Bearer {}", token.trim())
     };
-    let (viewer, operator) = (token("v", "viewer"), token("o", "operator"));
+    (token("v", "viewer"), token("o", "operator"))
+}
+
+/// A server with viewer and operator tokens and `flags`.
+pub(crate) async fn served_with_tokens(
+    dlq: &str,
+    db: &str,
+    flags: &[&str],
+) -> (Served, String, String) {
+    let (viewer, operator) = tokens(db);
     let flags = [&["--auth", "users"], flags].concat();
     let served = Served::start(dlq, db, &flags, None).await;
     (served, viewer, operator)
 }
 
-async fn get(addr: SocketAddr, bearer: &str, path: &str) -> HttpResponse {
+pub(crate) async fn get(addr: SocketAddr, bearer: &str, path: &str) -> HttpResponse {
     http_with(addr, "GET", path, &[("Authorization", bearer)], None).await
 }
 
@@ -246,18 +256,18 @@ async fn bodies_that_decode_to_many_times_their_size_cost_bounded_memory() {
 
 /// What a GET answered, counted and digested, not kept (a thousand of them at once, or a
 /// 100 MiB download, must not grow the test).
-struct Counted {
-    status: u16,
+pub(crate) struct Counted {
+    pub status: u16,
     /// The whole response, head included.
-    size: usize,
-    retry_after: bool,
+    pub size: usize,
+    pub retry_after: bool,
     /// The body's length and SHA-256 (a body sent with a `Content-Length`).
-    body: (usize, [u8; 32]),
+    pub body: (usize, [u8; 32]),
     /// The start of the response: its head and the first bytes of its body.
-    start: String,
+    pub start: String,
 }
 
-async fn get_counted(addr: SocketAddr, bearer: &str, path: &str) -> Counted {
+pub(crate) async fn get_counted(addr: SocketAddr, bearer: &str, path: &str) -> Counted {
     use sha2::Digest;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -308,7 +318,7 @@ async fn get_counted(addr: SocketAddr, bearer: &str, path: &str) -> Counted {
 
 /// A dead-letter queue fed by the broker's own dead-lettering (a work queue whose messages
 /// expire at once): (work queue, DLQ).
-async fn expiring_into_dlq(t: &mut Topology, p: &str) -> (String, String) {
+pub(crate) async fn expiring_into_dlq(t: &mut Topology, p: &str) -> (String, String) {
     let (work, dlx, dlq) = (format!("{p}.work"), format!("{p}.dlx"), format!("{p}.dlq"));
     t.exchange(&dlx, lapin::ExchangeKind::Fanout).await;
     t.queue(&dlq, Default::default()).await;

@@ -305,6 +305,7 @@ fn exported(id: i64, vhost: &str, queue: &str) -> lazarus::archive::ExportedMess
         properties: Default::default(),
         headers: None,
         body: format!("message {id}").into_bytes(),
+        unread_body: None,
         status: lazarus::archive::MessageStatus::Archived,
         status_note: None,
         status_at: None,

@@ -920,3 +920,47 @@ async fn purging_deletes_messages_with_their_bodies_search_entries_and_totals() 
         .contains("purged 4 messages"));
     t.cleanup().await;
 }
+
+on_both_backends!(a_body_over_a_mib_replays_as_read_and_is_edited_only_up_to_8_mib);
+/// A 9 MiB text body: replayed as archived (read from the archive as it is published) and
+/// with only its headers edited, it arrives byte for byte; an edit of its body is refused,
+/// saying why (it would be read whole to check it), and nothing is published.
+async fn a_body_over_a_mib_replays_as_read_and_is_edited_only_up_to_8_mib() {
+    let (t, app, queue, dlq) = archived_bare("bigedit", 0).await;
+    let body: Vec<u8> = (0..9 * 1024 * 1024)
+        .map(|i| (b'a' + (i % 26) as u8) ^ ((i >> 20) as u8 & 1))
+        .collect();
+    t.publish("", &dlq, &body, json_props("big")).await;
+    app.wait_for_archived(1, Duration::from_secs(30)).await;
+    let id = app.ids(&dlq).await.remove(0);
+    let path = format!("/api/messages/{id}/replay");
+    let target = json!({"exchange": "", "routing_key": queue});
+
+    let refused = app
+        .post_json(&path, json!({"target": target, "body": "{}"}), 400)
+        .await;
+    let error = refused["error"].as_str().unwrap();
+    assert!(error.contains("over 8 MiB cannot be edited"), "{error}");
+    assert_eq!(t.depth(&queue).await, 0, "nothing was published");
+
+    for (key, request) in [
+        ("as-archived", json!({"target": target})),
+        (
+            "headers-only",
+            json!({"target": target, "headers": {"tenant": {"type": "short-short-uint", "value": 9}}}),
+        ),
+    ] {
+        let mut request = request;
+        request["request_key"] = json!(key);
+        let answer = app.post_json(&path, request, 200).await;
+        assert_eq!(answer["outcome"], "published", "{key}: {answer}");
+        let got = t
+            .channel
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+            .expect("the copy");
+        assert!(got.delivery.data == body, "{key}: the copy is the body");
+    }
+    t.cleanup().await;
+}

@@ -24,6 +24,7 @@ mod groups;
 mod headers;
 mod hostile;
 mod incident;
+mod ingest_bounds;
 mod instances;
 mod jobs;
 mod limits;

@@ -11,7 +11,9 @@ use lapin::ExchangeKind;
 use lazarus::amqp::connection::connect;
 use lazarus::amqp::headers::MessageProperties;
 use lazarus::amqp::lapin_types::table_from_lapin;
-use lazarus::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage, REPLAY_OF_HEADER};
+use lazarus::amqp::publisher::{
+    PublishOutcome, Publisher, ReplayBody, ReplayMessage, REPLAY_OF_HEADER,
+};
 use lazarus::death::ReplayTarget;
 
 use crate::helpers::*;
@@ -86,7 +88,7 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
         archive_id: id,
         properties: &archived.properties,
         headers: archived.headers.as_ref(),
-        body: &stored.bytes,
+        body: ReplayBody::Bytes(&stored.bytes),
         target: &target,
         job: None,
     };
@@ -156,7 +158,7 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
         archive_id: i,
         properties: &props,
         headers: None,
-        body: b"x",
+        body: ReplayBody::Bytes(b"x"),
         target: if i == 2 { &nowhere } else { &fanout_target },
         job: Some("job-7"),
     });

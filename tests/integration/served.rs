@@ -17,24 +17,48 @@ pub struct Served {
     pub addr: SocketAddr,
 }
 
+/// `command` run by `program ARGS...`, which execs it: the pid stays the server's.
+fn wrapped(
+    command: &tokio::process::Command,
+    program: &str,
+    args: &[String],
+) -> tokio::process::Command {
+    let std = command.as_std();
+    let mut wrapped = tokio::process::Command::new(program);
+    wrapped
+        .args(args)
+        .arg(std.get_program())
+        .args(std.get_args())
+        .envs(std.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    wrapped
+}
+
 impl Served {
     /// Serves `dlq` into `db` with `flags`; `max_files` runs it under that open-file limit.
     pub async fn start(dlq: &str, db: &str, flags: &[&str], max_files: Option<u32>) -> Served {
         let mut command = lazarus_command(&amqp_url(), dlq, db, flags);
         if let Some(n) = max_files {
-            // prlimit sets the limit and execs the binary: the pid stays the server's.
-            let std = command.as_std();
-            let mut wrapped = tokio::process::Command::new("prlimit");
-            wrapped
-                .arg(format!("--nofile={n}:{n}"))
-                .arg("--")
-                .arg(std.get_program())
-                .args(std.get_args())
-                .envs(std.get_envs().filter_map(|(k, v)| Some((k, v?))))
-                .stdout(Stdio::null())
-                .kill_on_drop(true);
-            command = wrapped;
+            command = wrapped(
+                &command,
+                "prlimit",
+                &[format!("--nofile={n}:{n}"), "--".into()],
+            );
         }
+        Self::spawn(command).await
+    }
+
+    /// Serves `dlq` into `db` with `flags`, inside `cgroup` from its first instruction (a
+    /// shell moves itself there, then execs the binary): everything it ever uses is charged.
+    pub async fn start_in(dlq: &str, db: &str, flags: &[&str], cgroup: &MemoryCgroup) -> Served {
+        let command = lazarus_command(&amqp_url(), dlq, db, flags);
+        let procs = cgroup.path.join("cgroup.procs");
+        let script = format!("echo $$ > {} && exec \"$@\"", procs.display());
+        Self::spawn(wrapped(&command, "sh", &["-c".into(), script, "sh".into()])).await
+    }
+
+    async fn spawn(mut command: tokio::process::Command) -> Served {
         let mut child = command
             .env("RUST_LOG", "warn,lazarus::startup=info")
             .env("NO_COLOR", "1")
@@ -120,14 +144,21 @@ impl MemoryCgroup {
     /// Moves `pid` into a new cgroup limited to `limit_mib`; why not, when this machine has
     /// no writable memory controller.
     pub fn confine(pid: u32, limit_mib: u64) -> Result<MemoryCgroup, String> {
-        let path = std::path::Path::new(MEMORY_CONTROLLER).join(format!("lazarus-test-{pid}"));
+        let cgroup = Self::create(&format!("lazarus-test-{pid}"), limit_mib)?;
+        cgroup.write("cgroup.procs", &pid.to_string())?;
+        Ok(cgroup)
+    }
+
+    /// A new, empty cgroup `name` limited to `limit_mib` (see [`Served::start_in`]); why
+    /// not, when this machine has no writable memory controller.
+    pub fn create(name: &str, limit_mib: u64) -> Result<MemoryCgroup, String> {
+        let path = std::path::Path::new(MEMORY_CONTROLLER).join(name);
         std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         let cgroup = MemoryCgroup { path };
         let limit = (limit_mib * 1024 * 1024).to_string();
         cgroup.write("memory.limit_in_bytes", &limit)?;
         // With swap, the limit covers it too (the file is absent without swap accounting).
         let _ = std::fs::write(cgroup.path.join("memory.memsw.limit_in_bytes"), &limit);
-        cgroup.write("cgroup.procs", &pid.to_string())?;
         Ok(cgroup)
     }
 

@@ -94,8 +94,17 @@ pub struct Delivery {
     /// Why part of the content header could not be decoded (its bytes are kept).
     pub problem: Option<String>,
     pub body: Vec<u8>,
-    /// Holds this body's share of the connection's read budget until the delivery is dropped.
-    _budget: Option<OwnedSemaphorePermit>,
+    /// This body's share of what the process holds ([`crate::memory::hold_bodies`]), given
+    /// back when the delivery is dropped, or by whoever takes it ([`Delivery::take_hold`]).
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl Delivery {
+    /// Takes this body's share of what the process holds, to give it back later than the
+    /// delivery is dropped: once the body is stored.
+    pub fn take_hold(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.held.take()
+    }
 }
 
 /// A publish the broker could not route, as it came back.
@@ -124,9 +133,6 @@ impl ServerInfo {
     }
 }
 
-/// Bodies held in deliveries not yet handed on, per connection: reading stops while they
-/// reach this (TCP then holds the broker back), so a DLQ of 16 MiB messages cannot fill memory.
-const READ_BUDGET_BYTES: usize = 32 * 1024 * 1024;
 /// Frames larger than this are refused. RabbitMQ does not split a content header, and
 /// dead-lettering can grow one past the negotiated frame size.
 pub const MAX_INBOUND_FRAME: usize = 64 * 1024 * 1024;
@@ -140,9 +146,18 @@ struct ChannelSink {
     events: mpsc::UnboundedSender<Event>,
 }
 
+/// Bytes for the socket, with the share of [`Shared::queued_bodies`] they hold until written.
+type Outgoing = (Vec<u8>, Option<OwnedSemaphorePermit>);
+
+/// Body frames of publishes queued for the socket at most, per connection: a body is sent
+/// as it is read, and a slow socket (or a broker that blocks publishing) holds the publisher
+/// back once this much waits, not its whole body.
+const QUEUED_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 /// What the reader and writer tasks share with the handles.
 struct Shared {
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<Outgoing>,
+    queued_bodies: Arc<Semaphore>,
     channels: Mutex<HashMap<u16, ChannelSink>>,
     blocked: watch::Sender<Option<String>>,
     failure: watch::Sender<Option<WireError>>,
@@ -234,6 +249,7 @@ impl Connection {
         let (out, out_rx) = mpsc::channel(64);
         let shared = Arc::new(Shared {
             out,
+            queued_bodies: Arc::new(Semaphore::new(QUEUED_BODY_BYTES)),
             channels: Mutex::new(HashMap::new()),
             blocked: watch::channel(None).0,
             failure: watch::channel(None).0,
@@ -332,13 +348,32 @@ impl Connection {
     }
 
     async fn send(&self, bytes: Vec<u8>) -> Result<(), WireError> {
+        self.send_held(bytes, None).await
+    }
+
+    /// Sends body frames once fewer than [`QUEUED_BODY_BYTES`] wait for the socket.
+    async fn send_body(&self, bytes: Vec<u8>) -> Result<(), WireError> {
+        let share = bytes.len().min(QUEUED_BODY_BYTES) as u32;
+        let queued = self.inner.shared.queued_bodies.clone();
+        let permit = queued
+            .acquire_many_owned(share)
+            .await
+            .map_err(|_| WireError::Closed)?;
+        self.send_held(bytes, Some(permit)).await
+    }
+
+    async fn send_held(
+        &self,
+        bytes: Vec<u8>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), WireError> {
         if let Some(e) = self.inner.shared.failure.borrow().clone() {
             return Err(e);
         }
         self.inner
             .shared
             .out
-            .send(bytes)
+            .send((bytes, permit))
             .await
             .map_err(|_| WireError::Closed)
     }
@@ -439,8 +474,8 @@ impl Channel {
         }
     }
 
-    /// Publishes one message (method, content header and body frames in one write) and
-    /// returns its delivery tag for confirms.
+    /// Publishes one message whose body is in hand and returns its delivery tag for confirms
+    /// (a small one in one write: method, content header and body frames).
     pub async fn publish(
         &mut self,
         exchange: &[u8],
@@ -449,6 +484,33 @@ impl Channel {
         content: &ContentHeader,
         body: &[u8],
     ) -> Result<u64, WireError> {
+        // The header announces the body given, whatever size `content` says.
+        let sized;
+        let content = match content.body_size == body.len() as u64 {
+            true => content,
+            false => {
+                sized = ContentHeader {
+                    body_size: body.len() as u64,
+                    ..content.clone()
+                };
+                &sized
+            }
+        };
+        let mut publishing = self.begin_publish(exchange, routing_key, mandatory, content)?;
+        publishing.body(body).await?;
+        publishing.finish().await
+    }
+
+    /// Starts publishing one message of `content.body_size` bytes, whose body is then given
+    /// a part at a time ([`Publishing::body`]) and framed as it comes: a large body is never
+    /// framed whole (a copy of it).
+    pub fn begin_publish(
+        &mut self,
+        exchange: &[u8],
+        routing_key: &[u8],
+        mandatory: bool,
+        content: &ContentHeader,
+    ) -> Result<Publishing<'_>, WireError> {
         let m = Method::new(60, 40)
             .u16(0)
             .short_string("exchange name", exchange)?
@@ -457,24 +519,25 @@ impl Channel {
         let mut header = Vec::with_capacity(256);
         super::codec::encode_content_header(
             &mut header,
-            body.len() as u64,
+            content.body_size,
             &content.properties,
             content.headers.as_ref(),
         )?;
-        let chunk = (self.connection.inner.frame_max as usize)
+        let frame = (self.connection.inner.frame_max as usize)
             .saturating_sub(method::FRAME_OVERHEAD)
             .max(4096);
-        let mut out = Vec::with_capacity(
-            m.payload().len() + header.len() + body.len() + 8 * (3 + body.len() / chunk),
-        );
-        put_frame(&mut out, FRAME_METHOD, self.id, m.payload());
-        put_frame(&mut out, FRAME_HEADER, self.id, &header);
-        for part in body.chunks(chunk) {
-            put_frame(&mut out, FRAME_BODY, self.id, part);
-        }
-        self.connection.send(out).await?;
-        self.published += 1;
-        Ok(self.published)
+        let small = content.body_size.min(PUBLISH_SEND_BYTES as u64) as usize;
+        let mut pending = Vec::with_capacity(m.payload().len() + header.len() + small + 32);
+        put_frame(&mut pending, FRAME_METHOD, self.id, m.payload());
+        put_frame(&mut pending, FRAME_HEADER, self.id, &header);
+        Ok(Publishing {
+            left: content.body_size,
+            channel: self,
+            pending,
+            frame,
+            sent: false,
+            done: false,
+        })
     }
 
     /// The next event; [`Event::Closed`] once the channel is gone (and from then on).
@@ -506,6 +569,80 @@ impl Drop for Channel {
             .lock()
             .unwrap()
             .remove(&self.id);
+    }
+}
+
+/// Frames of a publish gathered before they are sent: a body's go out this many bytes at a
+/// time (a small message in one write).
+const PUBLISH_SEND_BYTES: usize = 256 * 1024;
+
+/// A publish whose body is being sent ([`Channel::begin_publish`]). Should it end before all
+/// of its body was sent, the connection fails: the broker holds a message that can no
+/// longer be finished, and every publish on the connection ends failed.
+pub struct Publishing<'c> {
+    channel: &'c mut Channel,
+    /// Frames not sent yet.
+    pending: Vec<u8>,
+    /// Body bytes still to come.
+    left: u64,
+    /// The largest body frame's payload.
+    frame: usize,
+    /// Whether part of the message is on its way to the broker.
+    sent: bool,
+    done: bool,
+}
+
+impl Publishing<'_> {
+    /// The next `part` of the body.
+    pub async fn body(&mut self, part: &[u8]) -> Result<(), WireError> {
+        if part.len() as u64 > self.left {
+            return Err(WireError::Protocol(format!(
+                "{} more body bytes than the content header announced",
+                part.len() as u64 - self.left
+            )));
+        }
+        for piece in part.chunks(self.frame) {
+            put_frame(&mut self.pending, FRAME_BODY, self.channel.id, piece);
+            self.left -= piece.len() as u64;
+            if self.pending.len() >= PUBLISH_SEND_BYTES {
+                let frames = std::mem::take(&mut self.pending);
+                self.sent = true;
+                self.channel.connection.send_body(frames).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what is left once the whole body was given; its delivery tag for confirms.
+    pub async fn finish(mut self) -> Result<u64, WireError> {
+        if self.left > 0 {
+            return Err(WireError::Protocol(format!(
+                "a publish ended {} body bytes short of its content header",
+                self.left
+            )));
+        }
+        let frames = std::mem::take(&mut self.pending);
+        if !frames.is_empty() {
+            self.sent = true;
+            self.channel.connection.send_body(frames).await?;
+        }
+        self.done = true;
+        self.channel.published += 1;
+        Ok(self.channel.published)
+    }
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        if self.sent && !self.done {
+            self.channel
+                .connection
+                .inner
+                .shared
+                .fail(WireError::Protocol(
+                    "a publish was cut short in its body; the connection cannot go on".into(),
+                ));
+        }
     }
 }
 
@@ -676,8 +813,11 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 struct Partial {
     method: Incoming,
     content: Option<(ContentHeader, Option<String>)>,
+    /// A delivery's body; a return's is not kept (only its headers are read).
     body: Vec<u8>,
-    budget: Option<OwnedSemaphorePermit>,
+    /// Body bytes arrived.
+    received: u64,
+    held: Option<OwnedSemaphorePermit>,
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(mut r: R, shared: Arc<Shared>, heartbeat: Duration) {
@@ -690,7 +830,6 @@ async fn read_frames<R: AsyncRead + Unpin>(
     shared: &Shared,
     heartbeat: Duration,
 ) -> WireError {
-    let budget = Arc::new(Semaphore::new(READ_BUDGET_BYTES));
     let mut partial: HashMap<u16, Partial> = HashMap::new();
     // The broker sends a heartbeat (or anything) at least every interval.
     let silence = heartbeat * 2 + Duration::from_secs(1);
@@ -719,7 +858,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                             let ok = Method::new(10, 51);
                             let mut out = Vec::new();
                             put_frame(&mut out, FRAME_METHOD, 0, ok.payload());
-                            let _ = shared.out.try_send(out);
+                            let _ = shared.out.try_send((out, None));
                             return WireError::ConnectionClosed(reason);
                         }
                         Incoming::ConnectionCloseOk => return WireError::Closed,
@@ -740,7 +879,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
                             method: m,
                             content: None,
                             body: Vec::new(),
-                            budget: None,
+                            received: 0,
+                            held: None,
                         },
                     );
                     continue;
@@ -755,21 +895,24 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     Ok(decoded) => decoded,
                     Err(e) => return WireError::Protocol(format!("content header: {e}")),
                 };
-                let size = content.body_size as usize;
-                // Wait for room before reading the body: the broker is held back meanwhile.
-                let share = size.min(READ_BUDGET_BYTES) as u32;
-                match budget.clone().acquire_many_owned(share).await {
-                    Ok(permit) => p.budget = Some(permit),
-                    Err(_) => return WireError::Closed,
+                if matches!(p.method, Incoming::BasicDeliver { .. }) {
+                    let size = content.body_size as usize;
+                    // Wait for room before reading the body: the broker is held back
+                    // meanwhile. Then it arrives into a buffer of its size, not one that
+                    // grows (and copies) as frames come.
+                    p.held = Some(crate::memory::hold_bodies(size).await);
+                    p.body.reserve_exact(size);
                 }
-                p.body.reserve_exact(size);
                 p.content = Some((content, problem));
             }
             FRAME_BODY => {
                 let Some(p) = partial.get_mut(&channel) else {
                     return WireError::Protocol("a body frame without its method".into());
                 };
-                p.body.extend_from_slice(&payload);
+                p.received += payload.len() as u64;
+                if p.held.is_some() {
+                    p.body.extend_from_slice(&payload);
+                }
             }
             FRAME_HEARTBEAT => {}
             other => return WireError::Protocol(format!("a frame of unknown type {other}")),
@@ -778,7 +921,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
         let complete = partial.get(&channel).is_some_and(|p| {
             p.content
                 .as_ref()
-                .is_some_and(|(c, _)| p.body.len() as u64 >= c.body_size)
+                .is_some_and(|(c, _)| p.received >= c.body_size)
         });
         if complete {
             let p = partial.remove(&channel).expect("checked above");
@@ -802,7 +945,7 @@ fn dispatch(shared: &Shared, channel: u16, m: Incoming) {
                 channel,
                 Method::new(20, 41).payload(),
             );
-            let _ = shared.out.try_send(out);
+            let _ = shared.out.try_send((out, None));
             if let Some(sink) = shared.channels.lock().unwrap().remove(&channel) {
                 let e = WireError::ChannelClosed(reason);
                 let _ = sink.replies.send(Err(e.clone()));
@@ -850,7 +993,7 @@ fn deliver(shared: &Shared, channel: u16, p: Partial) {
             content,
             problem,
             body: p.body,
-            _budget: p.budget,
+            held: p.held,
         })),
         Incoming::BasicReturn {
             reply_code,
@@ -870,7 +1013,7 @@ fn deliver(shared: &Shared, channel: u16, p: Partial) {
 
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
     heartbeat: Duration,
 ) {
@@ -883,11 +1026,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             tokio::time::timeout(heartbeat / 2, rx.recv()).await
         };
         let written = match next {
-            Ok(Some(bytes)) => {
+            Ok(Some((bytes, _queued))) => {
                 async {
                     w.write_all(&bytes).await?;
                     // Whatever else is ready goes out before the flush: one syscall, not many.
-                    while let Ok(more) = rx.try_recv() {
+                    while let Ok((more, _queued)) = rx.try_recv() {
                         w.write_all(&more).await?;
                     }
                     w.flush().await

@@ -15,5 +15,6 @@ pub mod method;
 
 pub use codec::ContentHeader;
 pub use connection::{
-    Channel, Connection, Delivery, Event, Returned, ServerInfo, WireError, MAX_INBOUND_FRAME,
+    Channel, Connection, Delivery, Event, Publishing, Returned, ServerInfo, WireError,
+    MAX_INBOUND_FRAME,
 };

@@ -1,6 +1,6 @@
 //! Storing a batch on PostgreSQL: ids from the sequence, then every table in one statement;
 //! a transaction only when some of the batch may be copies of archived rows, or replays that
-//! died again.
+//! died again, or a body is over a MiB (its other pieces a statement each).
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::search;
 use super::PostgresArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
-use crate::archive::sql::{lifecycle, millis, Conn};
+use crate::archive::sql::{bodies, lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
     PreparedMessage, StoreOutcome,
@@ -77,7 +77,11 @@ async fn insert_batch(
         .iter()
         .map(|(_, m)| search::document(&m.search_text))
         .collect();
-    let bodies: Vec<&[u8]> = rows.iter().map(|(_, m)| &m.message.body[..]).collect();
+    // A body over a MiB: its first MiB here, the rest by `write_fresh`.
+    let heads: Vec<&[u8]> = rows
+        .iter()
+        .map(|(_, m)| bodies::head(&m.message.body))
+        .collect();
     let fields: Vec<(i64, &(String, String))> = rows
         .iter()
         .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
@@ -174,7 +178,7 @@ async fn insert_batch(
     .bind(col(&|m| m.error.as_deref()))
     .bind(&replay_of)
     .bind(&search)
-    .bind(&bodies)
+    .bind(&heads)
     .bind(fields.iter().map(|(id, _)| *id).collect::<Vec<i64>>())
     .bind(fields.iter().map(|(_, (n, _))| n.as_str()).collect::<Vec<_>>())
     .bind(fields.iter().map(|(_, (_, v))| v.as_str()).collect::<Vec<_>>())
@@ -240,7 +244,8 @@ async fn number(
 
 /// Stores messages known not to be archived yet, numbered with the batch's `ids`, and counts
 /// them in `outcome` as inserted. The ids are taken up front ([`number`]), so every table of
-/// the batch can go in as one statement ([`insert_batch`]).
+/// the batch can go in as one statement ([`insert_batch`]); the pieces of a body over a MiB
+/// follow, one statement each (the caller's transaction holds them together).
 async fn write_fresh(
     conn: &mut PgConnection,
     ids: &[i64],
@@ -249,6 +254,12 @@ async fn write_fresh(
 ) -> Result<(), sqlx::Error> {
     let rows: Vec<(i64, &PreparedMessage)> = ids.iter().copied().zip(fresh).collect();
     insert_batch(conn, &rows).await?;
+    for (id, m) in rows
+        .iter()
+        .filter(|(_, m)| bodies::has_rest(&m.message.body))
+    {
+        bodies::write_rest(&mut Conn::Postgres(&mut *conn), *id, &m.message.body).await?;
+    }
     outcome.inserted += rows.len() as u64;
     Ok(())
 }
@@ -277,8 +288,10 @@ impl Ingest for PostgresArchive {
         let ids = numbering.taken();
         let streams = stream_positions(batch);
         let replayed_copies = batch.iter().any(|m| m.replay_of.is_some());
+        let big_bodies = batch.iter().any(|m| bodies::has_rest(&m.message.body));
         if streams.is_empty()
             && !replayed_copies
+            && !big_bodies
             && !batch.iter().any(PreparedMessage::may_be_archived)
         {
             // Nothing can be a copy (the usual case), nor is any a replay that died again: no
@@ -288,8 +301,8 @@ impl Ingest for PostgresArchive {
             write_fresh(&mut conn, ids, batch.iter().collect(), &mut outcome).await?;
             return Ok(outcome);
         }
-        // Some may be copies of rows already archived: look them up, then write the rest, in
-        // one transaction.
+        // Some may be copies of rows already archived (look them up, then write the rest), or
+        // a body takes more than the one statement: one transaction.
         let mut tx = self.pool.begin().await?;
         let (fresh, duplicates) = without_copies(batch, archived_copies(&mut tx, batch).await?);
         outcome.duplicates = duplicates;

@@ -1,16 +1,20 @@
 //! Exporting messages whole, the same on both backends: a batch of the selection in id order
 //! (the backend finds the ids), cut to a byte budget, read in four statements — the
-//! messages, their status times, their bodies, their replays.
+//! messages, their status times, their bodies (one over a MiB is left in the archive, for
+//! its line to read as it is written: [`crate::archive::ExportLine`]), their replays.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 
+use super::bodies::{self, CHUNK_BYTES};
 use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
 use super::rows::{message_from_row, replay_from_row};
 use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
 use crate::amqp::headers::Table;
-use crate::archive::{ArchiveError, Export, ExportedMessage, ExportedReplay, Selection};
+use crate::archive::{
+    ArchiveError, Export, ExportedMessage, ExportedReplay, Selection, UnreadBody,
+};
 
 #[async_trait]
 impl<T: SqlArchive> Export for T {
@@ -27,7 +31,8 @@ impl<T: SqlArchive> Export for T {
         }
         let db = self.db();
         let d = db.dialect();
-        // As many as fit the budget: sixteen 16 MiB bodies are not read at once.
+        // As many as fit the budget: sixteen 1 MiB bodies are not read at once. A larger body
+        // is not read at all: its line reads it as it is written (`ExportLine`).
         let sizes = db
             .fetch_all(
                 &format!(
@@ -37,14 +42,21 @@ impl<T: SqlArchive> Export for T {
                 args![&ids],
             )
             .await?;
-        let (mut ids, mut total) = (Vec::new(), 0i64);
+        let (mut ids, mut held, mut unread, mut total) =
+            (Vec::new(), Vec::new(), HashMap::new(), 0i64);
         for row in &sizes {
-            let size: i64 = row.column("body_size")?;
+            let (id, size): (i64, i64) = (row.column("id")?, row.column("body_size")?);
+            if size > CHUNK_BYTES as i64 {
+                unread.insert(id, size as u64);
+                ids.push(id);
+                continue;
+            }
             if !ids.is_empty() && total + size > max_bytes {
                 break;
             }
             total += size;
-            ids.push(row.column::<i64>("id")?);
+            ids.push(id);
+            held.push(id);
         }
         let rows = db
             .fetch_all(
@@ -74,22 +86,7 @@ impl<T: SqlArchive> Export for T {
                 (at("status_at")?, at("replayed_at")?),
             );
         }
-        let mut bodies = HashMap::new();
-        for row in db
-            .fetch_all(
-                &format!(
-                    "SELECT message_id, body FROM message_bodies WHERE {}",
-                    d.in_ids("message_id", 1)
-                ),
-                args![&ids],
-            )
-            .await?
-        {
-            bodies.insert(
-                row.column::<i64>("message_id")?,
-                row.column::<Vec<u8>>("body")?,
-            );
-        }
+        let mut body_of = bodies::whole(self, &held).await?;
         let mut replays: HashMap<i64, Vec<ExportedReplay>> = HashMap::new();
         for row in db
             .fetch_all(
@@ -126,12 +123,21 @@ impl<T: SqlArchive> Export for T {
                 let m = message_from_row(row, Default::default())?;
                 let id = m.summary.id;
                 let (status_at, replayed_at) = times.remove(&id).unwrap_or_default();
-                Ok(ExportedMessage {
-                    id,
-                    body: bodies.remove(&id).ok_or_else(|| ArchiveError::Corrupt {
+                let unread_body = unread.get(&id).map(|&size| UnreadBody {
+                    message_id: id,
+                    size,
+                });
+                let body = match unread_body {
+                    Some(_) => Vec::new(),
+                    None => body_of.remove(&id).ok_or_else(|| ArchiveError::Corrupt {
                         id,
                         reason: "its body is missing".into(),
                     })?,
+                };
+                Ok(ExportedMessage {
+                    id,
+                    body,
+                    unread_body,
                     queue: m.summary.queue,
                     vhost: m.summary.vhost,
                     archived_at: m.summary.archived_at,

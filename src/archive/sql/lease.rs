@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use super::bodies::CHUNK_BYTES;
 use super::jobs::{cancel_items, job_in};
 use super::rows::{outgoing_from_row, step_from_rows};
 use super::{args, audit, lifecycle, millis, now, ArchiveRow, Conn, Row, SqlArchive};
@@ -355,11 +356,13 @@ impl<T: SqlArchive> JobLease for T {
             args![id, &step.send, now],
         )
         .await?;
+        // A body over a MiB is not read here: the runner reads it as it publishes it.
         let rows = conn
             .fetch_all(
                 &format!(
                     "SELECT i.message_id, m.vhost, i.target_exchange, i.target_routing_key, m.properties, \
-                     m.headers, b.body FROM replay_job_items i JOIN messages m ON m.id = i.message_id \
+                     m.headers, m.body_size, CASE WHEN m.body_size <= {CHUNK_BYTES} THEN b.body END AS body \
+                     FROM replay_job_items i JOIN messages m ON m.id = i.message_id \
                      JOIN message_bodies b ON b.message_id = i.message_id \
                      WHERE i.job_id = $1 AND {} ORDER BY i.message_id",
                     d.in_ids("i.message_id", 2)

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use super::bodies::{self, STORED_SIZE};
 use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::{count_from_row, hourly_from_row, message_from_row, summary_from_row};
 use super::{args, ArchiveRow, Pool, SqlArchive};
@@ -82,30 +83,33 @@ impl<T: SqlArchive> MessageStore for T {
         let row = self
             .db()
             .fetch_optional(
-                "SELECT b.body, m.content_type, m.content_encoding FROM messages m \
-                 JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1",
+                "SELECT content_type, content_encoding FROM messages WHERE id = $1",
                 args![id],
             )
             .await?;
-        row.map(|row| {
-            Ok(StoredBody {
-                bytes: row.column("body")?,
-                content_type: row.column("content_type")?,
-                content_encoding: row.column("content_encoding")?,
-                headers: None,
-                message_type: None,
-            })
-        })
-        .transpose()
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let Some(bytes) = bodies::whole(self, &[id]).await?.remove(&id) else {
+            return Ok(None);
+        };
+        Ok(Some(StoredBody {
+            bytes,
+            content_type: row.column("content_type")?,
+            content_encoding: row.column("content_encoding")?,
+            headers: None,
+            message_type: None,
+        }))
     }
 
     async fn body_start(&self, id: i64, max: usize) -> Result<Option<BodyStart>, ArchiveError> {
-        // `length()` of a stored value reads its size, not its bytes, on both backends.
         let row = self
             .db()
             .fetch_optional(
-                "SELECT CAST(length(b.body) AS BIGINT) AS size, m.content_type, m.content_encoding FROM messages m \
-                 JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1",
+                &format!(
+                    "SELECT {STORED_SIZE} AS size, m.content_type, m.content_encoding \
+                     FROM messages m JOIN message_bodies b ON b.message_id = m.id WHERE m.id = $1"
+                ),
                 args![id],
             )
             .await?;

@@ -7,6 +7,7 @@
 
 mod accounts;
 mod audit;
+pub mod bodies;
 mod carry;
 pub mod columns;
 mod db;
@@ -70,10 +71,31 @@ pub trait SqlArchive: Send + Sync {
         limit: u32,
     ) -> Result<Vec<i64>, sqlx::Error>;
 
-    /// `len` bytes of message `id`'s stored body from byte `offset` (fewer at its end), `None`
-    /// when it has none. By default `substr()`, which PostgreSQL slices out of the stored
-    /// value; SQLite's loads the whole value to cut it, so its archive reads the file's blob.
+    /// `len` bytes of message `id`'s body from byte `offset` (fewer at its end), `None` when
+    /// it has none: those of its first piece ([`SqlArchive::read_head_part`]), then those of
+    /// the others ([`bodies`]).
     async fn read_body_part(
+        &self,
+        id: i64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, sqlx::Error> {
+        let Some(mut part) = self.read_head_part(id, offset, len).await? else {
+            return Ok(None);
+        };
+        if part.len() < len {
+            let from = offset + part.len() as u64;
+            let rest = bodies::read_rest(self.db(), id, from, len - part.len()).await?;
+            part.extend_from_slice(&rest);
+        }
+        Ok(Some(part))
+    }
+
+    /// `len` bytes of message `id`'s first piece of body (in `message_bodies`: the whole of a
+    /// body archived before pieces) from byte `offset`, fewer at its end; `None` when it has
+    /// none. By default `substr()`, which PostgreSQL slices out of the stored value; SQLite's
+    /// loads the whole value to cut it, so its archive reads the file's blob.
+    async fn read_head_part(
         &self,
         id: i64,
         offset: u64,
@@ -92,7 +114,7 @@ pub trait SqlArchive: Send + Sync {
     ) -> Result<u64, sqlx::Error>;
 }
 
-/// [`SqlArchive::read_body_part`] with `substr()` (1-based, in bytes on both backends).
+/// [`SqlArchive::read_head_part`] with `substr()` (1-based, in bytes on both backends).
 pub async fn body_part_by_sql(
     db: Pool<'_>,
     id: i64,

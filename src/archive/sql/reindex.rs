@@ -11,12 +11,16 @@
 
 use async_trait::async_trait;
 
+use super::bodies;
 use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::message_from_row;
 use super::{args, ArchiveRow, Arg, SqlArchive};
 use crate::archive::{
     ArchiveError, IncomingMessage, IngestRules, Reindex, ReindexProgress, SearchText,
 };
+
+/// Body bytes read at once for a batch (a larger body alone).
+const BODY_BYTES_AT_ONCE: usize = 8 * 1024 * 1024;
 
 #[async_trait]
 impl<T: SqlArchive> Reindex for T {
@@ -55,9 +59,7 @@ impl<T: SqlArchive> Reindex for T {
                 .map(Some);
         }
         let sql = format!(
-            "SELECT {}, {DETAIL_COLUMNS}, \
-             (SELECT body FROM message_bodies WHERE message_id = messages.id) AS body \
-             FROM messages WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
+            "SELECT {}, {DETAIL_COLUMNS} FROM messages WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
             summary_columns(db.dialect())
         );
         let rows = db
@@ -68,13 +70,34 @@ impl<T: SqlArchive> Reindex for T {
             None => last_id,
         };
         // Derived outside the transaction: it is the slow part, and SQLite's writers wait.
+        // Bodies are read whole, as ingest had them, a few MiB at a time (a larger one
+        // alone), within what the process holds of bodies at once.
+        let stored = rows
+            .iter()
+            .map(|row| message_from_row(row, Default::default()))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut changed: Vec<(i64, SearchText)> = Vec::new();
-        for row in &rows {
-            let stored = message_from_row(row, Default::default())?;
-            let body: Option<Vec<u8>> = row.column("body")?;
-            let id = stored.summary.id;
-            if let Some(text) = search_text(version, stored, body.unwrap_or_default(), rules) {
-                changed.push((id, text));
+        let mut stored = stored.into_iter().peekable();
+        while stored.peek().is_some() {
+            let mut group = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(next) = stored.peek() {
+                let size = next.summary.body_size.max(0) as usize;
+                if !group.is_empty() && bytes + size > BODY_BYTES_AT_ONCE {
+                    break;
+                }
+                bytes += size;
+                group.push(stored.next().expect("peeked"));
+            }
+            let _held = crate::memory::hold_bodies(bytes).await;
+            let ids: Vec<i64> = group.iter().map(|m| m.summary.id).collect();
+            let mut body_of = bodies::whole(self, &ids).await?;
+            for message in group {
+                let id = message.summary.id;
+                let body = body_of.remove(&id).unwrap_or_default();
+                if let Some(text) = search_text(version, message, body, rules) {
+                    changed.push((id, text));
+                }
             }
         }
         let mut tx = db.begin().await?;

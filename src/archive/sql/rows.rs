@@ -16,8 +16,8 @@ use crate::archive::jobs::{
 };
 use crate::archive::{
     ArchiveError, ArchivedMessage, AuditEntry, Canary, HourlyCount, JobCounts, JobItem, JobState,
-    MessageStatus, MessageSummary, OutgoingMessage, Plan, QueueReasonCount, ReplayJob,
-    ReplayRecord, Role, TargetCount, TokenRecord, UserRecord,
+    MessageStatus, MessageSummary, OutgoingBody, OutgoingMessage, Plan, QueueReasonCount,
+    ReplayJob, ReplayRecord, Role, TargetCount, TokenRecord, UserRecord,
 };
 use crate::death::{FirstDeath, ReplayTarget};
 
@@ -286,7 +286,12 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
         },
         properties,
         headers,
-        body: row.column("body")?,
+        body: match row.column::<Option<Vec<u8>>>("body")? {
+            Some(body) => OutgoingBody::Held(body),
+            None => OutgoingBody::Archived {
+                size: row.column::<i64>("body_size")?.max(0) as u64,
+            },
+        },
         unreadable,
     })
 }

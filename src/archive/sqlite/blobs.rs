@@ -1,6 +1,7 @@
-//! Bodies read a piece at a time from the SQLite file with SQLite's incremental blob I/O (a
-//! read-only connection of its own): `substr()` would load the whole value into memory to
-//! cut a piece of it — 100 MiB for every 1 KiB of a 100 MiB body.
+//! Bodies' first pieces (`message_bodies`) read a part at a time from the SQLite file with
+//! SQLite's incremental blob I/O (a read-only connection of its own): `substr()` would load
+//! the whole value into memory to cut a part of it — 100 MiB for every 1 KiB of a 100 MiB
+//! body archived whole before bodies were stored in pieces (a first piece is a MiB now).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,12 +1,13 @@
 //! Storing a batch on SQLite: one `BEGIN IMMEDIATE` transaction, numbered rows in a few
-//! multi-row statements, totals kept up to date in the same transaction.
+//! multi-row statements (a body over a MiB: its first MiB there, the rest a piece a
+//! statement), totals kept up to date in the same transaction.
 
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::SqliteArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
-use crate::archive::sql::{lifecycle, millis, Conn};
+use crate::archive::sql::{bodies as body, lifecycle, millis, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
     StoreOutcome,
@@ -225,9 +226,16 @@ async fn write_batch(
         let mut bodies =
             QueryBuilder::<Sqlite>::new("INSERT INTO message_bodies (message_id, body) ");
         bodies.push_values(chunk, |mut b, (id, m)| {
-            b.push_bind(*id).push_bind(&m.message.body[..]);
+            b.push_bind(*id).push_bind(body::head(&m.message.body));
         });
         bodies.build().execute(&mut **tx).await?;
+        // A body over a MiB: the rest of it a piece a statement, never bound whole.
+        for (id, m) in chunk
+            .iter()
+            .filter(|(_, m)| body::has_rest(&m.message.body))
+        {
+            body::write_rest(&mut Conn::from(&mut *tx), *id, &m.message.body).await?;
+        }
         let mut fts =
             QueryBuilder::<Sqlite>::new("INSERT INTO messages_fts (rowid, body, ids, headers) ");
         fts.push_values(chunk, |mut b, (id, m)| {

@@ -115,7 +115,7 @@ impl SqlArchive for SqliteArchive {
         Pool::Sqlite(&self.pool)
     }
 
-    async fn read_body_part(
+    async fn read_head_part(
         &self,
         id: i64,
         offset: u64,

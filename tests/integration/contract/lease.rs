@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use lazarus::amqp::headers::AmqpValue;
 use lazarus::archive::{
     Actor, Canary, ChunkLimit, ItemOutcome, JobAction, JobSpec, JobState, JobStep, MessageStatus,
-    Outcome, OutgoingMessage,
+    Outcome, OutgoingBody, OutgoingMessage,
 };
 use time::OffsetDateTime;
 
@@ -73,7 +73,10 @@ async fn a_claimed_job_hands_out_steps_records_outcomes_and_completes() {
     } = &messages[0];
     assert_eq!(Some(target), stored.summary.replay_target.as_ref());
     assert_eq!((properties, headers), (&stored.properties, &stored.headers));
-    assert_eq!(body, &archive.get_body(m[0]).await.unwrap().unwrap().bytes);
+    assert_eq!(
+        body,
+        &OutgoingBody::Held(archive.get_body(m[0]).await.unwrap().unwrap().bytes)
+    );
     assert_eq!(unreadable, &None);
     let sending = items(archive, id, Some("sending")).await;
     assert_eq!(

@@ -6,6 +6,7 @@
 mod accounts;
 mod actions;
 mod audit;
+mod bodies;
 mod ingest;
 mod jobs;
 mod lease;
