@@ -262,7 +262,10 @@ async fn schemathesis(spec: &Path, base: &str, cookie: &str, options: &[&str]) {
         .arg(spec)
         .args(["--url", base, "--header", &format!("Cookie: {cookie}")])
         .args(["--checks", CHECKS])
-        .args(["--max-examples", "40", "--seed", "1", "--workers", "2"])
+        // One worker: with two, Hypothesis' lambda-description cache is shared by threads and its
+        // coverage phase failed now and then with its own FlakyFailure (a KeyError in
+        // lambda_sources), 3 runs in 6 on POST /api/messages/{id}/replay; none in 6 with one.
+        .args(["--max-examples", "40", "--seed", "1", "--workers", "1"])
         .args(["--generation-database", "none", "--request-timeout", "30"])
         .args(["--no-color", "--output-sanitize", "false"])
         .args(options)
