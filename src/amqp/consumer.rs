@@ -295,11 +295,12 @@ async fn consume_on(
     ctx.metrics.set_connected(dlq, true);
     backoff.reset();
 
-    let watch = DeliveryLimitWatch::new(dlq, connection.server().major_version());
+    let watch = DeliveryLimitWatch::new(dlq, connection.server().version_pair());
     if let Some(management) = &ctx.management {
         tokio::spawn(check_delivery_limit(
             management.clone(),
             dlq.clone(),
+            watch.limit.clone(),
             connection.server().major_version(),
             ctx.status.clone(),
             ctx.shutdown.clone(),
@@ -378,44 +379,88 @@ async fn consume_deliveries(
 /// Watches the broker's delivery counters: a DLQ whose messages keep coming back is one
 /// step from losing them if it is a quorum queue with a delivery limit (RabbitMQ 4's
 /// default is 20, and a DLQ has no dead-letter exchange of its own to send them on to).
+///
+/// A dead letter from a quorum queue arrives with its source's counters (`x-delivery-count`
+/// on its first delivery from the DLQ). RabbitMQ 4.3 goes on counting from there, and the
+/// DLQ's own limit spends them: with a limit of 3, a message that used 3 deliveries in its
+/// source is dropped by the DLQ at its first return (measured on 4.3.6). Before 4.3 the DLQ
+/// counts afresh, so a dead letter's first count says nothing of the DLQ; there only
+/// messages without a death history are judged by their count, and the management API's
+/// limit (`--management-url`) speaks for the rest.
 struct DeliveryLimitWatch {
     dlq: Dlq,
-    broker_major: u32,
+    broker: (u32, u32),
+    /// The DLQ's delivery limit as the management API reads it: [`LIMIT_UNKNOWN`] until
+    /// then, [`LIMIT_UNLIMITED`] for none.
+    limit: Arc<std::sync::atomic::AtomicI64>,
     warned: std::sync::atomic::AtomicBool,
 }
 
 /// Deliveries of one message before the DLQ is reported at risk.
 const DELIVERY_COUNT_WARNING: i64 = 3;
+const LIMIT_UNKNOWN: i64 = -2;
+const LIMIT_UNLIMITED: i64 = -1;
+/// The broker version from which a quorum DLQ's limit counts a dead letter's deliveries in
+/// its source queue too.
+const COUNTS_CARRIED_FROM: (u32, u32) = (4, 3);
 
 impl DeliveryLimitWatch {
-    fn new(dlq: &Dlq, broker_major: u32) -> Self {
+    fn new(dlq: &Dlq, broker: (u32, u32)) -> Self {
         DeliveryLimitWatch {
             dlq: dlq.clone(),
-            broker_major,
+            broker,
+            limit: Arc::new(LIMIT_UNKNOWN.into()),
             warned: Default::default(),
         }
     }
 
     fn check(&self, delivery: &Delivery, ctx: &ConsumerContext) {
-        let Some(count) = crate::death::delivery_attempts(delivery.content.headers.as_ref()) else {
+        let headers = delivery.content.headers.as_ref();
+        let Some(count) = crate::death::delivery_attempts(headers) else {
             return;
         };
-        if count < DELIVERY_COUNT_WARNING
-            || self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
+        let dead_letter = headers.is_some_and(|h| h.get("x-death").is_some());
+        let limit = self.limit.load(std::sync::atomic::Ordering::Relaxed);
+        let Some(text) = count_warning(count, dead_letter, self.broker, limit) else {
+            return;
+        };
+        if self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let limit = if self.broker_major >= 4 {
-            "RabbitMQ 4 drops a quorum queue's message after 20 deliveries by default"
-        } else {
-            "a quorum queue with a delivery-limit drops a message after that many deliveries"
-        };
-        let text = delivery_limit_warning(&format!(
-            "messages of this DLQ have been delivered {count} times: {limit}"
-        ));
         tracing::warn!(queue = %self.dlq, delivery_count = count, "{text}");
         ctx.status.warn(&self.dlq, text);
     }
+}
+
+/// What a delivery's count says of its DLQ (pure): `None` when it says nothing worth a
+/// warning. `limit` is the management API's reading ([`LIMIT_UNKNOWN`], [`LIMIT_UNLIMITED`]
+/// or the limit).
+fn count_warning(count: i64, dead_letter: bool, broker: (u32, u32), limit: i64) -> Option<String> {
+    let carried = broker >= COUNTS_CARRIED_FROM;
+    if count < DELIVERY_COUNT_WARNING || limit == LIMIT_UNLIMITED || (dead_letter && !carried) {
+        return None;
+    }
+    let spent = if dead_letter {
+        format!(
+            "dead letters reach this DLQ having spent {count} deliveries already (RabbitMQ \
+             {}.{} carries a quorum source's delivery count across dead-lettering, and the \
+             DLQ's delivery limit counts it)",
+            broker.0, broker.1
+        )
+    } else {
+        format!("messages of this DLQ have been delivered {count} times")
+    };
+    let limit = match limit {
+        LIMIT_UNKNOWN if broker.0 >= 4 => "a quorum queue's limit is 20 unless a policy or \
+             argument sets another (give Lazarus --management-url to read it)"
+            .to_owned(),
+        LIMIT_UNKNOWN => {
+            "a quorum queue with a delivery-limit drops a message after that many deliveries"
+                .to_owned()
+        }
+        n => format!("its delivery limit is {n}, read from the management API"),
+    };
+    Some(delivery_limit_warning(&format!("{spent}: {limit}")))
 }
 
 /// The text of a warning about a DLQ whose messages are dropped after `limit` deliveries.
@@ -435,6 +480,7 @@ fn delivery_limit_warning(what: &str) -> String {
 async fn check_delivery_limit(
     management: Arc<Management>,
     dlq: Dlq,
+    read: Arc<std::sync::atomic::AtomicI64>,
     broker_major: u32,
     status: IngestStatus,
     shutdown: CancellationToken,
@@ -452,8 +498,12 @@ async fn check_delivery_limit(
             .await
         {
             Ok(info) => match info.delivery_limit(broker_major) {
-                DeliveryLimit::Unlimited => return,
+                DeliveryLimit::Unlimited => {
+                    read.store(LIMIT_UNLIMITED, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
                 DeliveryLimit::Finite(limit) => {
+                    read.store(limit, std::sync::atomic::Ordering::Relaxed);
                     let text = delivery_limit_warning(&format!(
                         "this quorum DLQ drops a message delivered more than {limit} times \
                          (its delivery limit, says the management API)"
@@ -738,5 +788,40 @@ async fn store(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_letters_carried_count_is_judged_only_where_the_limit_spends_it() {
+        // Before 4.3 the first delivery of a dead letter shows its source's count, which the
+        // DLQ's limit does not spend.
+        assert_eq!(count_warning(20, true, (4, 0), LIMIT_UNKNOWN), None);
+        assert_eq!(count_warning(20, true, (3, 13), LIMIT_UNKNOWN), None);
+        // From 4.3 it does.
+        let carried = count_warning(20, true, (4, 3), LIMIT_UNKNOWN).expect("a warning");
+        assert!(carried.contains("having spent 20 deliveries"), "{carried}");
+        assert!(carried.contains("RabbitMQ 4.3 carries"), "{carried}");
+        assert!(carried.contains("--management-url"), "{carried}");
+        // Messages the DLQ itself gave out again are judged on every version.
+        let returned = count_warning(3, false, (4, 0), LIMIT_UNKNOWN).expect("a warning");
+        assert!(returned.contains("delivered 3 times"), "{returned}");
+        assert!(count_warning(3, false, (3, 13), LIMIT_UNKNOWN).is_some());
+        assert_eq!(count_warning(2, false, (4, 3), LIMIT_UNKNOWN), None);
+    }
+
+    #[test]
+    fn the_limit_read_from_the_broker_decides() {
+        assert_eq!(count_warning(50, true, (4, 3), LIMIT_UNLIMITED), None);
+        assert_eq!(count_warning(50, false, (4, 0), LIMIT_UNLIMITED), None);
+        let read = count_warning(5, true, (4, 3), 7).expect("a warning");
+        assert!(read.contains("its delivery limit is 7"), "{read}");
+        assert!(
+            !read.contains("20"),
+            "the limit is read, not assumed: {read}"
+        );
     }
 }

@@ -86,6 +86,17 @@ fn by_name(queues: &[Value]) -> BTreeMap<(&str, &str), &Value> {
         .collect()
 }
 
+/// Whether a queue dead-letters at most once although it could do better: a quorum queue
+/// without `dead-letter-strategy: at-least-once`, or with it but an `overflow` other than
+/// `reject-publish` (RabbitMQ then falls back to at-most-once). Classic queues always
+/// dead-letter at most once and have no choice; streams do not dead-letter.
+fn dead_letters_at_most_once(queue: &Value) -> bool {
+    let setting_text = |name| setting(queue, name).and_then(Value::as_str);
+    text(queue, "type") == "quorum"
+        && (setting_text("dead-letter-strategy") != Some("at-least-once")
+            || setting_text("overflow") != Some("reject-publish"))
+}
+
 /// Where a queue dead-letters: (exchange, routing key if one is set).
 pub fn dead_letter_target(queue: &Value) -> Option<(String, Option<String>)> {
     let exchange = setting(queue, "dead-letter-exchange")?.as_str()?.to_owned();
@@ -108,6 +119,10 @@ pub enum Risk {
     MaxLength { limit: i64, unit: &'static str },
     /// The queue itself is deleted after this many milliseconds unused.
     Expires(i64),
+    /// Quorum queues feeding it dead-letter at most once (their `dead-letter-strategy` is not
+    /// `at-least-once`, or their `overflow` is not `reject-publish`, which at-least-once
+    /// needs): a dead letter the DLQ cannot take at that moment is dropped, unconfirmed.
+    AtMostOnceSources(Vec<String>),
 }
 
 impl std::fmt::Display for Risk {
@@ -139,6 +154,15 @@ impl std::fmt::Display for Risk {
             Risk::Expires(ms) => write!(
                 f,
                 "expires after {ms} ms unused: the queue and its dead letters are deleted"
+            ),
+            Risk::AtMostOnceSources(queues) => write!(
+                f,
+                "fed at most once by quorum queue{} {}: a dead letter this queue cannot take \
+                 when it is dead-lettered (down, full, a node lost) is dropped; set \
+                 dead-letter-strategy: at-least-once and overflow: reject-publish on {}",
+                if queues.len() == 1 { "" } else { "s" },
+                queues.join(", "),
+                if queues.len() == 1 { "it" } else { "them" },
             ),
         }
     }
@@ -302,10 +326,23 @@ pub fn find_dlqs(
             if sources.is_empty() {
                 return None;
             }
+            let mut warnings = risks(queue, broker_major);
+            let at_most_once: Vec<String> = sources
+                .iter()
+                .filter(|s| {
+                    by_name
+                        .get(&(vhost.as_str(), s.as_str()))
+                        .is_some_and(|q| dead_letters_at_most_once(q))
+                })
+                .cloned()
+                .collect();
+            if !at_most_once.is_empty() {
+                warnings.push(Risk::AtMostOnceSources(at_most_once));
+            }
             Some(DiscoveredDlq {
                 archived: archived.iter().any(|(v, n)| *v == vhost && *n == name),
                 kind: text(queue, "type").to_owned(),
-                warnings: risks(queue, broker_major),
+                warnings,
                 dead_letters_again: dead_letter_target(queue).is_some(),
                 vhost,
                 name,
@@ -427,7 +464,11 @@ mod tests {
                 retention: vec!["max-age 7D".into()]
             }]
         );
-        assert_eq!(dlqs[1].warnings, []);
+        // A quorum source dead-letters at most once unless set otherwise.
+        assert_eq!(
+            dlqs[1].warnings,
+            [Risk::AtMostOnceSources(vec!["mail".into()])]
+        );
     }
 
     #[test]
@@ -456,6 +497,51 @@ mod tests {
                 Risk::Expires(3600000)
             ]
         );
+    }
+
+    #[test]
+    fn quorum_sources_that_dead_letter_at_most_once_are_named() {
+        let source = |name: &str, settings: Value| {
+            let mut arguments = json!({"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx"});
+            arguments
+                .as_object_mut()
+                .unwrap()
+                .extend(settings.as_object().unwrap().clone());
+            json!({"vhost": "/", "name": name, "type": "quorum", "policy": null,
+                   "arguments": arguments})
+        };
+        let queues = [
+            source("default", json!({})),
+            source(
+                "safe",
+                json!({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}),
+            ),
+            // At-least-once without reject-publish falls back to at-most-once.
+            source(
+                "fallback",
+                json!({"x-dead-letter-strategy": "at-least-once", "x-overflow": "drop-head"}),
+            ),
+            json!({"vhost": "/", "name": "classic", "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": "dlx"}}),
+            json!({"vhost": "/", "name": "orders.dlq", "type": "classic", "arguments": {}}),
+        ];
+        let dlqs = found(&queues, &[("/", "dlx", &["orders.dlq"])]);
+        assert_eq!(dlqs.len(), 1, "{dlqs:?}");
+        assert_eq!(
+            dlqs[0].warnings,
+            [Risk::AtMostOnceSources(vec![
+                "default".into(),
+                "fallback".into()
+            ])]
+        );
+        let said = dlqs[0].warnings[0].to_string();
+        assert!(said.contains("quorum queues default, fallback"), "{said}");
+        assert!(said.contains("at-least-once and overflow: reject-publish on them"));
+        // Set by a policy, as operators usually do.
+        let by_policy = json!({"vhost": "/", "name": "p", "type": "quorum", "policy": "dl",
+            "arguments": {}, "effective_policy_definition": {"dead-letter-exchange": "dlx",
+            "dead-letter-strategy": "at-least-once", "overflow": "reject-publish"}});
+        assert!(!dead_letters_at_most_once(&by_policy));
     }
 
     #[test]

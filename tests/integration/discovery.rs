@@ -696,3 +696,69 @@ async fn a_home_queue_named_like_another_vhosts_listed_first_is_its_own_dlq_rabb
 async fn a_home_queue_named_like_another_vhosts_listed_second_is_its_own_dlq_rabbitmq4() {
     a_home_queue_named_like_another_vhosts_is_its_own_dlq(false).await
 }
+
+/// A quorum queue dead-letters at most once unless told otherwise: a dead letter its DLQ
+/// cannot take at that moment is dropped. The DLQ it feeds says so, naming it; a source set
+/// to at-least-once (with reject-publish, which that needs) is not named.
+#[tokio::test]
+async fn quorum_sources_that_dead_letter_at_most_once_are_named_rabbitmq4() {
+    let broker = Broker::Rabbitmq4;
+    broker
+        .scope(async {
+            let v = Vhost::create("amo");
+            let mut t = Topology::on(&v.url()).await;
+            t.exchange("dlx", ExchangeKind::Fanout).await;
+            t.queue("orders.dlq", Default::default()).await;
+            t.bind("orders.dlq", "dlx", "").await;
+            let quorum = |extra: &[(&str, AMQPValue)]| {
+                let mut all = vec![
+                    ("x-queue-type", s("quorum")),
+                    ("x-dead-letter-exchange", s("dlx")),
+                ];
+                all.extend(extra.iter().cloned());
+                args(&all)
+            };
+            t.queue("orders", quorum(&[])).await;
+            t.queue(
+                "payments",
+                quorum(&[
+                    ("x-dead-letter-strategy", s("at-least-once")),
+                    ("x-overflow", s("reject-publish")),
+                ]),
+            )
+            .await;
+            let management = broker.management_url().unwrap();
+            let app = TestApp::spawn_with(&["orders.dlq"], |config| {
+                config.connection.amqp_url = v.url();
+                config.management_url = Some(management.clone());
+            })
+            .await;
+            let answer = wait_for_dlqs(&app, |answer| {
+                dlq(answer, &v.name, "orders.dlq")
+                    .is_some_and(|d| d["sources"].as_array().is_some_and(|s| s.len() == 2))
+            })
+            .await;
+            let found = dlq(&answer, &v.name, "orders.dlq").unwrap();
+            let warnings: Vec<&str> = found["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let at_most_once: Vec<&&str> = warnings
+                .iter()
+                .filter(|w| w.contains("fed at most once"))
+                .collect();
+            assert_eq!(at_most_once.len(), 1, "{found}");
+            assert!(at_most_once[0].contains("quorum queue orders:"), "{found}");
+            assert!(!at_most_once[0].contains("payments"), "{found}");
+            // The DLQ is archived: its sources' risk is on the overview.
+            let page = app.get("/").await.text();
+            assert!(
+                page.contains("fed at most once by quorum queue orders"),
+                "{page}"
+            );
+            t.cleanup().await;
+        })
+        .await
+}

@@ -1272,6 +1272,85 @@ async fn a_rising_delivery_count_is_reported_before_messages_are_lost() {
 
 on_both_brokers!(a_rising_delivery_count_is_reported_before_messages_are_lost);
 
+/// A dead letter from a quorum queue that used its deliveries there arrives with its
+/// source's `x-delivery-count`. RabbitMQ 4.3 counts it against the DLQ's own limit, so the
+/// DLQ is at risk and Lazarus says why; before 4.3 the DLQ counts afresh, and the carried
+/// count raises nothing.
+async fn a_dead_letters_carried_delivery_count_is_judged_as_the_broker_counts_it() {
+    let vhost = crate::brokers::Vhost::create("carried");
+    let broker = vhost.broker();
+    let (source, dlq) = ("work", "work.dlq");
+    let mut t = Topology::on(&vhost.url()).await;
+    t.exchange("dlx", lapin::ExchangeKind::Fanout).await;
+    t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
+    t.bind(dlq, "dlx", "").await;
+    t.queue(
+        source,
+        args(&[
+            ("x-queue-type", s("quorum")),
+            ("x-delivery-limit", lapin::types::AMQPValue::LongInt(3)),
+            ("x-dead-letter-exchange", s("dlx")),
+        ]),
+    )
+    .await;
+    t.publish("", source, b"{}", json_props("spent")).await;
+    // A consumer of the source takes it and gives it back until the source's limit
+    // dead-letters it (a closed channel counts on every version).
+    let start = std::time::Instant::now();
+    while broker.queue_messages(&vhost.name, dlq).await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never dead-lettered"
+        );
+        let channel = t.connection.create_channel().await.unwrap();
+        let got = channel
+            .basic_get(source.into(), lapin::options::BasicGetOptions::default())
+            .await
+            .unwrap();
+        channel.close(200, "giving it back".into()).await.unwrap();
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    app.wait_for_archived(1, Duration::from_secs(10)).await;
+    let message = &app.all_messages(dlq).await[0];
+    let detail = app
+        .json(
+            &format!("/api/messages/{}", message["id"].as_str().unwrap()),
+            200,
+        )
+        .await;
+    let carried = detail["headers"]["x-delivery-count"]["value"]
+        .as_i64()
+        .unwrap_or(0);
+    let version = broker.ctl(&["version"]);
+    let mut parts = version
+        .trim()
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let ready = app.json("/readyz", 200).await;
+    let warning = ready["warnings"][dlq]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if version >= (4, 3) {
+        assert!(carried >= 3, "4.3 carries the source's count: {detail}");
+        assert!(
+            warning.contains(&format!("having spent {carried} deliveries already")),
+            "{ready}"
+        );
+        assert!(warning.contains("limit is 20 unless"), "{warning}");
+        assert!(!warning.contains("have been delivered"), "{warning}");
+    } else {
+        assert_eq!(warning, "", "{version:?} counts afresh in the DLQ: {ready}");
+    }
+    t.cleanup().await;
+}
+
+on_both_brokers!(a_dead_letters_carried_delivery_count_is_judged_as_the_broker_counts_it);
+
 /// With `--management-url`, a quorum DLQ's delivery limit is read from the broker before
 /// any message has come back: RabbitMQ 4's default of 20 is reported on /readyz and the
 /// overview, a DLQ whose policy turns the limit off is not, and a management API that does

@@ -131,6 +131,12 @@ impl ServerInfo {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     }
+
+    /// The broker's (major, minor) version ((0, 0) when it did not say).
+    pub fn version_pair(&self) -> (u32, u32) {
+        let mut parts = self.version.split('.').map(|v| v.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
 }
 
 /// Frames larger than this are refused. RabbitMQ does not split a content header, and
