@@ -3,7 +3,7 @@
 //! - [`Broker`]: the machine's RabbitMQ 3.10 ([`Broker::Rabbitmq3`]: `LAZARUS_TEST_AMQP_URL`,
 //!   default `amqp://guest:guest@127.0.0.1:5672/%2f`, managed with the system's
 //!   `rabbitmqctl`) and a RabbitMQ 4.x ([`Broker::Rabbitmq4`]: `LAZARUS_TEST_AMQP4_URL`,
-//!   default `amqp://guest:guest@127.0.0.1:5690/%2f`, a node `.ci/rabbitmq4.sh` installed and
+//!   default `amqp://guest:guest@127.0.0.1:5690/%2f`, a node `scripts/rabbitmq4.sh` installed and
 //!   runs from `LAZARUS_TEST_RABBITMQ4_DIR`, default `/tmp/r43`). A test runs on the
 //!   *current* broker — [`amqp_url`](crate::helpers::amqp_url), `TestApp`, `Topology::new`,
 //!   [`Vhost::create`] and [`rabbitmqctl`](crate::helpers::rabbitmqctl) follow it — which is
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::helpers::unique;
 
 /// The script that installs and runs a private RabbitMQ 4.x (see its header).
-const RABBITMQ4_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/rabbitmq4.sh");
+const RABBITMQ4_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rabbitmq4.sh");
 /// The machine's RabbitMQ 3.10 scripts, run directly (the `/usr/sbin` wrappers switch to the
 /// `rabbitmq` user and its home, which a private node must not share).
 const RABBITMQ3_BIN: &str = "/usr/lib/rabbitmq/bin";
@@ -73,7 +73,7 @@ impl Broker {
         std::env::var(var).unwrap_or_else(|_| format!("amqp://guest:guest@127.0.0.1:{port}/%2f"))
     }
 
-    /// Its management API (AMQP port + 10,000, as `.ci/rabbitmq4.sh` starts it); the
+    /// Its management API (AMQP port + 10,000, as `scripts/rabbitmq4.sh` starts it); the
     /// machine's 3.10 runs without the management plugin.
     pub fn management_url(self) -> Option<String> {
         let url = self.url();
@@ -162,7 +162,7 @@ fn list_queues(vhost: &str) -> [&str; 7] {
     ]
 }
 
-/// Where `.ci/rabbitmq4.sh` installed (and runs) the shared RabbitMQ 4.x.
+/// Where `scripts/rabbitmq4.sh` installed (and runs) the shared RabbitMQ 4.x.
 fn rabbitmq4_dir() -> PathBuf {
     std::env::var_os("LAZARUS_TEST_RABBITMQ4_DIR")
         .map(PathBuf::from)
@@ -293,7 +293,7 @@ fn private_base() -> PathBuf {
 
 /// A RabbitMQ node of the test's own, in a directory of its own, for a test that kills or
 /// stops its broker. Its AMQP port is `port`; the Erlang distribution, epmd and CLI use
-/// `port + 20000`, `port + 19000` and `port + 30000..+30009`, as `.ci/rabbitmq4.sh` lays
+/// `port + 20000`, `port + 19000` and `port + 30000..+30009`, as `scripts/rabbitmq4.sh` lays
 /// them out. Management is off. Only guest/guest on loopback, on the default vhost.
 pub struct PrivateBroker {
     broker: Broker,
@@ -340,7 +340,7 @@ impl PrivateBroker {
                 let root = rabbitmq4_dir().join("root");
                 assert!(
                     root.is_dir(),
-                    "no RabbitMQ 4.x installed in {} (.ci/rabbitmq4.sh install DIR sid; \
+                    "no RabbitMQ 4.x installed in {} (scripts/rabbitmq4.sh install DIR sid; \
                      LAZARUS_TEST_RABBITMQ4_DIR)",
                     root.display()
                 );

@@ -24,7 +24,7 @@ fn run(tool: &str, args: &[&str], dir: &Path) -> Output {
         .args(args)
         .current_dir(dir)
         .output()
-        .unwrap_or_else(|e| panic!("{tool} runs (.ci/run installs it): {e}"))
+        .unwrap_or_else(|e| panic!("{tool} runs (scripts/test installs it): {e}"))
 }
 
 fn assert_success(what: &str, out: &Output) {

@@ -159,7 +159,7 @@ pub async fn take_with_amqplib(url: &str, queue: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("amqplib_take.js prints JSON")
 }
 
-/// Where the tests' npm packages are (`.ci/run` installs them), installing `package` there
+/// Where the tests' npm packages are (`scripts/test` installs them), installing `package` there
 /// when it is missing.
 async fn node_modules(package: &str) -> String {
     let prefix = std::env::var("LAZARUS_TEST_NODE_MODULES")

@@ -2,7 +2,7 @@
 //! letters: `/api/openapi.json` is OpenAPI 3.1; real answers (a message with every header
 //! type and a binary one, a replay, a job and its items, dismissals, tokens, the audit log,
 //! both NDJSON exports, errors) validate against its schemas (`openapi_answers.py`, JSON
-//! Schema 2020-12); and schemathesis (PyPI, installed by `.ci/run`) generates requests for
+//! Schema 2020-12); and schemathesis (PyPI, installed by `scripts/test`) generates requests for
 //! every operation from it, valid and invalid, and finds no 5xx and no answer the
 //! description does not allow.
 
@@ -271,7 +271,7 @@ async fn schemathesis(spec: &Path, base: &str, cookie: &str, options: &[&str]) {
         .args(options)
         .output()
         .await
-        .expect("schemathesis (`st`) is installed: pip install schemathesis, as .ci/run does");
+        .expect("schemathesis (`st`) is installed: pip install schemathesis, as scripts/test does");
     let said = String::from_utf8_lossy(&ran.stdout);
     eprintln!("{said}{}", String::from_utf8_lossy(&ran.stderr));
     assert!(

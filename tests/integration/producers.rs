@@ -6,7 +6,7 @@
 //! (rejected by a failing worker, or expired), archived, shown decoded, found by its words and
 //! business fields, and replayed byte for byte. Needs Python 3 with kombu, msgpack and
 //! python-qpid-proton (`pip install kombu msgpack python-qpid-proton`) and `protoc` (Debian's
-//! `protobuf-compiler`); `.ci/run` installs them.
+//! `protobuf-compiler`); `scripts/test` installs them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -763,7 +763,7 @@ async fn webhook_test_says_which_receivers_took_it() {
 }
 
 /// What the Adaptive Cards library says of `card` (`tests/integration/adaptive_card.js`, with
-/// npm's `adaptivecards` that `.ci/run` installs under `LAZARUS_TEST_NODE_MODULES`).
+/// npm's `adaptivecards` that `scripts/test` installs under `LAZARUS_TEST_NODE_MODULES`).
 fn adaptive_cards_say(card: &Value) -> (bool, String) {
     use std::io::Write;
     let modules = std::env::var("LAZARUS_TEST_NODE_MODULES").unwrap_or_else(|_| {
@@ -781,7 +781,7 @@ fn adaptive_cards_say(card: &Value) -> (bool, String) {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("node runs (.ci/run installs Node.js's adaptivecards)");
+        .expect("node runs (scripts/test installs Node.js's adaptivecards)");
     child
         .stdin
         .take()

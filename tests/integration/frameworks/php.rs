@@ -1,5 +1,5 @@
 //! Symfony Messenger 5.4, run for real (Debian's php-cli, php-amqp and php-symfony-*, which
-//! `.ci/run` installs): `frameworks/symfony_failure.php` dispatches a message whose handler
+//! `scripts/test` installs): `frameworks/symfony_failure.php` dispatches a message whose handler
 //! throws a chained exception, retries it once on its AMQP transport, and the worker sends it
 //! on to the AMQP failure transport — with the Symfony (JSON) serializer or the default
 //! PhpSerializer.
@@ -30,7 +30,7 @@ pub async fn symfony(url: &str, p: &str, serializer: SymfonySerializer, invoice:
         .args([url, p, format, invoice])
         .output()
         .await
-        .expect("php runs (.ci/run installs php-cli php-amqp php-symfony-messenger)");
+        .expect("php runs (scripts/test installs php-cli php-amqp php-symfony-messenger)");
     assert!(
         out.status.success(),
         "the Symfony worker: {}{}",

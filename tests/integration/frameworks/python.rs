@@ -1,5 +1,5 @@
 //! Dramatiq, run for real (PyPI's dramatiq 2.2.1 with pika 1.4.4, installed when missing as
-//! `.ci/run` installs them): an actor fails with a chained exception, its one retry fails
+//! `scripts/test` installs them): an actor fails with a chained exception, its one retry fails
 //! too, and the broker dead-letters the message into `<queue>.XQ`.
 
 use lazarus::conventions::Convention;

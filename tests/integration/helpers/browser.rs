@@ -27,7 +27,7 @@ impl Browser {
         let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
-            .expect("chromedriver is missing: install Debian's chromium and chromium-driver (.ci/run does)");
+            .expect("chromedriver is missing: install Debian's chromium and chromium-driver (scripts/test does)");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
