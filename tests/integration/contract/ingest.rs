@@ -70,6 +70,8 @@ async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice
         .hourly_counts(base - time::Duration::minutes(59))
         .await
         .unwrap();
+    // The last hour's two DLQs, and nothing of the hour before.
+    assert_eq!(recent.len(), 2, "{recent:?}");
     assert!(recent.iter().all(|c| c.hour == h), "{recent:?}");
     // What dies now: per minute, the last hour kept; older minutes are forgotten.
     let now_dying = archive
