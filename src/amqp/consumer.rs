@@ -197,11 +197,12 @@ async fn wait_for_database(dlq: &Dlq, ctx: &ConsumerContext) -> Result<(), Consu
     }
 }
 
-/// What kind of queue a DLQ is, as the broker told when it was first consumed.
+/// How a DLQ is consumed, as the broker told when it was first consumed: a stream (read from
+/// an offset) or a queue of any other type (acked away). AMQP tells no more than that; the
+/// management API says whether a queue is quorum, where that matters (its delivery limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum QueueKind {
-    Classic,
-    Quorum,
+    Queue,
     Stream,
 }
 
@@ -236,12 +237,7 @@ async fn start_consuming(
                 return Ok((channel, Some(StreamPosition { next })));
             }
             Err(e) if e.reply_code() == Some(406) && e.to_string().contains("x-stream-offset") => {
-                let refusal = e.to_string();
-                *kind = Some(if refusal.contains("quorum") {
-                    QueueKind::Quorum
-                } else {
-                    QueueKind::Classic
-                });
+                *kind = Some(QueueKind::Queue);
                 channel = connection.channel().await?;
                 channel.qos(ctx.settings.prefetch).await?;
             }

@@ -24,8 +24,9 @@ use crate::amqp::headers::{AmqpValue, Bytes, Table};
 /// What can go wrong talking to the broker.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum WireError {
+    /// The connection's socket failed (or did not answer in time); the source is kept.
     #[error("{0}")]
-    Io(String),
+    Io(#[source] Arc<io::Error>),
     #[error("the broker closed the connection: {0}")]
     ConnectionClosed(CloseReason),
     #[error("the broker closed the channel: {0}")]
@@ -42,7 +43,7 @@ pub enum WireError {
 
 impl From<io::Error> for WireError {
     fn from(e: io::Error) -> Self {
-        WireError::Io(e.to_string())
+        WireError::Io(Arc::new(e))
     }
 }
 
@@ -237,10 +238,10 @@ impl Connection {
         let connect = uri.connect_async(&runtime);
         let timeout = Duration::from_millis(uri.query.connection_timeout.unwrap_or(10_000));
         let stream = tokio::time::timeout(timeout, connect).await.map_err(|_| {
-            WireError::Io(format!(
-                "no answer from {} within {timeout:?}",
-                uri.authority.host
-            ))
+            WireError::Io(Arc::new(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer from {} within {timeout:?}", uri.authority.host),
+            )))
         })??;
         let (read, mut write) = stream.split();
         let mut read = BufReader::with_capacity(256 * 1024, read);
