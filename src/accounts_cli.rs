@@ -12,8 +12,9 @@ use crate::auth::{
     check_name, check_password, hash_password, new_secret, secret_hash, MAX_TOKEN_DAYS,
     TOKEN_PREFIX,
 };
-use crate::config::{redact_url, ConnectionArgs, TokenCommand, UserCommand};
+use crate::config::{ConnectionArgs, TokenCommand, UserCommand};
 use crate::replay::cli::cli_actor;
+use crate::secret_url::redact_url;
 
 async fn open(connection: &ConnectionArgs) -> anyhow::Result<Arc<dyn Archive>> {
     let url = &connection.database_url;

@@ -1,6 +1,5 @@
 //! Command line and environment (`LAZARUS_*`): every setting, with secrets redacted in `Debug`.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +10,7 @@ use crate::amqp::consumer::BatchSettings;
 use crate::archive::{BusinessField, IngestRules, Role};
 use crate::auth::{AuthMode, AuthSettings};
 use crate::replay::job::RunnerSettings;
+use crate::secret_url::SecretUrl;
 use crate::selection::ListParams;
 use crate::structured::protobuf::Schemas;
 
@@ -80,26 +80,16 @@ pub struct ImportConfig {
     pub ingest: IngestArgs,
 }
 
-#[derive(Clone, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MigrateConfig {
     /// The archive to read (it is not changed): sqlite://path or postgres://…
     #[arg(long, hide_env_values = true)]
-    pub from: String,
+    pub from: SecretUrl,
     /// The archive to fill (created when missing).
     #[arg(long, hide_env_values = true)]
-    pub to: String,
+    pub to: SecretUrl,
     #[command(flatten)]
     pub ingest: IngestArgs,
-}
-
-impl fmt::Debug for MigrateConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MigrateConfig")
-            .field("from", &redact_url(&self.from))
-            .field("to", &redact_url(&self.to))
-            .field("ingest", &self.ingest)
-            .finish()
-    }
 }
 
 /// What ingest derives from a message it stores outside `serve` (an import, a migration):
@@ -414,7 +404,7 @@ pub struct ReplayConfig {
 }
 
 /// Where the broker and the archive are (the same flags and variables as `serve`).
-#[derive(Clone, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ConnectionArgs {
     /// RabbitMQ to consume from and replay to (amqp:// or amqps://).
     #[arg(
@@ -423,7 +413,7 @@ pub struct ConnectionArgs {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
         hide_env_values = true
     )]
-    pub amqp_url: String,
+    pub amqp_url: SecretUrl,
 
     /// The archive: sqlite://path (created when missing) or postgres://user@host/database
     /// (shared by several instances).
@@ -433,16 +423,7 @@ pub struct ConnectionArgs {
         default_value = "sqlite://lazarus.db",
         hide_env_values = true
     )]
-    pub database_url: String,
-}
-
-impl fmt::Debug for ConnectionArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectionArgs")
-            .field("amqp_url", &redact_url(&self.amqp_url))
-            .field("database_url", &redact_url(&self.database_url))
-            .finish()
-    }
+    pub database_url: SecretUrl,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -455,7 +436,7 @@ pub struct DemoConfig {
     pub messages: usize,
 }
 
-#[derive(Clone, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeConfig {
     #[command(flatten)]
     pub connection: ConnectionArgs,
@@ -587,7 +568,7 @@ pub struct ServeConfig {
     /// delivery limit is checked there when it is first consumed. Without credentials, the
     /// AMQP URL's are used.
     #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
-    pub management_url: Option<String>,
+    pub management_url: Option<SecretUrl>,
 
     #[command(flatten)]
     pub retention: RetentionArgs,
@@ -726,91 +707,33 @@ impl ServeConfig {
     }
 }
 
-impl fmt::Debug for ServeConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServeConfig")
-            .field("connection", &self.connection)
-            .field("listen", &self.listen)
-            .field("queues", &self.queues)
-            .field("prefetch", &self.prefetch)
-            .field("batch_size", &self.batch_size)
-            .field("batch_interval_ms", &self.batch_interval_ms)
-            .field("batch_max_bytes", &self.batch_max_bytes)
-            .field("error_headers", &self.error_headers)
-            .field("error_pointers", &self.error_pointers)
-            .field("fields", &self.fields)
-            .field("replay_window", &self.replay_window)
-            .field("job_lease_secs", &self.job_lease_secs)
-            .field("instance_name", &self.instance_name)
-            .field("auth", &self.auth)
-            .field("trusted_proxies", &self.trusted_proxies)
-            .field("masks", &self.masks)
-            .field("replay_exchanges", &self.replay_exchanges)
-            .field("header_timeout_secs", &self.header_timeout_secs)
-            .field("max_connections", &self.max_connections)
-            .field(
-                "management_url",
-                &self.management_url.as_deref().map(redact_url),
-            )
-            .field("proto_descriptors", &self.proto_descriptors)
-            .field("proto_types", &self.proto_types)
-            .field("proto_header", &self.proto_header)
-            .field("retention", &self.retention)
-            .field("webhooks", &self.webhooks)
-            .field("discover", &self.discover)
-            .finish()
-    }
-}
-
-/// The URL with any password replaced by `***`, fit for logs and error messages.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[scheme_end..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| scheme_end + i);
-    let authority = &url[scheme_end..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &userinfo[..colon],
-            &url[scheme_end + at..]
-        ),
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("amqp://guest:s3cret@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(redact_url("postgres://u:p@w@db/x"), "postgres://u:***@db/x");
-        assert_eq!(redact_url("sqlite://lazarus.db"), "sqlite://lazarus.db");
-        assert_eq!(redact_url("amqp://user@host/"), "amqp://user@host/");
-    }
-
-    #[test]
     fn debug_never_shows_secrets() {
         let mut config = ServeConfig::defaults();
         config.connection.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
+        config.connection.database_url = "postgres://lazarus:dbpass@db/lazarus".into();
+        config.management_url = Some("https://admin:mgmtpass@mq:15672".into());
         config.webhooks.webhooks = vec!["https://u:pw1@hooks.slack.com/services/T0/B0/s3cr3t"
             .parse()
             .unwrap()];
         let debug = format!("{config:?}");
-        for secret in ["hunter2", "pw1", "s3cr3t"] {
+        for secret in ["hunter2", "dbpass", "mgmtpass", "pw1", "s3cr3t"] {
             assert!(!debug.contains(secret), "{debug}");
+        }
+        // Derived, so no setting is left out: those a hand-written Debug once forgot are there.
+        for field in [
+            "settle_secs",
+            "session_idle_secs",
+            "session_max_secs",
+            "secure_cookies",
+            "proxy_default_role",
+            "amqp://app:***@mq:5672/prod",
+        ] {
+            assert!(debug.contains(field), "{field} missing from {debug}");
         }
         assert!(debug.contains("https://hooks.slack.com/…"), "{debug}");
     }
@@ -819,10 +742,10 @@ mod tests {
     fn defaults_match_the_design() {
         let c = ServeConfig::defaults();
         assert_eq!(
-            c.connection.amqp_url,
+            &*c.connection.amqp_url,
             "amqp://guest:guest@127.0.0.1:5672/%2f"
         );
-        assert_eq!(c.connection.database_url, "sqlite://lazarus.db");
+        assert_eq!(&*c.connection.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
     }

@@ -6,7 +6,8 @@ use std::io::Write;
 use anyhow::Context;
 
 use crate::archive::{self, Archive, ExportLine, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
-use crate::config::{redact_url, ExportConfig};
+use crate::config::ExportConfig;
+use crate::secret_url::redact_url;
 use crate::selection::ListParams;
 
 /// Writes the export to `out`; how many messages and body bytes. A body over a MiB is read

@@ -110,8 +110,11 @@ impl std::str::FromStr for Target {
 fn without_path(url: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);
     match url[start..].find(['/', '?', '#']) {
-        Some(end) => format!("{}…", crate::config::redact_url(&url[..start + end + 1])),
-        None => crate::config::redact_url(url),
+        Some(end) => format!(
+            "{}…",
+            crate::secret_url::redact_url(&url[..start + end + 1])
+        ),
+        None => crate::secret_url::redact_url(url),
     }
 }
 

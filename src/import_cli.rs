@@ -15,7 +15,8 @@ use crate::archive::{
     self, admit, Archive, ExportedMessage, IncomingMessage, IngestRules, MessageStatus,
     PreparedMessage,
 };
-use crate::config::{redact_url, ImportConfig};
+use crate::config::ImportConfig;
+use crate::secret_url::redact_url;
 
 /// Lines read at a time, at most…
 const BATCH: usize = 500;

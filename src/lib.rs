@@ -31,6 +31,7 @@ mod proptests;
 pub mod replay;
 pub mod retention;
 pub mod search;
+pub mod secret_url;
 pub mod selection;
 pub mod startup;
 pub mod status;

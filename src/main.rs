@@ -59,7 +59,7 @@ async fn run_demo(demo: DemoConfig) -> anyhow::Result<()> {
     if config.connection.database_url == ServeConfig::defaults().connection.database_url {
         config.connection.database_url = "sqlite://lazarus-demo.db".into();
     }
-    config.connection.amqp_url = lazarus::demo::demo_vhost_url(&config.connection.amqp_url);
+    config.connection.amqp_url = lazarus::demo::demo_vhost_url(&config.connection.amqp_url).into();
     config.queues = lazarus::demo::DEMO_QUEUES.map(String::from).to_vec();
     if config.fields.is_empty() {
         config.fields = lazarus::demo::DEMO_FIELDS

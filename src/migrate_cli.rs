@@ -15,8 +15,9 @@ use crate::archive::{
     self, read_unread_body, Actor, Archive, ArchiveError, AuditRow, ExportLine, ExportedMessage,
     MessageStore, QueueTotals, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES,
 };
-use crate::config::{redact_url, MigrateConfig};
+use crate::config::MigrateConfig;
 use crate::import_cli::Importer;
+use crate::secret_url::redact_url;
 use crate::selection::ListParams;
 use crate::web::messages::thousands;
 

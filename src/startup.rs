@@ -17,9 +17,10 @@ use crate::amqp::consumer::{self, ConsumerContext};
 use crate::amqp::dlq::Dlq;
 use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
-use crate::config::{redact_url, ServeConfig};
+use crate::config::ServeConfig;
 use crate::instance;
 use crate::replay::job;
+use crate::secret_url::redact_url;
 use crate::status::ConsumerState;
 use crate::web::serve::{self, ServeSettings};
 use crate::web::{self, AppState};
@@ -137,7 +138,7 @@ impl Application {
     }
 
     pub fn amqp_url(&self) -> String {
-        self.config.connection.amqp_url.clone()
+        self.config.connection.amqp_url.expose().to_owned()
     }
 
     pub fn archive(&self) -> Arc<dyn Archive> {
@@ -229,7 +230,7 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
     } = work;
     let background = archive.background;
     let ctx = ConsumerContext {
-        amqp_url: config.connection.amqp_url.clone(),
+        amqp_url: config.connection.amqp_url.expose().to_owned(),
         archive: background.clone(),
         settings: config.batch_settings(),
         rules: config.ingest_rules(state.schemas.clone()),

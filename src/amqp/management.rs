@@ -53,10 +53,10 @@ impl Management {
     pub fn new(management_url: &str, amqp_url: &str) -> Result<Self, ManagementError> {
         let target: Target = management_url
             .parse()
-            .map_err(|_| ManagementError::Url(crate::config::redact_url(management_url)))?;
+            .map_err(|_| ManagementError::Url(crate::secret_url::redact_url(management_url)))?;
         let amqp: AMQPUri = amqp_url
             .parse()
-            .map_err(|_| ManagementError::Url(crate::config::redact_url(amqp_url)))?;
+            .map_err(|_| ManagementError::Url(crate::secret_url::redact_url(amqp_url)))?;
         let target = if target.has_credentials() {
             target
         } else {

@@ -216,7 +216,7 @@ pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> 
     } else if is_postgres(database_url) {
         Ok(Arc::new(PostgresArchive::open(database_url).await?))
     } else {
-        Err(ArchiveError::UnsupportedUrl(crate::config::redact_url(
+        Err(ArchiveError::UnsupportedUrl(crate::secret_url::redact_url(
             database_url,
         )))
     }

@@ -12,9 +12,10 @@ use super::job::{run_one, RunnerSettings};
 use super::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
 use super::policy::ExchangePolicy;
 use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob, TargetCount};
-use crate::config::{redact_url, ReplayConfig};
+use crate::config::ReplayConfig;
 use crate::death::ReplayTarget;
 use crate::numbers::thousands;
+use crate::secret_url::redact_url;
 use crate::selection::ListParams;
 
 /// How `lazarus replay` ended, as its exit code says.

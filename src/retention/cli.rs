@@ -7,7 +7,8 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::{plan, run_pass, Plan};
-use crate::config::{redact_url, RetentionConfig};
+use crate::config::RetentionConfig;
+use crate::secret_url::redact_url;
 use crate::web::html::human_bytes as bytes_text;
 use crate::web::messages::thousands;
 

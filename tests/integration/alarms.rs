@@ -15,7 +15,7 @@ async fn archived_dead_letters(n: usize) -> (PrivateBroker, Topology, TestApp, S
     let broker = PrivateBroker::new(Broker::current()).await;
     let mut t = Topology::on(&broker.url()).await;
     let (work, dlq) = work_queue_with_dlq(&mut t, &unique("alarm")).await;
-    let app = TestApp::spawn_with(&[&dlq], |c| c.connection.amqp_url = broker.url()).await;
+    let app = TestApp::spawn_with(&[&dlq], |c| c.connection.amqp_url = broker.url().into()).await;
     for i in 0..n {
         let id = format!("a-{i}");
         t.publish("", &work, id.as_bytes(), json_props(&id)).await;

@@ -104,7 +104,7 @@ async fn no_authentication_is_refused_off_loopback_and_proxy_mode_needs_its_prox
     let mut config = ServeConfig::defaults();
     config.listen = "0.0.0.0:0".parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    config.connection.database_url = archive_url(dir.path()).await;
+    config.connection.database_url = archive_url(dir.path()).await.into();
     let err = Application::build(config.clone()).await.err().unwrap();
     assert!(
         err.to_string()

@@ -10,7 +10,7 @@ use crate::helpers::*;
 async fn demo_fills_every_demo_dlq_through_real_dead_lettering() {
     let vhost = Vhost::create("demo");
     let app = TestApp::spawn_with(&DEMO_QUEUES, |c| {
-        c.connection.amqp_url = vhost.url();
+        c.connection.amqp_url = vhost.url().into();
         c.fields = DEMO_FIELDS.iter().map(|f| f.parse().unwrap()).collect();
     })
     .await;

@@ -92,8 +92,8 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
                 .management_url()
                 .expect("4.x runs the management API");
             let app = TestApp::spawn_with(&["a.dlq"], |config| {
-                config.connection.amqp_url = a.url();
-                config.management_url = Some(management.clone());
+                config.connection.amqp_url = a.url().into();
+                config.management_url = Some(management.clone().into());
             })
             .await;
 
@@ -283,8 +283,8 @@ async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
 
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&[], |c| {
-                c.connection.amqp_url = v.url();
-                c.management_url = Some(management.clone());
+                c.connection.amqp_url = v.url().into();
+                c.management_url = Some(management.clone().into());
                 c.discover.discover = true;
                 c.discover.patterns.exclude = vec!["audit.*".into()];
                 c.discover.discover_interval_secs = 1;
@@ -420,8 +420,8 @@ async fn discover_archives_other_vhosts_a_pattern_names_rabbitmq4() {
             let management = broker.management_url().unwrap();
             let include = vec!["*.dlq".to_owned(), format!("{}/*", named.name)];
             let app = TestApp::spawn_with(&[], |c| {
-                c.connection.amqp_url = home.url();
-                c.management_url = Some(management.clone());
+                c.connection.amqp_url = home.url().into();
+                c.management_url = Some(management.clone().into());
                 c.discover.discover = true;
                 c.discover.patterns.include = include.clone();
                 c.discover.discover_interval_secs = 1;
@@ -504,7 +504,8 @@ async fn wait_for_dlqs(app: &TestApp, ready: impl Fn(&Value) -> bool) -> Value {
 async fn discover_needs_a_management_url() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = lazarus::config::ServeConfig::defaults();
-    config.connection.database_url = format!("sqlite://{}", dir.path().join("a.db").display());
+    config.connection.database_url =
+        format!("sqlite://{}", dir.path().join("a.db").display()).into();
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.discover.discover = true;
     let error = lazarus::startup::Application::build(config)
@@ -610,8 +611,8 @@ async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first
 
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&[], |c| {
-                c.connection.amqp_url = home.url();
-                c.management_url = Some(management.clone());
+                c.connection.amqp_url = home.url().into();
+                c.management_url = Some(management.clone().into());
                 c.discover.discover = true;
                 // `*/*` as the attack had it, narrowed to this test's two vhosts: on the
                 // shared broker `*/*` would also take the DLQs of the tests running beside it.
@@ -729,8 +730,8 @@ async fn quorum_sources_that_dead_letter_at_most_once_are_named_rabbitmq4() {
             .await;
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&["orders.dlq"], |config| {
-                config.connection.amqp_url = v.url();
-                config.management_url = Some(management.clone());
+                config.connection.amqp_url = v.url().into();
+                config.management_url = Some(management.clone().into());
             })
             .await;
             let answer = wait_for_dlqs(&app, |answer| {

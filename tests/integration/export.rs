@@ -254,7 +254,8 @@ async fn import_into_a_new_archive(
         said.contains("imported 0 messages; 7 were in the archive already"),
         "{said}"
     );
-    let mut app = TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone()).await;
+    let mut app =
+        TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone().into()).await;
     assert_eq!(app.archived().await, 7);
     assert_eq!(app.found(dlq, "dismiss").await.len(), 1, "searchable");
     app.stop().await;
@@ -649,7 +650,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             // still works.
             let mut served = TestApp::spawn_with(&[], |c| {
                 c.auth = lazarus::auth::AuthMode::Users;
-                c.connection.database_url = to.clone();
+                c.connection.database_url = to.clone().into();
             })
             .await;
             let cookie = crate::auth::sign_in(&served, "mira", crate::auth::PASSWORD)

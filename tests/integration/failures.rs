@@ -224,7 +224,7 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     };
     let app = TestApp::spawn_with(&[&dlq], |c| {
         if let Some(proxy) = &proxy {
-            c.connection.database_url = proxy.url(&c.connection.database_url);
+            c.connection.database_url = proxy.url(&c.connection.database_url).into();
         }
         // Batches of 5: one (two on PostgreSQL) is stored, held and retrying, while the next
         // fills behind it.
@@ -782,7 +782,7 @@ async fn sqlite_resumes_by_itself_once_a_full_disk_has_room_again() {
     t.queue(&dlq, FieldTable::default()).await;
     let url = format!("sqlite://{}", disk.path().join("archive.db").display());
     let app = TestApp::spawn_with(&[&dlq], |c| {
-        c.connection.database_url = url.clone();
+        c.connection.database_url = url.clone().into();
         c.batch_size = 20;
     })
     .await;
@@ -1157,9 +1157,9 @@ async fn a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections(
     t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
     let mut proxy = Some(DatabaseProxy::start().await);
     let app = TestApp::spawn_with(&[dlq], |c| {
-        c.connection.amqp_url = vhost.url();
+        c.connection.amqp_url = vhost.url().into();
         if let Some(proxy) = &proxy {
-            c.connection.database_url = proxy.url(&c.connection.database_url);
+            c.connection.database_url = proxy.url(&c.connection.database_url).into();
         }
     })
     .await;
@@ -1260,7 +1260,7 @@ async fn a_rising_delivery_count_is_reported_before_messages_are_lost() {
             .expect("delivered");
         channel.close(200, "giving it back".into()).await.unwrap();
     }
-    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url().into()).await;
     app.wait_for_archived(1, Duration::from_secs(10)).await;
     let ready = app.json("/readyz", 200).await;
     let warning = ready["warnings"][dlq].as_str().unwrap_or_default();
@@ -1312,7 +1312,7 @@ async fn a_dead_letters_carried_delivery_count_is_judged_as_the_broker_counts_it
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url().into()).await;
     app.wait_for_archived(1, Duration::from_secs(10)).await;
     let message = &app.all_messages(dlq).await[0];
     let detail = app
@@ -1381,8 +1381,8 @@ async fn a_finite_delivery_limit_is_read_from_the_management_api_rabbitmq4() {
                 .management_url()
                 .expect("4.x runs the management API");
             let mut app = TestApp::spawn_with(&[limited, unlimited], |c| {
-                c.connection.amqp_url = vhost.url();
-                c.management_url = Some(management.clone());
+                c.connection.amqp_url = vhost.url().into();
+                c.management_url = Some(management.clone().into());
             })
             .await;
             app.wait_for_archived(2, Duration::from_secs(10)).await;
@@ -1405,7 +1405,7 @@ async fn a_finite_delivery_limit_is_read_from_the_management_api_rabbitmq4() {
             app.stop().await;
             // Nothing listens there: logged, and ingest goes on.
             let silent = TestApp::spawn_with(&[limited], |c| {
-                c.connection.amqp_url = vhost.url();
+                c.connection.amqp_url = vhost.url().into();
                 c.management_url = Some("http://127.0.0.1:9".into());
             })
             .await;
@@ -1423,7 +1423,8 @@ async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
     let dlq = "dlq";
     let mut t = Topology::on(&vhost.url()).await;
     t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
-    let mut first = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url()).await;
+    let mut first =
+        TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = vhost.url().into()).await;
     wait_until("consuming", Duration::from_secs(10), || async {
         first.get("/readyz").await.status == 200
     })
@@ -1450,8 +1451,8 @@ async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
     let url = first.database_url.clone();
     for _ in 0..5 {
         let mut again = TestApp::spawn_with(&[dlq], |c| {
-            c.connection.amqp_url = vhost.url();
-            c.connection.database_url = url.clone();
+            c.connection.amqp_url = vhost.url().into();
+            c.connection.database_url = url.clone().into();
         })
         .await;
         wait_until(
@@ -1466,8 +1467,8 @@ async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
     }
     outage.end().await;
     let last = TestApp::spawn_with(&[dlq], |c| {
-        c.connection.amqp_url = vhost.url();
-        c.connection.database_url = url.clone();
+        c.connection.amqp_url = vhost.url().into();
+        c.connection.database_url = url.clone().into();
     })
     .await;
     last.wait_for_archived(20, Duration::from_secs(30)).await;
@@ -1501,7 +1502,7 @@ async fn started_while_postgresql_is_down_it_waits_for_it() {
             let mut proxy = DatabaseProxy::start().await;
             proxy.down().await;
             let app = TestApp::spawn_with(&[&dlq], |c| {
-                c.connection.database_url = proxy.url(&c.connection.database_url);
+                c.connection.database_url = proxy.url(&c.connection.database_url).into();
             })
             .await;
             assert_eq!(app.get("/healthz").await.status, 200);
@@ -1578,7 +1579,7 @@ async fn an_archive_that_refuses_inserts_takes_no_deliveries_across_restarts() {
     // A supervisor restarting it, again and again.
     for _ in 0..3 {
         let mut app =
-            TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone()).await;
+            TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone().into()).await;
         wait_until("the refusal reported", Duration::from_secs(20), || async {
             let ready = app.get("/readyz").await;
             serde_json::from_slice::<Value>(&ready.body).unwrap()["queues"][&dlq]["state"]
@@ -1596,7 +1597,8 @@ async fn an_archive_that_refuses_inserts_takes_no_deliveries_across_restarts() {
     }
 
     execute_sql(&url, allow).await;
-    let app = TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone()).await;
+    let app =
+        TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.clone().into()).await;
     wait_until("archived", Duration::from_secs(30), || async {
         app.all_messages(&dlq).await.len() == 5
     })

@@ -215,7 +215,7 @@ async fn an_archive_from_before_field_keys_gets_them_in_the_background() {
     )
     .await;
     let app = TestApp::spawn_with(&[&dlq], |c| {
-        c.connection.database_url = url.clone();
+        c.connection.database_url = url.clone().into();
         c.fields = vec![
             "customer=/customer".parse().unwrap(),
             "invoice=/invoice".parse().unwrap(),

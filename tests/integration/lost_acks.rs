@@ -31,7 +31,7 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
     // and ingest is slow enough for three closes to land in it.
     let url = vhost.url();
     let app = TestApp::spawn_with(&[dlq], |c| {
-        c.connection.amqp_url = url;
+        c.connection.amqp_url = url.into();
         c.batch_size = 10;
         c.prefetch = 20;
     })

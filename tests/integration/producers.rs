@@ -218,7 +218,7 @@ async fn amqp_1_0_bodies_are_read_as_the_values_they_hold_rabbitmq4() {
             )
             .await;
             let app = TestApp::spawn_with(&[&dlq], |c| {
-                c.connection.amqp_url = Broker::Rabbitmq4.url();
+                c.connection.amqp_url = Broker::Rabbitmq4.url().into();
                 c.fields = vec!["invoice=/invoice".parse().unwrap()];
             })
             .await;

@@ -17,7 +17,7 @@ async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
     publish_many(&t.channel, "", dlq, "rc", BACKLOG).await;
 
     let app = TestApp::spawn_with(&[dlq], |c| {
-        c.connection.amqp_url = vhost.url();
+        c.connection.amqp_url = vhost.url().into();
         c.batch_size = 50;
         c.prefetch = 100;
     })

@@ -484,8 +484,8 @@ async fn a_plan_says_which_queues_each_target_reaches_rabbitmq4() {
                 .management_url()
                 .expect("4.x runs the management API");
             let app = TestApp::spawn_with(&["orders.dlq"], |c| {
-                c.connection.amqp_url = vhost.url();
-                c.management_url = Some(management.clone());
+                c.connection.amqp_url = vhost.url().into();
+                c.management_url = Some(management.clone().into());
             })
             .await;
             let worker = rejecting_worker_on(&vhost.url(), "orders").await;

@@ -292,7 +292,7 @@ async fn a_wrong_policy_is_refused_and_none_keeps_everything() {
 
     // serve refuses to start with a wrong policy.
     let mut config = lazarus::config::ServeConfig::defaults();
-    config.connection.database_url = db.clone();
+    config.connection.database_url = db.clone().into();
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.retention.specs = vec!["q:days=1".parse().unwrap(), "q:days=2".parse().unwrap()];
     let refused = lazarus::startup::Application::build(config).await;

@@ -58,7 +58,7 @@ async fn a_stream_dlq_is_read_from_where_the_archive_left_off() {
     // What arrives while it is away, then a restart on the same archive.
     fill(&t, &work, &dlq, 15, 7).await;
     let url = first.database_url.clone();
-    let second = TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url).await;
+    let second = TestApp::spawn_with(&[&dlq], |c| c.connection.database_url = url.into()).await;
     second.wait_for_archived(22, Duration::from_secs(20)).await;
     // Nothing more comes: the stream is read on, not again from its start.
     tokio::time::sleep(Duration::from_secs(1)).await;

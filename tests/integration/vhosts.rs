@@ -52,7 +52,7 @@ fn encoded(value: &str) -> String {
 
 /// Lazarus with `home` as its AMQP URL's vhost, archiving `queues`.
 async fn serve(home: &Vhost, queues: &[&str]) -> TestApp {
-    TestApp::spawn_with(queues, |c| c.connection.amqp_url = home.url()).await
+    TestApp::spawn_with(queues, |c| c.connection.amqp_url = home.url().into()).await
 }
 
 /// Plans and starts a job as `request` says; the job once it has paused, and its detail.
@@ -398,8 +398,8 @@ async fn an_export_names_vhosts_and_imports_into_an_instance_of_another_vhost() 
 
     // Replayed from there, a message goes back into its own vhost.
     let mut there = TestApp::spawn_with(&[], |c| {
-        c.connection.amqp_url = other.url();
-        c.connection.database_url = url.clone();
+        c.connection.amqp_url = other.url().into();
+        c.connection.database_url = url.clone().into();
     })
     .await;
     let id = there.ids(&home_key).await[0].clone();

@@ -441,7 +441,7 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
         twin = Some(
             TestApp::spawn_with(&[], |c| {
                 configure(c);
-                c.connection.database_url = database_url;
+                c.connection.database_url = database_url.into();
             })
             .await,
         );

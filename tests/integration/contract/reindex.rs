@@ -98,7 +98,7 @@ async fn an_archive_indexed_before_cjk_bigrams_is_reindexed_in_batches() {
 on_both_backends!(lazarus_serve_reindexes_an_old_archive_in_the_background);
 async fn lazarus_serve_reindexes_an_old_archive_in_the_background() {
     let (_dir, url, _) = old_archive().await;
-    let app = TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone()).await;
+    let app = TestApp::spawn_with(&[], |c| c.connection.database_url = url.clone().into()).await;
     let start = Instant::now();
     // Found, and the cursor gone (a batch after the last one removes it).
     loop {

@@ -33,8 +33,8 @@ impl TestApp {
         let dir = tempfile::tempdir().unwrap();
         let database_url = archive_url(dir.path()).await;
         let mut config = ServeConfig::defaults();
-        config.connection.amqp_url = amqp_url();
-        config.connection.database_url = database_url.clone();
+        config.connection.amqp_url = amqp_url().into();
+        config.connection.database_url = database_url.clone().into();
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.queues = queues.iter().map(|q| q.to_string()).collect();
         config.batch_interval_ms = 50;
