@@ -232,22 +232,19 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The job's loop: a step is handed out, published while the next is handed out, its
+    /// outcomes recorded with that next hand-out; the canary is judged once it is out.
     async fn publish_steps(&mut self, job: &ReplayJob) -> Result<(), Stop> {
         let id = job.id;
         self.check_exchanges(job).await?;
-        let canary = match job.canary {
-            Some(c) if !self.archive.canary_done(id).await.unwrap_or(true) => Some(c),
+        let mut canary = match job.canary {
+            Some(c) if !self.archive.canary_done(id).await.unwrap_or(true) => {
+                Some(CanaryLeft::new(c, job))
+            }
             _ => None,
         };
-        let attempted = job.counts.published + job.counts.problems();
-        let mut canary_left = canary.map(|c| (i64::from(c.count) - attempted).max(0));
-        // Copies that die again are counted from the job's start; the wait runs from when
-        // this runner finished publishing the canary (in full after a takeover).
-        let canary_since = job.started_at.unwrap_or_else(OffsetDateTime::now_utc);
-        let mut canary_published = Instant::now();
         let step = step_size(job.rate_per_sec, self.settings.window);
-        let mut started = Instant::now();
-        let mut sent: u64 = 0;
+        let mut pace = Pace::new(job.rate_per_sec);
         // Outcomes of the last published step, not yet recorded.
         let mut outcomes: Vec<ItemOutcome> = Vec::new();
         // Handed out (recorded as `sending`) while the last step was published; not yet sent.
@@ -259,21 +256,15 @@ impl<'a> Runner<'a> {
                 self.advance(id, &outcomes, 0).await?;
                 return Err(Stop::Shutdown);
             }
-            if canary_left == Some(0) && in_hand.is_empty() {
+            if canary.as_ref().is_some_and(|c| c.left == 0) && in_hand.is_empty() {
                 self.advance(id, &outcomes, 0).await?;
                 outcomes.clear();
-                let canary = canary.expect("a canary is set");
-                let wait = Duration::from_secs(u64::from(canary.wait_secs))
-                    .saturating_sub(canary_published.elapsed());
-                self.judge_canary(id, canary, canary_since, wait).await?;
-                canary_left = None;
+                let out = canary.take().expect("a canary is set");
+                self.judge_canary(id, out.canary, out.since, out.wait_left())
+                    .await?;
             }
             if in_hand.is_empty() {
-                let limit = match canary_left {
-                    Some(left) => step.min(left as u32),
-                    None => step,
-                };
-                match self.advance(id, &outcomes, limit).await? {
+                match self.advance(id, &outcomes, limit(step, &canary)).await? {
                     JobStep::Publish(messages) => in_hand = self.refuse_outside_policy(messages),
                     JobStep::Stop(state) => {
                         tracing::info!(job = id, state = state.as_str(), "replay job stopped");
@@ -285,117 +276,17 @@ impl<'a> Runner<'a> {
                     continue;
                 }
             }
-            if let Some(rate) = job.rate_per_sec.filter(|r| *r > 0) {
-                let ahead = Duration::from_secs_f64(sent as f64 / f64::from(rate));
-                // After a wait (a canary, a broker outage) the time lost is not made up
-                // in a burst: at most a second's worth of backlog is kept.
-                let now = Instant::now();
-                if started + ahead + Duration::from_secs(1) < now {
-                    started = now - ahead;
-                }
-                let due = started + ahead;
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {}
-                    _ = self.shutdown.cancelled() => {}
-                }
-            }
+            pace.wait_turn(self.shutdown).await;
             let current = std::mem::take(&mut in_hand);
-            sent += current.len() as u64;
-            if let Some(left) = canary_left.as_mut() {
-                *left = (*left - current.len() as i64).max(0);
+            pace.sent(current.len());
+            if let Some(c) = canary.as_mut() {
+                c.left = (c.left - current.len() as i64).max(0);
             }
-            // The next step is handed out (and the last one's outcomes recorded) while this
-            // one is published: the confirm window never waits for the database.
-            let next_limit = match canary_left {
-                Some(left) => step.min(left as u32),
-                None => step,
-            };
-            let window = self.settings.window;
-            let job_tag = id.to_string();
-            let bodies = ArchivedBodies(self.archive);
-            // Each message goes back into the vhost it came from, on that vhost's connection.
-            let mut batches: BTreeMap<&str, Vec<ReplayMessage<'_>>> = BTreeMap::new();
-            for m in current.iter().filter(|m| m.unreadable.is_none()) {
-                batches
-                    .entry(m.vhost.as_str())
-                    .or_default()
-                    .push(to_replay(m, &job_tag, &bodies));
-            }
-            if batches.is_empty() {
-                // Only unreadable records: the step still goes through the broker's check.
-                batches.insert("", Vec::new());
-            }
-            for vhost in batches.keys() {
-                if let Err(stop) = self.publisher(id, vhost).await {
-                    // Nothing of this step went out: it is to be done again, not reported as
-                    // possibly published.
-                    outcomes.extend(current.iter().map(|m| not_sent(m.message_id)));
-                    let _ = self.advance(id, &outcomes, 0).await;
-                    return Err(stop);
-                }
-            }
-            let settings = self.settings;
-            let mut publishers = std::mem::take(&mut self.publishers);
-            // A resource alarm blocks every connection to the node alike: one tells.
-            let first = batches.keys().next().expect("one batch at least");
-            let mut blocked = publishers[*first].blocked();
-            let mut published: Vec<ItemOutcome> = current
-                .iter()
-                .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
-                .collect();
-            let publish = async {
-                for (vhost, batch) in batches {
-                    let publisher = publishers.get_mut(vhost).expect("opened above");
-                    publisher
-                        .publish_all(batch, window, |message_id, o| {
-                            published.push(item_outcome(message_id, o))
-                        })
-                        .await;
-                }
-            };
-            let hand_out = async {
-                let needed = next_limit > 0 || !outcomes.is_empty();
-                match needed {
-                    true => Some(self.advance(id, &outcomes, next_limit).await),
-                    false => None,
-                }
-            };
-            // A step can wait on the broker (a memory or disk alarm blocks publishers):
-            // the lease is renewed meanwhile, so no other runner takes the job over, and
-            // the job says what it waits for. Handing this step out renewed it just now: the
-            // first note is due a third of a lease later (or at once to say the broker blocks,
-            // or that a wait is over), not at every step, where it would queue behind the
-            // step's own transaction.
-            let renew = async {
-                let mut due = self.detail_shown.load(Ordering::Relaxed);
-                loop {
-                    let detail = blocked.borrow_and_update().as_ref().map(|reason| {
-                        format!(
-                            "waiting: RabbitMQ blocks publishing ({reason}); the job goes on \
-                             once the broker's resource alarm clears"
-                        )
-                    });
-                    if due || detail.is_some() {
-                        let _ = self.note(id, detail.as_deref(), false).await;
-                    }
-                    due = true;
-                    tokio::select! {
-                        _ = tokio::time::sleep(settings.lease / 3) => {}
-                        _ = blocked.changed() => {}
-                    }
-                }
-            };
-            let next = tokio::select! {
-                (_, next) = async { tokio::join!(publish, hand_out) } => next,
-                _ = renew => unreachable!("renewing never ends"),
-            };
-            self.publishers = publishers;
-            outcomes = published;
-            for o in outcomes.iter().filter(|o| !o.retry) {
-                self.settings.metrics.replayed(o.outcome.as_str(), 1);
-            }
-            if canary_left.is_some() {
-                canary_published = Instant::now();
+            let next = self
+                .publish_step(id, &current, &mut outcomes, limit(step, &canary))
+                .await?;
+            if let Some(c) = canary.as_mut() {
+                c.published = Instant::now();
             }
             match next {
                 None => {}
@@ -416,6 +307,91 @@ impl<'a> Runner<'a> {
                 self.close_publishers().await;
             }
         }
+    }
+
+    /// Publishes `current`, each message into the vhost it came from on that vhost's
+    /// connection, while the last step's `outcomes` are recorded and the next step (of
+    /// `next_limit` messages) is handed out, the lease renewed meanwhile. On return
+    /// `outcomes` are this step's, and the answer is the next hand-out (none if not needed).
+    async fn publish_step(
+        &mut self,
+        id: i64,
+        current: &[OutgoingMessage],
+        outcomes: &mut Vec<ItemOutcome>,
+        next_limit: u32,
+    ) -> Result<Option<Result<JobStep, Stop>>, Stop> {
+        let job_tag = id.to_string();
+        let bodies = ArchivedBodies(self.archive);
+        let batches = by_vhost(current, &job_tag, &bodies);
+        for vhost in batches.keys() {
+            if let Err(stop) = self.publisher(id, vhost).await {
+                // Nothing of this step went out: it is to be done again, not reported as
+                // possibly published.
+                outcomes.extend(current.iter().map(|m| not_sent(m.message_id)));
+                let _ = self.advance(id, outcomes, 0).await;
+                return Err(stop);
+            }
+        }
+        let settings = self.settings;
+        let mut publishers = std::mem::take(&mut self.publishers);
+        // A resource alarm blocks every connection to the node alike: one tells.
+        let first = batches.keys().next().expect("one batch at least");
+        let mut blocked = publishers[*first].blocked();
+        let mut published: Vec<ItemOutcome> = current
+            .iter()
+            .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
+            .collect();
+        let publish = async {
+            for (vhost, batch) in batches {
+                let publisher = publishers.get_mut(vhost).expect("opened above");
+                publisher
+                    .publish_all(batch, settings.window, |message_id, o| {
+                        published.push(item_outcome(message_id, o))
+                    })
+                    .await;
+            }
+        };
+        let hand_out = async {
+            let needed = next_limit > 0 || !outcomes.is_empty();
+            match needed {
+                true => Some(self.advance(id, outcomes, next_limit).await),
+                false => None,
+            }
+        };
+        // A step can wait on the broker (a memory or disk alarm blocks publishers): the
+        // lease is renewed meanwhile, so no other runner takes the job over, and the job says
+        // what it waits for. Handing this step out renewed it just now: the first note is due
+        // a third of a lease later (or at once to say the broker blocks, or that a wait is
+        // over), not at every step, where it would queue behind the step's own transaction.
+        let renew = async {
+            let mut due = self.detail_shown.load(Ordering::Relaxed);
+            loop {
+                let detail = blocked.borrow_and_update().as_ref().map(|reason| {
+                    format!(
+                        "waiting: RabbitMQ blocks publishing ({reason}); the job goes on \
+                         once the broker's resource alarm clears"
+                    )
+                });
+                if due || detail.is_some() {
+                    let _ = self.note(id, detail.as_deref(), false).await;
+                }
+                due = true;
+                tokio::select! {
+                    _ = tokio::time::sleep(settings.lease / 3) => {}
+                    _ = blocked.changed() => {}
+                }
+            }
+        };
+        let next = tokio::select! {
+            (_, next) = async { tokio::join!(publish, hand_out) } => next,
+            _ = renew => unreachable!("renewing never ends"),
+        };
+        self.publishers = publishers;
+        *outcomes = published;
+        for o in outcomes.iter().filter(|o| !o.retry) {
+            self.settings.metrics.replayed(o.outcome.as_str(), 1);
+        }
+        Ok(next)
     }
 
     /// Records outcomes and takes the next messages, retrying while the database is away
@@ -500,6 +476,101 @@ impl<'a> Runner<'a> {
             }
         }
     }
+}
+
+/// The canary a runner has still to publish: how many copies are left, since when copies
+/// that die again count (the job's start), and when the last of them went out.
+struct CanaryLeft {
+    canary: Canary,
+    left: i64,
+    since: OffsetDateTime,
+    published: Instant,
+}
+
+impl CanaryLeft {
+    /// What is left of `canary` after what `job` already published (in full after a takeover).
+    fn new(canary: Canary, job: &ReplayJob) -> Self {
+        let attempted = job.counts.published + job.counts.problems();
+        CanaryLeft {
+            canary,
+            left: (i64::from(canary.count) - attempted).max(0),
+            since: job.started_at.unwrap_or_else(OffsetDateTime::now_utc),
+            published: Instant::now(),
+        }
+    }
+
+    /// The canary's wait, run from when its last copy went out.
+    fn wait_left(&self) -> Duration {
+        Duration::from_secs(u64::from(self.canary.wait_secs))
+            .saturating_sub(self.published.elapsed())
+    }
+}
+
+/// How many messages the next step takes: a step, or what is left of the canary.
+fn limit(step: u32, canary: &Option<CanaryLeft>) -> u32 {
+    match canary {
+        Some(c) => step.min(c.left as u32),
+        None => step,
+    }
+}
+
+/// The job's rate: steps go out when the messages sent so far are due.
+struct Pace {
+    rate: Option<u32>,
+    started: Instant,
+    sent: u64,
+}
+
+impl Pace {
+    fn new(rate: Option<u32>) -> Self {
+        Pace {
+            rate: rate.filter(|r| *r > 0),
+            started: Instant::now(),
+            sent: 0,
+        }
+    }
+
+    /// Waits until what was sent so far is due at the rate (at once without one, or on
+    /// shutdown).
+    async fn wait_turn(&mut self, shutdown: &CancellationToken) {
+        let Some(rate) = self.rate else { return };
+        let ahead = Duration::from_secs_f64(self.sent as f64 / f64::from(rate));
+        // After a wait (a canary, a broker outage) the time lost is not made up in a burst:
+        // at most a second's worth of backlog is kept.
+        let now = Instant::now();
+        if self.started + ahead + Duration::from_secs(1) < now {
+            self.started = now - ahead;
+        }
+        let due = self.started + ahead;
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+
+    fn sent(&mut self, messages: usize) {
+        self.sent += messages as u64;
+    }
+}
+
+/// A step's readable messages by the vhost they came from (at least one entry: a step of only
+/// unreadable records still goes through the broker's check).
+fn by_vhost<'m>(
+    current: &'m [OutgoingMessage],
+    job: &'m str,
+    bodies: &'m ArchivedBodies<'m>,
+) -> BTreeMap<&'m str, Vec<ReplayMessage<'m>>> {
+    let mut batches: BTreeMap<&str, Vec<ReplayMessage<'_>>> = BTreeMap::new();
+    for m in current.iter().filter(|m| m.unreadable.is_none()) {
+        batches
+            .entry(m.vhost.as_str())
+            .or_default()
+            .push(to_replay(m, job, bodies));
+    }
+    if batches.is_empty() {
+        batches.insert("", Vec::new());
+    }
+    batches
 }
 
 fn to_replay<'m>(
