@@ -203,6 +203,15 @@ pub struct DiscoverConfig {
     pub patterns: DiscoverPatterns,
 }
 
+impl From<&DiscoverPatterns> for crate::amqp::adopt::Patterns {
+    fn from(p: &DiscoverPatterns) -> Self {
+        crate::amqp::adopt::Patterns {
+            include: p.include.clone(),
+            exclude: p.exclude.clone(),
+        }
+    }
+}
+
 /// What `serve` tells webhooks, and where (`Debug` shows each URL as scheme and host).
 #[derive(Debug, Clone, Args)]
 pub struct WebhookArgs {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod conventions;
 pub mod death;
 pub mod demo;
+pub mod discover_cli;
 pub mod export_cli;
 pub mod field_match;
 pub mod health_cli;

@@ -31,9 +31,9 @@ async fn run() -> anyhow::Result<()> {
         Command::Import(import) => lazarus::import_cli::run(import).await,
         Command::Export(export) => lazarus::export_cli::run(export).await,
         Command::Retention(retention) => lazarus::retention::cli::run(retention).await,
-        Command::Discover(discover) => lazarus::amqp::adopt::preview(discover).await,
+        Command::Discover(discover) => lazarus::discover_cli::run(discover).await,
         Command::WebhookTest(args) => {
-            let told = lazarus::notify::test(&args).await;
+            let told = lazarus::notify::test(&args.webhooks, args.public_url.as_deref()).await;
             std::process::exit(if told { 0 } else { 1 })
         }
         Command::Health(health) => {

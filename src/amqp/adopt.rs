@@ -29,15 +29,6 @@ pub struct Patterns {
     pub exclude: Vec<String>,
 }
 
-impl From<&crate::config::DiscoverPatterns> for Patterns {
-    fn from(p: &crate::config::DiscoverPatterns) -> Self {
-        Patterns {
-            include: p.include.clone(),
-            exclude: p.exclude.clone(),
-        }
-    }
-}
-
 impl Patterns {
     /// Whether `dlq` is to be archived; `home` is the AMQP URL's vhost.
     fn admits(&self, dlq: &Dlq, home: &str) -> bool {
@@ -57,7 +48,7 @@ impl Patterns {
 
 /// `vhost/name` as a pattern with `/` is matched against (the vhost named and escaped as
 /// in a `--queue`, the home one too), for showing a DLQ of any vhost on one line.
-fn qualify_always(vhost: &str, name: &str) -> String {
+pub(crate) fn qualify_always(vhost: &str, name: &str) -> String {
     format!("{}/{name}", crate::amqp::dlq::escape(vhost))
 }
 
@@ -167,42 +158,6 @@ pub async fn discover(
             _ = shutdown.cancelled() => return,
         }
     }
-}
-
-/// `lazarus discover`: every DLQ found, and what `serve --discover` would do with it, one line
-/// each (its risks beneath); nothing is consumed.
-pub async fn preview(config: crate::config::DiscoverConfig) -> anyhow::Result<()> {
-    let management = Management::new(&config.management_url, &config.connection.amqp_url)?;
-    let home = management.vhost().to_owned();
-    let queues = crate::amqp::dlq::parse_all(&config.queues, &home)
-        .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
-    let found = management.discover(&queues).await?;
-    let configured: HashSet<Dlq> = queues.into_iter().collect();
-    let mut dlqs = found.dlqs.clone();
-    dlqs.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
-    let choice = choose(
-        found.dlqs,
-        management.vhost(),
-        &configured,
-        &Patterns::from(&config.patterns),
-    );
-    let adopted: HashSet<Dlq> = choice.adopt.iter().map(|d| d.identity(&home)).collect();
-    if dlqs.is_empty() {
-        println!("no dead-letter queues found");
-    }
-    for dlq in &dlqs {
-        let key = qualify_always(&dlq.vhost, &dlq.name);
-        let decision = match choice.left.get(&dlq.identity(&home)) {
-            Some(why) => format!("leave: {why}"),
-            None if adopted.contains(&dlq.identity(&home)) => "archive".to_owned(),
-            None => "archived already (--queue)".to_owned(),
-        };
-        println!("{key}\t{decision}\tfed by {}", dlq.sources.join(", "));
-        for risk in &dlq.warnings {
-            println!("  risk: {risk}");
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

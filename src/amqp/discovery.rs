@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::management::{DeliveryLimit, QueueInfo};
+use super::queue_info::{DeliveryLimit, QueueInfo};
 
 /// A dead-letter queue found on the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]

@@ -11,5 +11,6 @@ pub mod headers;
 pub mod lapin_types;
 pub mod management;
 pub mod publisher;
+pub mod queue_info;
 pub mod routing;
 pub mod wire;

@@ -29,14 +29,14 @@ use crate::archive::{Archive, ArchiveError, JobState, Noted};
 
 /// `lazarus webhook-test`: POSTs a test event to each webhook once (no retries) and prints what
 /// each answered; whether every one took it.
-pub async fn test(args: &crate::config::WebhookArgs) -> bool {
-    if args.webhooks.is_empty() {
+pub async fn test(webhooks: &[crate::http::Target], public_url: Option<&str>) -> bool {
+    if webhooks.is_empty() {
         eprintln!("no --webhook (or LAZARUS_WEBHOOK) to test");
         return false;
     }
     let mut all = true;
-    for target in &args.webhooks {
-        let body = Event::Test.body_for(target, args.public_url.as_deref());
+    for target in webhooks {
+        let body = Event::Test.body_for(target, public_url);
         match crate::http::post_json(target, body, Duration::from_secs(10)).await {
             Ok(answer) if answer.status.is_success() => {
                 println!("{}: took it ({})", target.redacted(), answer.status);
