@@ -209,39 +209,8 @@ impl Table {
         self.0.is_empty()
     }
 
-    /// Reads a table's typed JSON as the archive stores it. Archives written before nesting
-    /// was bounded may hold tables too deep for serde_json's limit (128): those are read on
-    /// a thread with a stack for them, and their deep parts encoded (see [`MAX_DEPTH`]).
-    pub fn from_json(text: &str) -> Result<Table, serde_json::Error> {
-        match serde_json::from_str(text) {
-            Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
-                let text = text.to_owned();
-                std::thread::Builder::new()
-                    .name("lazarus-deep-json".into())
-                    .stack_size(DEEP_JSON_STACK)
-                    .spawn(move || {
-                        let mut de = serde_json::Deserializer::from_str(&text);
-                        de.disable_recursion_limit();
-                        let mut table = Table::deserialize(&mut de)?;
-                        table.bound_depth(1);
-                        Ok(table)
-                    })
-                    .expect("a thread can be started")
-                    .join()
-                    .unwrap_or_else(|_| {
-                        Err(serde::de::Error::custom("the table is too deep to read"))
-                    })
-            }
-            other => other,
-        }
-    }
-
-    /// Encodes the tables and arrays nested [`MAX_DEPTH`] levels or deeper, as the wire
-    /// decoder leaves them (`depth`: the level of this table's entries).
-    fn bound_depth(&mut self, depth: usize) {
-        for (_, v) in &mut self.0 {
-            bound_value(v, depth);
-        }
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut AmqpValue> {
+        self.0.iter_mut().map(|(_, v)| v)
     }
 
     /// Whether JSON can show it as an object: every name is text and none repeats.
@@ -250,23 +219,6 @@ impl Table {
         self.0
             .iter()
             .all(|(k, _)| k.as_str().is_some() && seen.insert(k.as_bytes()))
-    }
-}
-
-/// Enough stack to read typed JSON of any table a 128 KiB frame can carry (measured: the
-/// deepest, ~26,000 levels, needs about 60 MiB in a debug build). Reserved, not committed.
-const DEEP_JSON_STACK: usize = 256 * 1024 * 1024;
-
-fn bound_value(v: &mut AmqpValue, depth: usize) {
-    match v {
-        AmqpValue::Table(_) | AmqpValue::Array(_) if depth >= MAX_DEPTH => {
-            if let Ok(bytes) = crate::amqp::wire::codec::encode_value(v) {
-                *v = AmqpValue::Encoded(bytes);
-            }
-        }
-        AmqpValue::Table(t) => t.bound_depth(depth + 1),
-        AmqpValue::Array(items) => items.iter_mut().for_each(|i| bound_value(i, depth + 1)),
-        _ => {}
     }
 }
 
@@ -614,29 +566,6 @@ mod tests {
         let props: MessageProperties =
             serde_json::from_str(r#"{"message_id":"m-1","content_type":null}"#).unwrap();
         assert_eq!(props.message_id, Some(Bytes::from("m-1")));
-    }
-
-    #[test]
-    fn tables_archived_too_deep_for_serde_are_read_and_bounded() {
-        let depth = 3_000;
-        let mut json = String::new();
-        for _ in 0..depth {
-            json.push_str(r#"{"a":{"type":"table","value":"#);
-        }
-        json.push_str("{}");
-        for _ in 0..depth {
-            json.push_str("}}");
-        }
-        let t = Table::from_json(&json).unwrap();
-        let mut v = t.get("a").unwrap();
-        let mut levels = 1;
-        while let AmqpValue::Table(inner) = v {
-            v = inner.get("a").unwrap();
-            levels += 1;
-        }
-        assert!(matches!(v, AmqpValue::Encoded(_)), "{v:?}");
-        assert_eq!(levels, MAX_DEPTH);
-        assert!(Table::from_json("{").is_err());
     }
 
     #[test]

@@ -224,6 +224,57 @@ fn patch_length(out: &mut [u8], at: usize) -> Result<(), EncodeError> {
     Ok(())
 }
 
+/// Reads a table's typed JSON as the archive stores it. Archives written before nesting was
+/// bounded may hold tables too deep for serde_json's limit (128): those are read on a thread
+/// with a stack for them, and their deep parts encoded as [`decode_table`] leaves them (see
+/// [`MAX_DEPTH`]).
+pub fn table_from_stored_json(text: &str) -> Result<Table, serde_json::Error> {
+    match serde_json::from_str(text) {
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            let text = text.to_owned();
+            std::thread::Builder::new()
+                .name("lazarus-deep-json".into())
+                .stack_size(DEEP_JSON_STACK)
+                .spawn(move || {
+                    let mut de = serde_json::Deserializer::from_str(&text);
+                    de.disable_recursion_limit();
+                    let mut table = <Table as serde::Deserialize>::deserialize(&mut de)?;
+                    bound_depth(&mut table, 1);
+                    Ok(table)
+                })
+                .expect("a thread can be started")
+                .join()
+                .unwrap_or_else(|_| Err(serde::de::Error::custom("the table is too deep to read")))
+        }
+        other => other,
+    }
+}
+
+/// Enough stack to read typed JSON of any table a 128 KiB frame can carry (measured: the
+/// deepest, ~26,000 levels, needs about 60 MiB in a debug build). Reserved, not committed.
+const DEEP_JSON_STACK: usize = 256 * 1024 * 1024;
+
+/// Encodes the tables and arrays nested [`MAX_DEPTH`] levels or deeper, as the decoder leaves
+/// them (`depth`: the level of this table's entries).
+fn bound_depth(table: &mut Table, depth: usize) {
+    for v in table.values_mut() {
+        bound_value(v, depth);
+    }
+}
+
+fn bound_value(v: &mut AmqpValue, depth: usize) {
+    match v {
+        AmqpValue::Table(_) | AmqpValue::Array(_) if depth >= MAX_DEPTH => {
+            if let Ok(bytes) = encode_value(v) {
+                *v = AmqpValue::Encoded(bytes);
+            }
+        }
+        AmqpValue::Table(t) => bound_depth(t, depth + 1),
+        AmqpValue::Array(items) => items.iter_mut().for_each(|i| bound_value(i, depth + 1)),
+        _ => {}
+    }
+}
+
 /// One value's wire encoding, type tag first (what [`AmqpValue::Encoded`] holds).
 pub fn encode_value(v: &AmqpValue) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
@@ -612,5 +663,28 @@ mod tests {
             Vec::new().put_table(&t),
             Err(EncodeError::ShortStringTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn tables_archived_too_deep_for_serde_are_read_and_bounded() {
+        let depth = 3_000;
+        let mut json = String::new();
+        for _ in 0..depth {
+            json.push_str(r#"{"a":{"type":"table","value":"#);
+        }
+        json.push_str("{}");
+        for _ in 0..depth {
+            json.push_str("}}");
+        }
+        let t = table_from_stored_json(&json).unwrap();
+        let mut v = t.get("a").unwrap();
+        let mut levels = 1;
+        while let AmqpValue::Table(inner) = v {
+            v = inner.get("a").unwrap();
+            levels += 1;
+        }
+        assert!(matches!(v, AmqpValue::Encoded(_)), "{v:?}");
+        assert_eq!(levels, MAX_DEPTH);
+        assert!(table_from_stored_json("{").is_err());
     }
 }

@@ -11,7 +11,7 @@ use super::bodies::{self, CHUNK_BYTES};
 use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
 use super::rows::{message_from_row, replay_from_row};
 use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
-use crate::amqp::headers::Table;
+use crate::amqp::wire::codec::table_from_stored_json;
 use crate::archive::{
     ArchiveError, Export, ExportedMessage, ExportedReplay, Selection, UnreadBody,
 };
@@ -112,7 +112,7 @@ impl<T: SqlArchive> Export for T {
                 finished_at: row.column::<Option<i64>>("finished_at")?.map(from_millis),
                 edited_body: row.column("edited_body")?,
                 edited_headers: headers
-                    .map(|h| Table::from_json(&h))
+                    .map(|h| table_from_stored_json(&h))
                     .transpose()
                     .map_err(corrupt(message))?,
             };

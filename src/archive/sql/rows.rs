@@ -8,7 +8,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 
 use super::{corrupt, from_millis};
-use crate::amqp::headers::Table;
+use crate::amqp::wire::codec::table_from_stored_json;
 use crate::archive::accounts::SessionTimes;
 use crate::archive::audit_text::{PAGE_ACTOR_CHARS, PAGE_SUMMARY_CHARS};
 use crate::archive::jobs::{
@@ -126,7 +126,7 @@ pub fn message_from_row<R: ArchiveRow>(
         redelivered: row.column("redelivered")?,
         properties: serde_json::from_str(&properties).map_err(corrupt)?,
         headers: headers
-            .map(|h| Table::from_json(&h))
+            .map(|h| table_from_stored_json(&h))
             .transpose()
             .map_err(corrupt)?,
         death_problems: problems
@@ -264,7 +264,7 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
     let message_id: i64 = row.column("message_id")?;
     let headers: Option<String> = row.column("headers")?;
     let properties = serde_json::from_str(&row.column::<String>("properties")?);
-    let headers = headers.map(|h| Table::from_json(&h)).transpose();
+    let headers = headers.map(|h| table_from_stored_json(&h)).transpose();
     // A record that cannot be read is not published (it would go out changed) and does not
     // stop the job: it ends failed, saying why.
     let (properties, headers, unreadable) = match (properties, headers) {
