@@ -20,6 +20,7 @@ mod export;
 mod failures;
 mod field_search;
 mod frameworks;
+mod group_notes;
 mod groups;
 mod headers;
 mod hostile;
