@@ -32,6 +32,7 @@ mod limits;
 mod lost_acks;
 mod masks;
 mod openapi;
+mod overview_live;
 mod pages;
 mod producers;
 mod reconnect;
