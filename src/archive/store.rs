@@ -11,11 +11,12 @@ use tokio::sync::watch;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit, CopyCounts,
-    ExportedMessage, FailureGroup, GroupBy, GroupMinute, GroupNote, GroupNoteChange, GroupQuery, HourlyCount, IngestRules, ItemOutcome, ItemRow,
-    JobAction, JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage,
-    MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals,
-    ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection,
-    StoreOutcome, StoredBody, TokenRecord, TokenRow, TokenSpec, UserRecord,
+    ExportedMessage, FailureGroup, GroupBy, GroupMinute, GroupNote, GroupNoteChange, GroupQuery,
+    HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction, JobItem, JobRow, JobSpec, JobState,
+    JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest,
+    PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord,
+    ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
+    TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 

@@ -151,8 +151,8 @@ pub async fn note_group_form(
         }
         _ => None,
     };
-    let change = change_of(status, form.get("note").unwrap_or_default(), until, now)
-        .map_err(page_error)?;
+    let change =
+        change_of(status, form.get("note").unwrap_or_default(), until, now).map_err(page_error)?;
     let note = set_note(&state, id, &change, &caller.actor())
         .await
         .map_err(page_error)?;
@@ -178,8 +178,16 @@ mod tests {
         for (status, until, said) in [
             (GroupStatus::Snoozed, None, "needs snoozed_until"),
             (GroupStatus::Snoozed, Some(now), "in the future"),
-            (GroupStatus::Snoozed, Some(now + Duration::days(31)), "30 days"),
-            (GroupStatus::Investigating, hour, "only for the status snoozed"),
+            (
+                GroupStatus::Snoozed,
+                Some(now + Duration::days(31)),
+                "30 days",
+            ),
+            (
+                GroupStatus::Investigating,
+                hour,
+                "only for the status snoozed",
+            ),
         ] {
             let err = change_of(status, "", until, now).unwrap_err().to_string();
             assert!(err.contains(said), "{err}");

@@ -16,9 +16,7 @@ use super::nav::Nav;
 use super::overview_groups::{self as shaped, GroupSort, NoteView, SortKey, Trend};
 use super::AppState;
 use crate::amqp::discovery::Risk;
-use crate::archive::{
-    FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount,
-};
+use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.

@@ -102,8 +102,7 @@ pub fn bins(minutes: &[GroupMinute], now_minute: i64) -> HashMap<String, [i64; B
         if !(0..BINS as i64 * BIN_MINUTES).contains(&age) {
             continue;
         }
-        out.entry(m.group.clone()).or_insert([0; BINS])[(age / BIN_MINUTES) as usize] +=
-            m.messages;
+        out.entry(m.group.clone()).or_insert([0; BINS])[(age / BIN_MINUTES) as usize] += m.messages;
     }
     out
 }
@@ -270,7 +269,12 @@ mod tests {
             messages,
         };
         let out = bins(
-            &[m("7", 100, 2), m("7", 91, 3), m("7", 90, 4), m("7", -300, 9)],
+            &[
+                m("7", 100, 2),
+                m("7", 91, 3),
+                m("7", 90, 4),
+                m("7", -300, 9),
+            ],
             100,
         );
         assert_eq!(out["7"][0], 5);

@@ -47,7 +47,11 @@ impl FormPairs {
             .collect()
     }
 
-    pub fn number<T: std::str::FromStr>(&self, name: &str, label: &str) -> Result<Option<T>, AppError> {
+    pub fn number<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        label: &str,
+    ) -> Result<Option<T>, AppError> {
         self.get(name)
             .map(|v| {
                 v.parse().map_err(|_| {

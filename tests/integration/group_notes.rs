@@ -11,7 +11,14 @@ use crate::helpers::*;
 
 /// The one failure group of the app's DLQ, as `/api/groups` answers it to `cookie`.
 async fn the_group(app: &TestApp, cookie: &str, dlq: &str) -> Value {
-    let answer = as_user(app, cookie, "GET", &format!("/api/groups?queue={dlq}"), None).await;
+    let answer = as_user(
+        app,
+        cookie,
+        "GET",
+        &format!("/api/groups?queue={dlq}"),
+        None,
+    )
+    .await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     let answer: Value = serde_json::from_slice(&answer.body).unwrap();
     let groups = answer["groups"].as_array().unwrap();
@@ -72,7 +79,8 @@ async fn a_group_note_and_status_are_kept_shown_audited_and_for_operators_only()
     );
     let page = http_with(app.addr, "GET", "/", &[("Cookie", &otto)], None).await;
     assert!(
-        page.text().contains(&format!("action=\"/groups/{id}/note\"")),
+        page.text()
+            .contains(&format!("action=\"/groups/{id}/note\"")),
         "an operator is offered the note form"
     );
 
@@ -121,7 +129,10 @@ async fn a_group_note_and_status_are_kept_shown_audited_and_for_operators_only()
         .unwrap_or_else(|| panic!("no snoozed groups on the overview: {html}"));
     assert!(folded.contains("1 snoozed group"), "{folded}");
     assert!(folded.contains("known, PAY-123"), "{folded}");
-    let shown = html.split("<details class=\"snoozed-groups\">").next().unwrap();
+    let shown = html
+        .split("<details class=\"snoozed-groups\">")
+        .next()
+        .unwrap();
     assert!(
         !shown.contains("known, PAY-123"),
         "a snoozed group is folded away"
@@ -156,14 +167,14 @@ async fn a_group_note_and_status_are_kept_shown_audited_and_for_operators_only()
         .collect();
     assert_eq!(notes.len(), 3, "{entries}");
     assert!(notes.iter().all(|e| e["actor"] == "otto"), "{entries}");
-    let said: Vec<&str> = notes.iter().map(|e| e["summary"].as_str().unwrap()).collect();
+    let said: Vec<&str> = notes
+        .iter()
+        .map(|e| e["summary"].as_str().unwrap())
+        .collect();
     assert!(
         said.iter().any(|s| s.contains("investigating — PAY-123")),
         "{said:?}"
     );
-    assert!(
-        said.iter().any(|s| s.contains("snoozed until")),
-        "{said:?}"
-    );
+    assert!(said.iter().any(|s| s.contains("snoozed until")), "{said:?}");
     t.cleanup().await;
 }

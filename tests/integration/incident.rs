@@ -27,7 +27,11 @@ pub(crate) struct Incident {
 const TRACE: &str = "java.lang.IllegalStateException: card processor timed out after 30000 ms\n\tat com.shop.billing.Charge.run(Charge.java:88)\n\tat com.shop.billing.Worker.handle(Worker.java:41)";
 const LONG_ERROR: &str = "com.shop.billing.validation.InvoiceValidationException:VAT_id_missing_for_customer_in_region_EUROPE-WEST-1_see_https://wiki.example.com/billing/vat";
 
-pub(crate) async fn incident(prefix: &str, n: usize, tweak: impl FnOnce(&mut ServeConfig)) -> Incident {
+pub(crate) async fn incident(
+    prefix: &str,
+    n: usize,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Incident {
     let p = unique(prefix);
     let mut t = Topology::new().await;
     let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
@@ -90,7 +94,12 @@ async fn with_users(app: &TestApp) {
 }
 
 /// Waits (up to 30 s) until the job satisfies `done`; the job as the API says it.
-pub(crate) async fn job_until(app: &TestApp, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn job_until(
+    app: &TestApp,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let start = Instant::now();
     loop {
         let job = app.json(&format!("/api/replays/{id}"), 200).await;

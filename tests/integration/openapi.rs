@@ -206,11 +206,18 @@ async fn the_api_keeps_to_its_openapi_description() {
     let pattern = "/api/groups/{id}/note";
     let path = format!("/api/groups/{group}/note");
     let note = json!({ "status": "investigating", "note": "seen in the OpenAPI test" });
-    answers.ask("POST", pattern, &path, Some(note), &[200]).await;
+    answers
+        .ask("POST", pattern, &path, Some(note), &[200])
+        .await;
     let snooze = json!({ "status": "snoozed" });
-    answers.ask("POST", pattern, &path, Some(snooze), &[400]).await;
+    answers
+        .ask("POST", pattern, &path, Some(snooze), &[400])
+        .await;
     let groups = answers.get("/api/groups", "/api/groups").await;
-    assert_eq!(groups["groups"][0]["note"]["status"], "investigating", "{groups}");
+    assert_eq!(
+        groups["groups"][0]["note"]["status"], "investigating",
+        "{groups}"
+    );
     let empty = json!({ "note": "nothing" });
     let path = "/api/messages/dismiss";
     answers.ask("POST", path, path, Some(empty), &[400]).await;

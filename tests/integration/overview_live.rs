@@ -146,7 +146,10 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
             "the refresh happened: {after:?}"
         );
         let moved = after[2]["top"].as_f64().unwrap() - before[2]["top"].as_f64().unwrap();
-        assert!(moved.abs() < 1.0, "the row under the pointer moved by {moved} px");
+        assert!(
+            moved.abs() < 1.0,
+            "the row under the pointer moved by {moved} px"
+        );
         let under = browser
             .script(&format!(
                 "const e = document.elementFromPoint({}, {}); const tr = e && e.closest('tr[data-group]');\
@@ -155,7 +158,11 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
             ))
             .await;
         assert_eq!(under, pointed.as_str(), "what is under the pointer");
-        assert_eq!(after.last().unwrap()["fresh"], true, "the new group is marked: {after:?}");
+        assert_eq!(
+            after.last().unwrap()["fresh"],
+            true,
+            "the new group is marked: {after:?}"
+        );
 
         // A reload shows the groups as sorted (the newest failure first); the user may sort
         // by open count instead.
@@ -178,7 +185,10 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
             .map(|r| r["open"].as_str().unwrap().parse().unwrap())
             .collect();
         assert_eq!(open.len(), expected.len(), "{open:?}");
-        assert!(open.windows(2).all(|w| w[0] >= w[1]), "by open count: {open:?}");
+        assert!(
+            open.windows(2).all(|w| w[0] >= w[1]),
+            "by open count: {open:?}"
+        );
         let url = browser.call("GET", "/url", None).await;
         assert!(url.as_str().unwrap().ends_with("/?sort=open"), "{url}");
         browser.look(&format!("overview-still-{}", size.0)).await;
@@ -232,7 +242,11 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
                .map(n => {{ const i = f.querySelector('input[name=' + n + ']'); return i && i.placeholder; }})"
         ))
         .await;
-    assert_eq!(defaults, json!(["no limit", "0", "30", "0"]), "the list's defaults");
+    assert_eq!(
+        defaults,
+        json!(["no limit", "0", "30", "0"]),
+        "the list's defaults"
+    );
     let list_defaults = {
         browser.go(&format!("{base}/messages?queue={dlq}")).await;
         browser
@@ -257,9 +271,7 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
     browser
         .type_into(&format!("{form} input[name=canary_wait_secs]"), "1")
         .await;
-    browser
-        .click(&format!("{form} button[type=submit]"))
-        .await;
+    browser.click(&format!("{form} button[type=submit]")).await;
     browser
         .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
         .await;
@@ -285,9 +297,7 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
         let (open, settling) = settling_said(&browser).await;
         assert_eq!(open, "2");
         assert_eq!(settling.as_deref(), Some("2 settling"));
-        let dlq_settling = browser
-            .text(&format!("[data-settling='{dlq}']"))
-            .await;
+        let dlq_settling = browser.text(&format!("[data-settling='{dlq}']")).await;
         assert_eq!(dlq_settling, "2 settling", "the DLQ's row too");
         let summary = browser
             .text(&format!("{row} details.inline-form summary"))
@@ -307,9 +317,7 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
             .await;
         let over = browser.overflow().await;
         assert!(over.is_null(), "{size:?}: {over}");
-        browser
-            .look(&format!("overview-settling-{}", size.0))
-            .await;
+        browser.look(&format!("overview-settling-{}", size.0)).await;
     }
     // Ticked, the second replay plans them again.
     browser.resize(DESKTOP).await;
@@ -320,9 +328,7 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
     browser
         .click(&format!("{form} input[name=include_replayed]"))
         .await;
-    browser
-        .click(&format!("{form} button[type=submit]"))
-        .await;
+    browser.click(&format!("{form} button[type=submit]")).await;
     browser
         .wait_text("h1", "the plan page", |t| t.contains("Replay plan"))
         .await;
@@ -352,7 +358,10 @@ async fn the_overview_is_cards_on_a_phone_and_replay_group_opens_with_its_name()
         browser.go(&format!("{}/", i.base)).await;
         browser.find("#groups tbody tr[data-group]").await;
         let over = browser.overflow().await;
-        assert!(over.is_null(), "{size:?}: the page is wider than its window: {over}");
+        assert!(
+            over.is_null(),
+            "{size:?}: the page is wider than its window: {over}"
+        );
         let cards = browser.scrolling_cards().await;
         assert_eq!(cards, json!([]), "{size:?}: cards scroll sideways");
         if size != PHONE {
@@ -404,7 +413,10 @@ async fn the_overview_is_cards_on_a_phone_and_replay_group_opens_with_its_name()
         let cards = browser.scrolling_cards().await;
         assert_eq!(cards, json!([]), "the open form scrolls its card sideways");
         browser
-            .look(&format!("overview-cards{}", if dark { "-dark" } else { "" }))
+            .look(&format!(
+                "overview-cards{}",
+                if dark { "-dark" } else { "" }
+            ))
             .await;
     }
     browser.quit().await;

@@ -5,9 +5,7 @@ use async_trait::async_trait;
 use time::format_description::well_known::Rfc3339;
 
 use super::{args, audit, from_millis, millis, now, ArchiveRow, SqlArchive};
-use crate::archive::{
-    Actor, ArchiveError, GroupNote, GroupNoteChange, GroupNotes, GroupStatus,
-};
+use crate::archive::{Actor, ArchiveError, GroupNote, GroupNoteChange, GroupNotes, GroupStatus};
 
 #[async_trait]
 impl<T: SqlArchive> GroupNotes for T {

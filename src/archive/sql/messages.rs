@@ -12,8 +12,7 @@ use super::rows::{count_from_row, hourly_from_row, message_from_row, summary_fro
 use super::{args, ArchiveRow, Pool, SqlArchive};
 use crate::archive::{
     ArchiveError, ArchivedMessage, BodyStart, FailureGroup, GroupBy, GroupMinute, GroupQuery,
-    HourlyCount, MessagePage,
-    MessageStore, QueueReasonCount, StoredBody,
+    HourlyCount, MessagePage, MessageStore, QueueReasonCount, StoredBody,
 };
 
 /// Business field values of the given messages, by message.
