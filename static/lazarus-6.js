@@ -210,8 +210,9 @@ document.addEventListener("keydown", function (e) {
 // The overview's groups hold still while the page refreshes itself: rows known before a
 // refresh keep their order (whatever the sort would say now), groups new to the page join at
 // the bottom and are announced (#group-news, a live region outside the refreshing part), and
-// the row under the pointer or holding the focus stays where it was on the screen — the
-// page scrolls by what the rows above it grew or shrank — with the focus given back to it.
+// the page keeps its scroll position, and the row under the pointer or holding the focus
+// stays where it was on the screen — the page scrolls by what the rows above it grew or
+// shrank — with the focus given back to it.
 var heldGroups = null;
 function groupRows(root) {
   var body = root && root.querySelector("#groups tbody");
@@ -227,6 +228,8 @@ document.addEventListener("htmx:beforeSwap", function (e) {
   var held = focused || pointed;
   var focusables = held ? Array.prototype.slice.call(held.querySelectorAll("a, button, summary, input, select")) : [];
   heldGroups = {
+    // Swapping the part out and in again may take the page back to its top.
+    y: window.scrollY,
     order: rows.map(function (r) { return r.dataset.group; }),
     had: !!live.querySelector("#groups"),
     held: held ? { key: held.dataset.group, top: held.getBoundingClientRect().top, focus: focused ? focusables.indexOf(active) : -1 } : null
@@ -250,6 +253,7 @@ document.addEventListener("htmx:afterSwap", function () {
     body.appendChild(row);
     if (was.had) row.classList.add("new-group");
   });
+  if (window.scrollY !== was.y) window.scrollTo(window.scrollX, was.y);
   if (was.had && fresh.length) {
     var news = document.getElementById("group-news");
     if (news) news.textContent = fresh.length + (fresh.length === 1 ? " new group" : " new groups") + " at the bottom of the list";

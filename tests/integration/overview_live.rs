@@ -104,15 +104,18 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
                 "document.querySelector({third:?}).scrollIntoView({{block: 'center'}})"
             ))
             .await;
-        let before = group_rows(&browser).await;
-        assert!(before.len() >= 3, "{before:?}");
         // The pointer rests on the third row while its bug fails again (by last seen it
         // would now come first) and a new bug appears.
         hover(&browser, third).await;
+        let before = group_rows(&browser).await;
+        assert!(before.len() >= 3, "{before:?}");
         let pointed = before[2]["cause"].as_str().unwrap().to_owned();
         let open_before: i64 = before[2]["open"].as_str().unwrap().parse().unwrap();
         let archived = app.archived().await;
         fail(&t, &dlq, &pointed, 3).await;
+        app.wait_for_archived(archived + 3, Duration::from_secs(10))
+            .await;
+        // The new bug last: by last seen it comes first after a reload.
         fail(&t, &dlq, new_bug, 1).await;
         app.wait_for_archived(archived + 4, Duration::from_secs(10))
             .await;
@@ -148,7 +151,7 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
         let moved = after[2]["top"].as_f64().unwrap() - before[2]["top"].as_f64().unwrap();
         assert!(
             moved.abs() < 1.0,
-            "the row under the pointer moved by {moved} px"
+            "{size:?}: the row under the pointer moved by {moved} px: {before:?} → {after:?}"
         );
         let under = browser
             .script(&format!(
