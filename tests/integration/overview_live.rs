@@ -196,6 +196,26 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
         assert!(url.as_str().unwrap().ends_with("/?sort=open"), "{url}");
         browser.look(&format!("overview-still-{}", size.0)).await;
     }
+    // However the groups are grouped, their trends hold every failure of the last hours.
+    let archived = app.archived().await;
+    for by in ["cause", "error_type", "message_type", "queue", "reason"] {
+        browser.go(&format!("{base}/?group_by={by}")).await;
+        browser.find("#groups tbody tr[data-group]").await;
+        let totals = browser
+            .script(
+                "return Array.from(document.querySelectorAll('#groups svg.trend'))\
+                   .map(s => parseInt(s.getAttribute('aria-label'), 10))",
+            )
+            .await;
+        let totals: Vec<i64> = totals
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_i64().unwrap())
+            .collect();
+        assert!(!totals.is_empty(), "{by}");
+        assert_eq!(totals.iter().sum::<i64>(), archived, "{by}: {totals:?}");
+    }
     browser.quit().await;
     t.cleanup().await;
 }
@@ -424,4 +444,48 @@ async fn the_overview_is_cards_on_a_phone_and_replay_group_opens_with_its_name()
     }
     browser.quit().await;
     i.t.cleanup().await;
+}
+
+/// The trend totals the overview's group rows say, in page order.
+fn trend_totals(html: &str) -> Vec<i64> {
+    html.split("class=\"spark trend\"")
+        .skip(1)
+        .map(|rest| {
+            let label = rest.split("aria-label=\"").nth(1).unwrap_or_default();
+            label
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(-1)
+        })
+        .collect()
+}
+
+on_both_backends!(each_group_has_its_own_trend);
+async fn each_group_has_its_own_trend() {
+    let p = unique("trend");
+    let dlq = format!("{p}.dlq");
+    let mut t = Topology::new().await;
+    t.queue(&dlq, Default::default()).await;
+    let app = TestApp::spawn(&[&dlq]).await;
+    fail(&t, &dlq, "alpha: no such customer", 3).await;
+    fail(&t, &dlq, "beta: the tax service timed out", 2).await;
+    app.wait_for_archived(5, Duration::from_secs(10)).await;
+    for (by, expected) in [
+        ("", vec![2, 3]),
+        // Spring's x-exception-message names no exception type: one group.
+        ("?group_by=error_type", vec![5]),
+        ("?group_by=message_type", vec![5]),
+        ("?group_by=queue", vec![5]),
+        ("?group_by=reason", vec![5]),
+    ] {
+        let html = app.get(&format!("/{by}")).await.text();
+        let mut totals = trend_totals(&html);
+        totals.sort_unstable();
+        assert_eq!(totals, expected, "{by}");
+    }
+    // The rate now: five in the last ten minutes.
+    let html = app.get("/?group_by=reason").await.text();
+    assert!(html.contains("0.5/min now, 0/min an hour ago"), "{html}");
+    t.cleanup().await;
 }
