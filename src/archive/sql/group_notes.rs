@@ -2,9 +2,9 @@
 //! replaced by each change in the transaction that audits it.
 
 use async_trait::async_trait;
-use time::format_description::well_known::Rfc3339;
 
 use super::{args, audit, from_millis, millis, now, ArchiveRow, SqlArchive};
+use crate::archive::audit_text::group_note_audit;
 use crate::archive::{Actor, ArchiveError, GroupNote, GroupNoteChange, GroupNotes, GroupStatus};
 
 #[async_trait]
@@ -34,17 +34,8 @@ impl<T: SqlArchive> GroupNotes for T {
                 ],
             )
             .await?;
-        let until_said = change
-            .snoozed_until
-            .and_then(|t| t.format(&Rfc3339).ok())
-            .map(|t| format!(" until {t}"))
-            .unwrap_or_default();
-        let summary = format!(
-            "failure group {group}: status {}{until_said}; note {:?}",
-            change.status.label(),
-            change.note
-        );
-        audit(tx.conn(), by, "group_note", None, None, &summary).await?;
+        let (action, summary) = group_note_audit(group, change);
+        audit(tx.conn(), by, action, None, None, &summary).await?;
         tx.commit().await?;
         Ok(GroupNote {
             status: change.status,
