@@ -1,6 +1,8 @@
 //! What the audit log says of each action: its lines, and how much of a text it keeps.
 
-use super::{JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, RetentionCount, Selection};
+use super::{
+    GroupNoteChange, JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, RetentionCount, Selection,
+};
 use crate::death::ReplayTarget;
 use crate::numbers::thousands;
 
@@ -18,6 +20,24 @@ pub fn capped(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
         Some((end, _)) => format!("{}…", &text[..end]).into(),
         None => text.into(),
     }
+}
+
+/// The audit action and summary of a failure group's note and status.
+pub fn group_note_audit(group: i64, change: &GroupNoteChange) -> (&'static str, String) {
+    use time::format_description::well_known::Rfc3339;
+    let until = change
+        .snoozed_until
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .map(|t| format!(" until {t}"))
+        .unwrap_or_default();
+    (
+        "group_note",
+        format!(
+            "failure group {group}: status {}{until}; note {:?}",
+            change.status.label(),
+            change.note
+        ),
+    )
 }
 
 /// The audit action and summary of a single replay.

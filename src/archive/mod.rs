@@ -8,6 +8,7 @@ mod audit_text;
 mod copies;
 mod exported;
 mod failure;
+mod group_notes;
 mod groups;
 mod jobs;
 mod model;
@@ -23,6 +24,7 @@ pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
 pub use exported::{read_unread_body, ExportLine};
 pub use failure::{failure, Failure, TRACE_HEADERS, TYPE_HEADERS};
+pub use group_notes::{GroupMinute, GroupNote, GroupNoteChange, GroupStatus};
 pub use groups::{FailureGroup, GroupBy, GroupKey, GroupQuery};
 pub use jobs::{
     AuditEntry, Canary, ChunkLimit, CopyCounts, ItemOutcome, JobAction, JobCounts, JobItem,
@@ -37,9 +39,9 @@ pub use record::{
 };
 pub use sqlite::SqliteArchive;
 pub use store::{
-    Accounts, Actions, Archive, AuditLog, Carry, Console, Export, Import, Ingest, InstanceLock,
-    JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Numbering, Reindex,
-    ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
+    Accounts, Actions, Archive, AuditLog, Carry, Console, Export, GroupNotes, Import, Ingest,
+    InstanceLock, JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Numbering,
+    Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

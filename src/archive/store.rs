@@ -11,11 +11,12 @@ use tokio::sync::watch;
 
 use super::{
     Actor, ArchiveError, ArchivedMessage, AuditEntry, AuditRow, BodyStart, ChunkLimit, CopyCounts,
-    ExportedMessage, FailureGroup, GroupQuery, HourlyCount, IngestRules, ItemOutcome, ItemRow,
-    JobAction, JobItem, JobRow, JobSpec, JobState, JobStep, MessageFilter, MessagePage,
-    MessageSummary, NameLock, Outcome, PageRequest, PreparedMessage, QueueReasonCount, QueueTotals,
-    ReplayEdit, ReplayJob, ReplayRecord, ReplayStart, RetentionRun, Role, Scan, Selection,
-    StoreOutcome, StoredBody, TokenRecord, TokenRow, TokenSpec, UserRecord,
+    ExportedMessage, FailureGroup, GroupBy, GroupMinute, GroupNote, GroupNoteChange, GroupQuery,
+    HourlyCount, IngestRules, ItemOutcome, ItemRow, JobAction, JobItem, JobRow, JobSpec, JobState,
+    JobStep, MessageFilter, MessagePage, MessageSummary, NameLock, Outcome, PageRequest,
+    PreparedMessage, QueueReasonCount, QueueTotals, ReplayEdit, ReplayJob, ReplayRecord,
+    ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
+    TokenRow, TokenSpec, UserRecord,
 };
 use crate::death::ReplayTarget;
 
@@ -143,6 +144,15 @@ pub trait MessageStore: Send + Sync {
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
         self.groups(&GroupQuery::by_cause(limit)).await
     }
+    /// Messages per failure group (as grouped `by`) and minute, from minute `since` (Unix
+    /// time / 60) on: each group's trend. Kept by ingest for the last few hours.
+    async fn group_minutes(
+        &self,
+        by: GroupBy,
+        since: i64,
+    ) -> Result<Vec<GroupMinute>, ArchiveError>;
+    /// Replayed messages still settling, per DLQ (DLQs with none left out).
+    async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }
@@ -548,6 +558,20 @@ pub trait Notices: Send + Sync {
     async fn note_state(&self, key: &str, state: &str) -> Result<Noted, ArchiveError>;
 }
 
+/// Notes and statuses of failure groups (by cause), each change in the audit log.
+#[async_trait]
+pub trait GroupNotes: Send + Sync {
+    /// Sets cause group `group`'s note and status (replacing what it had), and audits it.
+    async fn set_group_note(
+        &self,
+        group: i64,
+        change: &GroupNoteChange,
+        by: &Actor,
+    ) -> Result<GroupNote, ArchiveError>;
+    /// The notes of these cause groups (those without one left out).
+    async fn group_notes(&self, groups: &[i64]) -> Result<Vec<(i64, GroupNote)>, ArchiveError>;
+}
+
 /// What `lazarus serve` keeps up in the background: resolving replayed messages whose copy
 /// did not come back within the settle time, and forgetting old per-minute counts.
 #[async_trait]
@@ -562,6 +586,7 @@ pub trait Upkeep: Send + Sync {
 /// What the web may use: everything but storing deliveries and stepping replay jobs.
 pub trait Console:
     MessageStore
+    + GroupNotes
     + MessageSearch
     + ReplayLog
     + JobStore
@@ -575,6 +600,7 @@ pub trait Console:
 
 impl<T> Console for T where
     T: MessageStore
+        + GroupNotes
         + MessageSearch
         + ReplayLog
         + JobStore

@@ -1,5 +1,5 @@
 //! `GET /api/groups`: the failure groups the overview shows, as JSON — by cause, or by one of
-//! its parts — with the list filters that select each one's messages.
+//! its parts — with the list filters that select each one's messages and its note and status.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::AppQuery;
 use super::{AppError, AppState};
-use crate::archive::{filter_value, FailureGroup, GroupBy, GroupQuery};
+use crate::archive::{filter_value, FailureGroup, GroupBy, GroupNote, GroupQuery};
 
 /// Groups answered when `limit` is not given, and at most.
 const DEFAULT_GROUPS: u32 = 100;
@@ -62,6 +62,9 @@ pub struct GroupAnswer {
     /// For `GET /api/messages` or a replay's `filter` (add `"status": "open"` for its open
     /// messages only).
     filter: BTreeMap<&'static str, String>,
+    /// Its note and status (`POST /api/groups/{id}/note`), when one was set: grouped by
+    /// cause only (null otherwise).
+    note: Option<GroupNote>,
 }
 
 /// What `GET /api/groups` answers.
@@ -181,11 +184,15 @@ pub(super) async fn list_groups(
     let query = params.query()?;
     let _reading = state.reads.acquire().await?;
     let groups = state.archive.groups(&query).await?;
+    let ids: Vec<i64> = groups.iter().filter_map(|g| g.id).collect();
+    let mut notes: BTreeMap<i64, GroupNote> =
+        state.archive.group_notes(&ids).await?.into_iter().collect();
     Ok(Json(GroupList {
         groups: groups
             .into_iter()
             .map(|group| GroupAnswer {
                 filter: group.filter(query.by).into_iter().collect(),
+                note: group.id.and_then(|id| notes.remove(&id)),
                 group,
             })
             .collect(),

@@ -5,8 +5,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 pub const HTMX: &str = "/static/htmx-2.0.11.min.js";
-pub const CSS: &str = "/static/lazarus-4.css";
-pub const JS: &str = "/static/lazarus-5.js";
+pub const CSS: &str = "/static/lazarus-5.css";
+pub const JS: &str = "/static/lazarus-6.js";
 pub const FAVICON: &str = "/static/favicon-1.svg";
 
 const CACHE_FOREVER: &str = "public, max-age=31536000, immutable";
@@ -31,14 +31,14 @@ pub(super) async fn htmx() -> impl IntoResponse {
 pub(super) async fn css() -> impl IntoResponse {
     asset(
         "text/css; charset=utf-8",
-        include_bytes!("../../static/lazarus-4.css"),
+        include_bytes!("../../static/lazarus-5.css"),
     )
 }
 
 pub(super) async fn js() -> impl IntoResponse {
     asset(
         "text/javascript; charset=utf-8",
-        include_bytes!("../../static/lazarus-5.js"),
+        include_bytes!("../../static/lazarus-6.js"),
     )
 }
 

@@ -188,6 +188,11 @@ path_id!(
     "replay job"
 );
 path_id!(
+    /// `{id}` of a failure group (by cause).
+    GroupId,
+    "failure group"
+);
+path_id!(
     /// `{id}` of an API token.
     TokenId,
     "API token"

@@ -17,6 +17,7 @@ mod download;
 mod error;
 mod export;
 mod extract;
+mod group_notes;
 mod health;
 mod highlight;
 pub mod html;
@@ -30,6 +31,7 @@ mod ndjson;
 mod nearest;
 mod openapi;
 pub mod overview;
+mod overview_groups;
 mod payload;
 mod replays;
 mod security;
@@ -207,6 +209,8 @@ fn routes() -> Routes {
             message_actions::dismiss_form,
         )
         .post(OPERATOR, "/messages/select", replays::selection_form)
+        .post(OPERATOR, "/groups/{id}/note", group_notes::note_group_form)
+        .post(OPERATOR, "/api/groups/{id}/note", group_notes::note_group)
         .post(OPERATOR, "/replays/{id}/{action}", replays::control_form)
         .post(OPERATOR, "/api/messages/{id}/replay", api::replay_message)
         .post(OPERATOR, "/api/replays", api_replays::create_job)

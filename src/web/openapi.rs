@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 
 use super::access::{Access, AccessTable};
 use super::error::ErrorBody;
-use super::{admin, api, api_groups, api_replays, dlqs, export, health};
+use super::{admin, api, api_groups, api_replays, dlqs, export, group_notes, health};
 use crate::auth::SESSION_COOKIE;
 
 #[derive(OpenApi)]
@@ -35,6 +35,7 @@ use crate::auth::SESSION_COOKIE;
         api::download_body,
         api::replay_message,
         api_groups::list_groups,
+        group_notes::note_group,
         api_replays::dismiss_one,
         api_replays::dismiss,
         api_replays::list_jobs,

@@ -1,6 +1,7 @@
 //! The overview page: every archived DLQ with totals, reasons, a 24-hour sparkline and its
 //! consumer's state, then the failure groups — by cause, or by one of its parts
-//! (`?group_by=`). Reads only the incremental tables.
+//! (`?group_by=`), in the order chosen (`?sort=`), each with its trend, note and status
+//! (`overview_groups`). Reads only the incremental tables.
 
 use std::collections::BTreeMap;
 
@@ -12,9 +13,10 @@ use time::{Duration, OffsetDateTime};
 use super::dlqs::Found;
 use super::html::{filters, render, utc};
 use super::nav::Nav;
+use super::overview_groups::{self as shaped, GroupSort, NoteView, SortKey, Trend};
 use super::AppState;
 use crate::amqp::discovery::Risk;
-use crate::archive::{FailureGroup, GroupBy, GroupQuery, HourlyCount, QueueReasonCount};
+use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
 use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.
@@ -40,6 +42,8 @@ pub struct QueueRow {
     pub name: String,
     /// Messages still to deal with (not dismissed, settled or died again).
     pub open: i64,
+    /// Of the open ones, replayed and settling.
+    pub settling: i64,
     /// Every message archived from it.
     pub total: i64,
     pub reasons: Vec<ReasonCount>,
@@ -47,6 +51,8 @@ pub struct QueueRow {
     pub last_24h: i64,
     /// Archived in the last few minutes: what dies now.
     pub recent: i64,
+    /// The same as a rate: "2.4/min".
+    pub rate: String,
     pub newest: Option<String>,
     pub oldest: Option<String>,
     pub consumer: String,
@@ -54,6 +60,10 @@ pub struct QueueRow {
 }
 
 pub struct GroupRow {
+    /// What names it to the page's script across refreshes (its filter).
+    pub key: String,
+    /// The cause group's id (its note form), grouped by cause.
+    pub id: Option<i64>,
     /// What its messages have in common, as the grouping names it (grouped by cause: the
     /// queue they failed in).
     pub name: String,
@@ -74,6 +84,14 @@ pub struct GroupRow {
     pub link: String,
     /// Its filters, as the hidden fields of its replay and dismiss forms.
     pub fields: Vec<(&'static str, String)>,
+    /// "Replay group…", or "Replay again…" once everything open is settling.
+    pub replay_label: &'static str,
+    /// What a replay would do while some are settling.
+    pub replay_said: Option<String>,
+    /// The note form's statuses: (value, label, chosen).
+    pub status_choices: Vec<(&'static str, &'static str, bool)>,
+    pub trend: Trend,
+    pub note: Option<NoteView>,
 }
 
 /// A grouping the overview offers, and its link.
@@ -128,7 +146,13 @@ pub struct OverviewPage {
     /// How the groups are grouped, and the other ways.
     pub group_by: GroupBy,
     pub group_choices: Vec<GroupChoice>,
-    /// This page, grouped as it is (what it refreshes from).
+    /// The orders the groups may be shown in, and their links.
+    pub sort_choices: Vec<GroupChoice>,
+    /// Groups snoozed (folded away until their time).
+    pub snoozed: Vec<GroupRow>,
+    /// The snoozes the note form offers: (hours, label).
+    pub snooze_hours: &'static [(i64, &'static str)],
+    /// This page, grouped and sorted as it is (what it refreshes from).
     pub here: String,
     /// Risks to a DLQ's messages although it is consumed: (queue, what is wrong).
     pub warnings: Vec<(String, String)>,
@@ -157,7 +181,22 @@ pub async fn overview(
     let consumers = state.status.snapshot();
     let mut outages = outages(&consumers);
     let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
-    let group_by = match requested_grouping(query.as_deref()) {
+    let sort = match requested(query.as_deref(), "sort", GroupSort::parse) {
+        Ok(sort) => sort.unwrap_or_default(),
+        Err(asked) => {
+            warnings.push((
+                format!("sort={asked}"),
+                format!(
+                    "groups can be sorted by {}; shown by last seen",
+                    GroupSort::ALL.map(GroupSort::as_str).join(", ")
+                ),
+            ));
+            GroupSort::LastSeen
+        }
+    };
+    let group_by = match requested(query.as_deref(), "group_by", GroupBy::parse)
+        .map(Option::unwrap_or_default)
+    {
         Ok(by) => by,
         Err(asked) => {
             warnings.push((
@@ -193,9 +232,20 @@ pub async fn overview(
             Some(_) => state.archive.last_retention().await?,
             None => None,
         };
-        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent, last_pass))
+        let now_minute = now.unix_timestamp().div_euclid(60);
+        let since = now_minute - shaped::BINS as i64 * shaped::BIN_MINUTES + 1;
+        let minutes = state.archive.group_minutes(group_by, since).await?;
+        let settling = state.archive.settling_by_dlq().await?;
+        let ids: Vec<i64> = groups.iter().filter_map(|g| g.id).collect();
+        let notes = state.archive.group_notes(&ids).await?;
+        let extra = GroupReads {
+            bins: shaped::bins(&minutes, now_minute),
+            settling,
+            notes: notes.into_iter().collect(),
+        };
+        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent, last_pass, extra))
     };
-    let (counts, hourly, groups, recent, last_pass) = match state.reads.acquire().await {
+    let (counts, hourly, groups, recent, last_pass, extra) = match state.reads.acquire().await {
         // Too many readers at once: said like an outage, and the page refreshes itself.
         Err(busy) => {
             outages.insert(0, format!("{busy}."));
@@ -231,6 +281,7 @@ pub async fn overview(
             lost: latest.lost.map(|(at, why)| (utc(at), why)),
         }
     });
+    let (groups, snoozed) = group_rows(&groups, group_by, sort, &extra, now);
     render(&OverviewPage {
         nav,
         dlqs,
@@ -238,21 +289,91 @@ pub async fn overview(
         notifications,
         open_total: counts.iter().map(|c| c.open).sum(),
         recent_minutes: RECENT_MINUTES,
-        queues: queue_rows(&counts, &hourly, &recent, &consumers, now),
-        groups: groups.iter().map(|g| group_row(g, group_by)).collect(),
+        queues: queue_rows(&counts, &hourly, &recent, &extra.settling, &consumers, now),
+        groups,
+        snoozed,
+        snooze_hours: &super::group_notes::SNOOZE_HOURS,
         group_by,
         group_choices: GroupBy::ALL
             .into_iter()
             .map(|by| GroupChoice {
                 label: by.label(),
-                link: overview_link(by),
+                link: overview_link(by, sort),
                 chosen: by == group_by,
             })
             .collect(),
-        here: overview_link(group_by),
+        sort_choices: GroupSort::ALL
+            .into_iter()
+            .map(|s| GroupChoice {
+                label: s.label(),
+                link: overview_link(group_by, s),
+                chosen: s == sort,
+            })
+            .collect(),
+        here: overview_link(group_by, sort),
         warnings,
         outages,
     })
+}
+
+/// What the group rows are made of beside the groups themselves.
+#[derive(Default)]
+struct GroupReads {
+    /// Each group's trend bars, by [`shaped::trend_key`].
+    bins: std::collections::HashMap<String, [i64; shaped::BINS]>,
+    /// Settling messages per DLQ.
+    settling: Vec<(String, i64)>,
+    /// Notes by cause group id.
+    notes: BTreeMap<i64, GroupNote>,
+}
+
+/// The group rows in `sort`'s order, and apart from them those snoozed at `now`.
+fn group_rows(
+    groups: &[FailureGroup],
+    by: GroupBy,
+    sort: GroupSort,
+    extra: &GroupReads,
+    now: OffsetDateTime,
+) -> (Vec<GroupRow>, Vec<GroupRow>) {
+    let now_minute = now.unix_timestamp().div_euclid(60);
+    let mut rows: Vec<(GroupRow, bool)> = groups
+        .iter()
+        .map(|g| {
+            let note = g.id.and_then(|id| extra.notes.get(&id));
+            let bins = extra
+                .bins
+                .get(&shaped::trend_key(g, by))
+                .copied()
+                .unwrap_or([0; shaped::BINS]);
+            let mut row = group_row(g, by);
+            row.trend = shaped::trend(&bins, now_minute);
+            row.note = note.map(NoteView::of);
+            row.status_choices = shaped::status_choices(note);
+            (row, note.is_some_and(|n| n.snoozed_at(now)))
+        })
+        .collect();
+    let keys: Vec<SortKey<'_>> = rows
+        .iter()
+        .zip(groups)
+        .map(|((row, _), g)| SortKey {
+            name: &row.name,
+            open: row.open,
+            first_seen: g.first_seen,
+        })
+        .collect();
+    let order = shaped::sorted(&keys, sort);
+    let mut slots: Vec<Option<(GroupRow, bool)>> = rows.drain(..).map(Some).collect();
+    let (mut shown, mut snoozed) = (Vec::new(), Vec::new());
+    for i in order {
+        if let Some((row, asleep)) = slots[i].take() {
+            if asleep {
+                snoozed.push(row);
+            } else {
+                shown.push(row);
+            }
+        }
+    }
+    (shown, snoozed)
 }
 
 /// The card of DLQs not archived; the risks of archived ones join `warnings` (but their
@@ -353,6 +474,7 @@ fn queue_rows(
     counts: &[QueueReasonCount],
     hourly: &[HourlyCount],
     recent: &[(String, i64)],
+    settling: &[(String, i64)],
     consumers: &BTreeMap<String, ConsumerState>,
     now: OffsetDateTime,
 ) -> Vec<QueueRow> {
@@ -385,9 +507,18 @@ fn queue_rows(
                 }
                 Some(ConsumerState::Stopped) => ("stopped".to_owned(), "down"),
             };
+            let recent = recent
+                .iter()
+                .find(|(q, _)| q == name)
+                .map_or(0, |(_, n)| *n);
             QueueRow {
                 name: name.to_owned(),
                 open: mine.iter().map(|c| c.open).sum(),
+                settling: settling
+                    .iter()
+                    .find(|(q, _)| q == name)
+                    .map_or(0, |(_, n)| *n),
+                rate: shaped::per_minute(recent, RECENT_MINUTES),
                 total: mine.iter().map(|c| c.messages).sum(),
                 reasons: mine
                     .iter()
@@ -398,10 +529,7 @@ fn queue_rows(
                     })
                     .collect(),
                 last_24h: per_hour.iter().sum(),
-                recent: recent
-                    .iter()
-                    .find(|(q, _)| q == name)
-                    .map_or(0, |(_, n)| *n),
+                recent,
                 bars: sparkline(&per_hour, this_hour - 23),
                 newest: mine.iter().map(|c| c.newest).max().map(utc),
                 oldest: mine.iter().map(|c| c.oldest).min().map(utc),
@@ -433,23 +561,35 @@ fn sparkline(per_hour: &[i64], first_hour: i64) -> Vec<Bar> {
         .collect()
 }
 
-/// The grouping `?group_by=` asks for (cause when none); what it asked for, when it is none.
-fn requested_grouping(query: Option<&str>) -> Result<GroupBy, String> {
+/// What parameter `name` asks for (`None`: nothing); what it asked for, when `parse` knows
+/// no such thing.
+fn requested<T>(
+    query: Option<&str>,
+    name: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, String> {
     let asked = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == "group_by")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v.trim().to_owned())
         .filter(|v| !v.is_empty());
     match asked {
-        None => Ok(GroupBy::Cause),
-        Some(v) => GroupBy::parse(&v).ok_or(v),
+        None => Ok(None),
+        Some(v) => parse(&v).map(Some).ok_or(v),
     }
 }
 
-/// The overview with its groups grouped `by`.
-fn overview_link(by: GroupBy) -> String {
-    match by {
-        GroupBy::Cause => "/".to_owned(),
-        by => format!("/?group_by={}", by.as_str()),
+/// The overview with its groups grouped `by`, in `sort`'s order.
+fn overview_link(by: GroupBy, sort: GroupSort) -> String {
+    let mut parts = Vec::new();
+    if by != GroupBy::Cause {
+        parts.push(format!("group_by={}", by.as_str()));
+    }
+    if sort != GroupSort::LastSeen {
+        parts.push(format!("sort={}", sort.as_str()));
+    }
+    match parts.is_empty() {
+        true => "/".to_owned(),
+        false => format!("/?{}", parts.join("&")),
     }
 }
 
@@ -480,7 +620,23 @@ fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
         GroupBy::MessageType => g.message_type.clone().or_else(|| Some(none())),
         GroupBy::Reason => g.reason.clone(),
     };
+    let fields = group_fields(g, by);
     GroupRow {
+        key: fields
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&"),
+        id: g.id.filter(|_| by == GroupBy::Cause),
+        replay_label: if g.settling >= g.open {
+            "Replay again…"
+        } else {
+            "Replay group…"
+        },
+        replay_said: shaped::replay_said(g.open, g.settling),
+        status_choices: shaped::status_choices(None),
+        trend: shaped::trend(&[0; shaped::BINS], 0),
+        note: None,
         name: name.unwrap_or_default(),
         dlq: g
             .queue
@@ -496,7 +652,7 @@ fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
         first_seen: utc(g.first_seen),
         last_seen: utc(g.last_seen),
         link: group_link(g, by),
-        fields: group_fields(g, by),
+        fields,
     }
 }
 

@@ -47,7 +47,11 @@ impl FormPairs {
             .collect()
     }
 
-    fn number<T: std::str::FromStr>(&self, name: &str, label: &str) -> Result<Option<T>, AppError> {
+    pub fn number<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        label: &str,
+    ) -> Result<Option<T>, AppError> {
         self.get(name)
             .map(|v| {
                 v.parse().map_err(|_| {
@@ -165,7 +169,7 @@ pub fn dismissed_said(n: u64) -> String {
 
 /// Where a form's answer goes next: a redirect, or for htmx (whose errors are answered in
 /// the page the form is on) the page htmx is to open.
-fn see_other(headers: &HeaderMap, to: &str) -> Response {
+pub(super) fn see_other(headers: &HeaderMap, to: &str) -> Response {
     match is_htmx(headers) {
         true => ([("HX-Redirect", to.to_owned())], "").into_response(),
         false => Redirect::to(to).into_response(),

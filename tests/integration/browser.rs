@@ -593,7 +593,7 @@ async fn a_group_dismissed_from_the_overview_resolves_and_a_lost_server_is_said(
 
     // Dismiss group…: a note is asked for beside the row, then back on the overview.
     let summary = browser
-        .find(&format!("{group} details.inline-form:last-of-type summary"))
+        .find(&format!("{group} details.dismiss-group summary"))
         .await;
     browser
         .call("POST", &format!("/element/{summary}/click"), None)

@@ -16,18 +16,22 @@ use crate::helpers::*;
 /// A work queue whose consumer fails, dead-lettering into a DLQ Lazarus archives with the
 /// business fields `invoice` and `customer`: long ids, long names, long errors without a
 /// space to break at — what production's dead letters look like.
-struct Incident {
-    t: Topology,
-    app: TestApp,
-    work: String,
-    dlq: String,
-    base: String,
+pub(crate) struct Incident {
+    pub t: Topology,
+    pub app: TestApp,
+    pub work: String,
+    pub dlq: String,
+    pub base: String,
 }
 
 const TRACE: &str = "java.lang.IllegalStateException: card processor timed out after 30000 ms\n\tat com.shop.billing.Charge.run(Charge.java:88)\n\tat com.shop.billing.Worker.handle(Worker.java:41)";
 const LONG_ERROR: &str = "com.shop.billing.validation.InvoiceValidationException:VAT_id_missing_for_customer_in_region_EUROPE-WEST-1_see_https://wiki.example.com/billing/vat";
 
-async fn incident(prefix: &str, n: usize, tweak: impl FnOnce(&mut ServeConfig)) -> Incident {
+pub(crate) async fn incident(
+    prefix: &str,
+    n: usize,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Incident {
     let p = unique(prefix);
     let mut t = Topology::new().await;
     let (work, dlq) = work_queue_with_dlq(&mut t, &p).await;
@@ -90,7 +94,12 @@ async fn with_users(app: &TestApp) {
 }
 
 /// Waits (up to 30 s) until the job satisfies `done`; the job as the API says it.
-async fn job_until(app: &TestApp, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn job_until(
+    app: &TestApp,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let start = Instant::now();
     loop {
         let job = app.json(&format!("/api/replays/{id}"), 200).await;
@@ -106,7 +115,7 @@ async fn job_until(app: &TestApp, id: &str, what: &str, done: impl Fn(&Value) ->
 }
 
 /// A rectangle of the first element matching `css`: [top, bottom, left, right, visible].
-async fn rect(browser: &Browser, css: &str) -> Value {
+pub(crate) async fn rect(browser: &Browser, css: &str) -> Value {
     browser.find(css).await;
     browser
         .script(&format!(
@@ -316,7 +325,7 @@ async fn every_page_fits_a_laptop_and_a_phone_and_the_list_is_cards_on_a_phone()
                 wide.push(format!("{path} at {size:?}: {over}"));
             }
             // No card scrolls sideways on a laptop; on a phone, none on the incident's path.
-            let phone_path = ["messages", "message", "plan"].contains(&name.as_str());
+            let phone_path = ["overview", "messages", "message", "plan"].contains(&name.as_str());
             if size == DESKTOP || phone_path {
                 let cards = browser.scrolling_cards().await;
                 if cards.as_array().is_some_and(|c| !c.is_empty()) {

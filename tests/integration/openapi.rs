@@ -200,6 +200,24 @@ async fn the_api_keeps_to_its_openapi_description() {
     }
     let path = "/api/groups?group_by=bug";
     answers.ask("GET", "/api/groups", path, None, &[400]).await;
+    // A group's note and status, and a snooze without its time.
+    let groups = answers.get("/api/groups", "/api/groups").await;
+    let group = groups["groups"][0]["id"].as_str().unwrap().to_owned();
+    let pattern = "/api/groups/{id}/note";
+    let path = format!("/api/groups/{group}/note");
+    let note = json!({ "status": "investigating", "note": "seen in the OpenAPI test" });
+    answers
+        .ask("POST", pattern, &path, Some(note), &[200])
+        .await;
+    let snooze = json!({ "status": "snoozed" });
+    answers
+        .ask("POST", pattern, &path, Some(snooze), &[400])
+        .await;
+    let groups = answers.get("/api/groups", "/api/groups").await;
+    assert_eq!(
+        groups["groups"][0]["note"]["status"], "investigating",
+        "{groups}"
+    );
     let empty = json!({ "note": "nothing" });
     let path = "/api/messages/dismiss";
     answers.ask("POST", path, path, Some(empty), &[400]).await;

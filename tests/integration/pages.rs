@@ -429,8 +429,8 @@ async fn vendored_assets_are_served_with_a_long_cache() {
     let pages = Pages::with(vec![]).await;
     for path in [
         "/static/htmx-2.0.11.min.js",
-        "/static/lazarus-4.css",
-        "/static/lazarus-5.js",
+        "/static/lazarus-5.css",
+        "/static/lazarus-6.js",
     ] {
         let (status, body, headers) = pages.get(path, false).await;
         assert_eq!(status, StatusCode::OK, "{path}");

@@ -95,6 +95,7 @@ async fn insert_batch(
         hours,
         minutes,
         groups,
+        group_minutes,
     } = overview(rows);
     sqlx::query(
         "WITH new_messages AS (\
@@ -142,7 +143,13 @@ async fn insert_batch(
          new_minutes AS (\
          INSERT INTO minute_counts (queue, minute, messages) \
          SELECT * FROM UNNEST($46::text[], $47::bigint[], $48::bigint[]) \
-         ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages) \
+         ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages), \
+         new_group_minutes AS (\
+         INSERT INTO group_minutes (dlq, queue, reason, cause, message_type, minute, messages) \
+         SELECT * FROM UNNEST($62::text[], $63::text[], $64::text[], $65::text[], $66::text[], \
+         $67::bigint[], $68::bigint[]) \
+         ON CONFLICT (dlq, queue, reason, cause, message_type, minute) \
+         DO UPDATE SET messages = group_minutes.messages + excluded.messages) \
          INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type, example, \
          messages, open_messages, settling_messages, first_seen, last_seen) \
          SELECT d, q, r, c, mt, et, x, n, n, 0, f, l FROM UNNEST($58::text[], $37::text[], $38::text[], \
@@ -216,6 +223,14 @@ async fn insert_batch(
     .bind(groups.keys().map(|k| k.message_type).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.error_type).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.example).collect::<Vec<_>>())
+    // Each group's minutes (issue 35).
+    .bind(group_minutes.keys().map(|k| k.0.dlq).collect::<Vec<_>>())
+    .bind(group_minutes.keys().map(|k| k.0.queue).collect::<Vec<_>>())
+    .bind(group_minutes.keys().map(|k| k.0.reason).collect::<Vec<_>>())
+    .bind(group_minutes.keys().map(|k| k.0.cause).collect::<Vec<_>>())
+    .bind(group_minutes.keys().map(|k| k.0.message_type).collect::<Vec<_>>())
+    .bind(group_minutes.keys().map(|k| k.1).collect::<Vec<_>>())
+    .bind(group_minutes.values().copied().collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

@@ -1,10 +1,10 @@
 //! Reading the failure groups, the same on both backends: the groups' own rows (one per cause
 //! and message type, kept by ingest and every status change) summed as a [`GroupQuery`]
-//! groups them — never a scan of the messages.
+//! groups them — never a scan of the messages; and their trends from their minute counts.
 
 use super::db::Arg;
 use super::{from_millis, ArchiveRow, Pool};
-use crate::archive::{ArchiveError, FailureGroup, GroupBy, GroupQuery};
+use crate::archive::{ArchiveError, FailureGroup, GroupBy, GroupMinute, GroupQuery};
 
 /// What each output column is when grouped `by`: a column of the grouping, an aggregate, or
 /// nothing (null).
@@ -146,6 +146,61 @@ pub async fn read(
     );
     let rows = db.fetch_all(&sql, &args).await?;
     rows.iter().map(group_from_row).collect()
+}
+
+/// Messages per group (named as [`GroupMinute::group`] says, grouped `by`) and minute, from
+/// minute `since` on: the groups' own minute counts, never the messages.
+pub async fn minutes(
+    db: Pool<'_>,
+    by: GroupBy,
+    since: i64,
+) -> Result<Vec<GroupMinute>, ArchiveError> {
+    let (group, join, dims) = match by {
+        // The cause group's id: the smallest of its rows' (as `read` names it).
+        GroupBy::Cause => (
+            "CAST((SELECT min(f.id) FROM failure_groups f WHERE f.dlq = m.dlq AND f.queue = m.queue \
+             AND f.reason = m.reason AND f.cause = m.cause) AS TEXT)",
+            "",
+            "m.dlq, m.queue, m.reason, m.cause",
+        ),
+        GroupBy::ErrorType => (
+            "coalesce(g.error_type, '')",
+            " JOIN failure_groups g ON g.dlq = m.dlq AND g.queue = m.queue AND g.reason = m.reason \
+             AND g.cause = m.cause AND g.message_type = m.message_type",
+            "coalesce(g.error_type, '')",
+        ),
+        GroupBy::MessageType => ("m.message_type", "", "m.message_type"),
+        GroupBy::Queue => ("m.queue", "", "m.queue"),
+        GroupBy::Reason => ("m.reason", "", "m.reason"),
+    };
+    let sql = format!(
+        "SELECT {group} AS grp, m.minute AS minute, CAST(sum(m.messages) AS BIGINT) AS n \
+         FROM group_minutes m{join} WHERE m.minute >= $1 GROUP BY {dims}, m.minute"
+    );
+    let rows = db.fetch_all(&sql, &[Arg::Int(Some(since))]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(GroupMinute {
+                group: r.column::<Option<String>>("grp")?.unwrap_or_default(),
+                minute: r.column("minute")?,
+                messages: r.column("n")?,
+            })
+        })
+        .collect()
+}
+
+/// Replayed messages still settling, per DLQ: the groups' own counts summed.
+pub async fn settling_by_dlq(db: Pool<'_>) -> Result<Vec<(String, i64)>, ArchiveError> {
+    let rows = db
+        .fetch_all(
+            "SELECT dlq, CAST(sum(settling_messages) AS BIGINT) AS n FROM failure_groups \
+             GROUP BY dlq HAVING sum(settling_messages) > 0",
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.column("dlq")?, r.column("n")?)))
+        .collect()
 }
 
 /// A group as [`read`] selects it.

@@ -254,6 +254,10 @@ impl<T: SqlArchive> Upkeep for T {
         self.db()
             .execute("DELETE FROM minute_counts WHERE minute < $1", args![before])
             .await?;
+        let before = super::now() / 60_000 - super::overview::GROUP_MINUTES_KEPT;
+        self.db()
+            .execute("DELETE FROM group_minutes WHERE minute < $1", args![before])
+            .await?;
         Ok(())
     }
 

@@ -11,8 +11,8 @@ use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::{count_from_row, hourly_from_row, message_from_row, summary_from_row};
 use super::{args, ArchiveRow, Pool, SqlArchive};
 use crate::archive::{
-    ArchiveError, ArchivedMessage, BodyStart, FailureGroup, GroupQuery, HourlyCount, MessagePage,
-    MessageStore, QueueReasonCount, StoredBody,
+    ArchiveError, ArchivedMessage, BodyStart, FailureGroup, GroupBy, GroupMinute, GroupQuery,
+    HourlyCount, MessagePage, MessageStore, QueueReasonCount, StoredBody,
 };
 
 /// Business field values of the given messages, by message.
@@ -211,6 +211,18 @@ impl<T: SqlArchive> MessageStore for T {
 
     async fn groups(&self, query: &GroupQuery) -> Result<Vec<FailureGroup>, ArchiveError> {
         super::groups::read(self.db(), query, None).await
+    }
+
+    async fn group_minutes(
+        &self,
+        by: GroupBy,
+        since: i64,
+    ) -> Result<Vec<GroupMinute>, ArchiveError> {
+        super::groups::minutes(self.db(), by, since).await
+    }
+
+    async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError> {
+        super::groups::settling_by_dlq(self.db()).await
     }
 
     async fn ping(&self) -> Result<(), ArchiveError> {

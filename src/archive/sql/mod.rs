@@ -13,6 +13,7 @@ pub mod columns;
 mod db;
 mod export;
 pub mod filter;
+mod group_notes;
 mod groups;
 mod import;
 mod jobs;

@@ -1,5 +1,5 @@
 //! What a batch adds to the running totals ingest keeps (per DLQ and reason, per hour, per
-//! failure group), computed once for both backends (pure).
+//! failure group and per group and minute), computed once for both backends (pure).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,8 @@ pub struct Overview<'a> {
     pub hours: BTreeMap<(&'a str, i64), i64>,
     pub minutes: BTreeMap<(&'a str, i64), i64>,
     pub groups: BTreeMap<GroupKey<'a>, GroupCount<'a>>,
+    /// Per failure group and minute: each group's own trend.
+    pub group_minutes: BTreeMap<(GroupKey<'a>, i64), i64>,
 }
 
 /// What a batch adds to a failure group: how many, the first and the last archive time, and
@@ -27,11 +29,14 @@ pub struct GroupCount<'a> {
 
 /// Minutes of per-minute counts kept: the overview shows the last few.
 pub const MINUTES_KEPT: i64 = 60;
+/// Minutes of per-group minute counts kept: a group's trend shows the last hours.
+pub const GROUP_MINUTES_KEPT: i64 = 6 * 60;
 
 pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
     let mut hours: BTreeMap<(&str, i64), i64> = BTreeMap::new();
     let mut minutes: BTreeMap<(&str, i64), i64> = BTreeMap::new();
     let mut groups: BTreeMap<GroupKey, GroupCount> = BTreeMap::new();
+    let mut group_minutes: BTreeMap<(GroupKey, i64), i64> = BTreeMap::new();
     for (_, m) in rows {
         let at = millis(m.message.received_at);
         *hours
@@ -40,6 +45,7 @@ pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
         *minutes
             .entry((m.message.queue.as_str(), at / 60_000))
             .or_default() += 1;
+        *group_minutes.entry((m.group(), at / 60_000)).or_default() += 1;
         let entry = groups.entry(m.group()).or_insert(GroupCount {
             messages: 0,
             first: at,
@@ -55,6 +61,7 @@ pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
         hours,
         minutes,
         groups,
+        group_minutes,
     }
 }
 

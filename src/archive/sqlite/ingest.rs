@@ -97,6 +97,7 @@ async fn record_overview(
         hours,
         minutes,
         groups,
+        group_minutes,
     } = overview(rows);
     // Messages per DLQ and period: the sparkline's hours, "dying now"'s minutes.
     for (table, period, counts) in [
@@ -114,6 +115,23 @@ async fn record_overview(
             .execute(&mut **tx)
             .await?;
         }
+    }
+    for ((key, minute), messages) in group_minutes {
+        sqlx::query(
+            "INSERT INTO group_minutes (dlq, queue, reason, cause, message_type, minute, messages) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (dlq, queue, reason, cause, message_type, minute) \
+             DO UPDATE SET messages = messages + excluded.messages",
+        )
+        .bind(key.dlq)
+        .bind(key.queue)
+        .bind(key.reason)
+        .bind(key.cause)
+        .bind(key.message_type)
+        .bind(minute)
+        .bind(messages)
+        .execute(&mut **tx)
+        .await?;
     }
     for (key, count) in groups {
         sqlx::query(

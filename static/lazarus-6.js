@@ -207,3 +207,64 @@ document.addEventListener("keydown", function (e) {
     if (box) box.focus();
   }
 });
+// The overview's groups hold still while the page refreshes itself: rows known before a
+// refresh keep their order (whatever the sort would say now), groups new to the page join at
+// the bottom and are announced (#group-news, a live region outside the refreshing part), and
+// the page keeps its scroll position, and the row under the pointer or holding the focus
+// stays where it was on the screen — the page scrolls by what the rows above it grew or
+// shrank — with the focus given back to it.
+var heldGroups = null;
+function groupRows(root) {
+  var body = root && root.querySelector("#groups tbody");
+  return body ? Array.prototype.slice.call(body.querySelectorAll("tr[data-group]")) : [];
+}
+document.addEventListener("htmx:beforeSwap", function (e) {
+  var live = e.detail.target;
+  if (!live || live.id !== "live") return;
+  var rows = groupRows(live);
+  var active = document.activeElement;
+  var focused = active && active.closest && active.closest("#groups tr[data-group]");
+  var pointed = live.querySelector("#groups tr[data-group]:hover");
+  var held = focused || pointed;
+  var focusables = held ? Array.prototype.slice.call(held.querySelectorAll("a, button, summary, input, select")) : [];
+  heldGroups = {
+    // Swapping the part out and in again may take the page back to its top.
+    y: window.scrollY,
+    order: rows.map(function (r) { return r.dataset.group; }),
+    had: !!live.querySelector("#groups"),
+    held: held ? { key: held.dataset.group, top: held.getBoundingClientRect().top, focus: focused ? focusables.indexOf(active) : -1 } : null
+  };
+});
+document.addEventListener("htmx:afterSwap", function () {
+  if (!heldGroups) return;
+  var was = heldGroups;
+  heldGroups = null;
+  var live = document.getElementById("live");
+  var body = live && live.querySelector("#groups tbody");
+  if (!body) return;
+  var byKey = {};
+  groupRows(live).forEach(function (r) { byKey[r.dataset.group] = r; });
+  was.order.forEach(function (key) {
+    var row = byKey[key];
+    if (row) { body.appendChild(row); delete byKey[key]; }
+  });
+  var fresh = groupRows(live).filter(function (r) { return byKey[r.dataset.group] === r; });
+  fresh.forEach(function (row) {
+    body.appendChild(row);
+    if (was.had) row.classList.add("new-group");
+  });
+  if (window.scrollY !== was.y) window.scrollTo(window.scrollX, was.y);
+  if (was.had && fresh.length) {
+    var news = document.getElementById("group-news");
+    if (news) news.textContent = fresh.length + (fresh.length === 1 ? " new group" : " new groups") + " at the bottom of the list";
+  }
+  if (!was.held) return;
+  var row = groupRows(live).filter(function (r) { return r.dataset.group === was.held.key; })[0];
+  if (!row) return;
+  var moved = row.getBoundingClientRect().top - was.held.top;
+  if (moved) window.scrollBy(0, moved);
+  if (was.held.focus >= 0) {
+    var again = row.querySelectorAll("a, button, summary, input, select")[was.held.focus];
+    if (again) again.focus({ preventScroll: true });
+  }
+});
