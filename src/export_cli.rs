@@ -84,7 +84,7 @@ pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
     };
     eprintln!(
         "exported {} messages ({})",
-        crate::web::messages::thousands(messages),
+        crate::numbers::thousands(messages),
         crate::web::html::human_bytes(bytes as i64)
     );
     Ok(())

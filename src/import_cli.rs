@@ -363,14 +363,14 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
     if imported.refused > REFUSALS_SAID {
         eprintln!(
             "… and {} more lines refused",
-            crate::web::messages::thousands(imported.refused - REFUSALS_SAID)
+            crate::numbers::thousands(imported.refused - REFUSALS_SAID)
         );
     }
     eprintln!(
         "imported {} messages; {} were in the archive already; {} lines refused",
-        crate::web::messages::thousands(imported.stored),
-        crate::web::messages::thousands(imported.present),
-        crate::web::messages::thousands(imported.refused)
+        crate::numbers::thousands(imported.stored),
+        crate::numbers::thousands(imported.present),
+        crate::numbers::thousands(imported.refused)
     );
     anyhow::ensure!(
         imported.refused == 0,

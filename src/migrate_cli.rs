@@ -17,9 +17,9 @@ use crate::archive::{
 };
 use crate::config::MigrateConfig;
 use crate::import_cli::Importer;
+use crate::numbers::thousands;
 use crate::secret_url::redact_url;
 use crate::selection::ListParams;
-use crate::web::messages::thousands;
 
 /// Every message.
 fn everything() -> Selection {

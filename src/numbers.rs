@@ -1,8 +1,9 @@
 //! Counts as people read them (pure): `50,000`, one way on every page, in the audit log and
 //! in notifications.
 
-/// 1234567 as "1,234,567".
-pub fn thousands(n: i64) -> String {
+/// 1234567 as "1,234,567" (any integer that fits an i128: counts of every width).
+pub fn thousands(n: impl Into<i128>) -> String {
+    let n: i128 = n.into();
     let digits = n.unsigned_abs().to_string();
     let mut out = String::from(if n < 0 { "-" } else { "" });
     for (i, c) in digits.chars().enumerate() {

@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::archive::{MessageFilter, PageRequest, StatusFilter, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::archive::{
+    FailureGroup, GroupBy, MessageFilter, PageRequest, StatusFilter, DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+};
 use crate::search;
 
 /// Filters that do not make sense, with a message that says what to fix.
@@ -108,6 +111,33 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(skip)]
     pub cursor: Option<String>,
+}
+
+/// A value as it goes into a query string or a path segment (`form_urlencoded`'s encoding).
+pub fn query_value(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+/// The filters as a query string, in their order.
+pub fn to_query(fields: &[(&str, String)]) -> String {
+    fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", query_value(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A failure group's open messages (grouped `by`), as list filters.
+pub fn group_filters(g: &FailureGroup, by: GroupBy) -> Vec<(&'static str, String)> {
+    let mut fields = g.filter(by);
+    fields.push(("status", "open".to_owned()));
+    fields
+}
+
+/// The message list of a failure group's open messages (grouped `by`): the overview's link
+/// and the webhooks'.
+pub fn group_link(g: &FailureGroup, by: GroupBy) -> String {
+    format!("/messages?{}", to_query(&group_filters(g, by)))
 }
 
 /// Empty form fields mean "no filter", as a browser sends them.

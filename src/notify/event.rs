@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::line::Line;
 use crate::archive::{FailureGroup, GroupBy, JobState, ReplayJob};
-use crate::web::messages::thousands;
-use crate::web::overview::{group_link, urlencode};
+use crate::numbers::thousands;
+use crate::selection::{group_link, query_value};
 
 /// A link longer than this (a long `--public-url`) points to the overview instead.
 const LINK: usize = 1_000;
@@ -99,7 +99,7 @@ impl Event {
         match self {
             Event::NewFailureGroup(g) => group_link(g, GroupBy::Cause),
             Event::OverThreshold { queue, .. } | Event::BackUnder { queue, .. } => {
-                format!("/messages?queue={}&status=open", urlencode(queue))
+                format!("/messages?queue={}&status=open", query_value(queue))
             }
             Event::Job(job) => format!("/replays/{}", job.id),
             Event::Digest { .. } | Event::Test => "/".to_owned(),

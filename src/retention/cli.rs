@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{plan, run_pass, Plan};
 use crate::config::RetentionConfig;
+use crate::numbers::thousands;
 use crate::secret_url::redact_url;
 use crate::web::html::human_bytes as bytes_text;
-use crate::web::messages::thousands;
 
 /// `12,345`.
 fn grouped(n: i64) -> String {

@@ -317,7 +317,7 @@ pub async fn authenticate(
                 .map_or("/".to_owned(), |p| p.to_string());
             return Redirect::to(&format!(
                 "/login?next={}",
-                super::overview::urlencode(&back)
+                crate::selection::query_value(&back)
             ))
             .into_response();
         }

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::archive::NO_REASON;
-use crate::selection::ListParams;
+use crate::selection::{query_value, ListParams};
 
 /// A filter in use, and the link it leads to: on the list, the same list without it; on a
 /// plan, job or audit entry, the list of what it selected.
@@ -105,7 +105,7 @@ pub fn of_selection(selection: &Value) -> Option<Vec<Chip>> {
                 })
                 .map(|id| Chip {
                     label: format!("message {id}"),
-                    link: format!("/messages/{}", urlencode(&id)),
+                    link: format!("/messages/{}", query_value(&id)),
                 })
                 .collect(),
         ),
@@ -118,10 +118,6 @@ pub fn of_selection(selection: &Value) -> Option<Vec<Chip>> {
         }]),
         _ => None,
     }
-}
-
-fn urlencode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 /// A piece of a text that may hold stored selections: plain text, or a selection as chips.

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::auth::Caller;
 use super::chips::{filter_pairs, removable, Chip};
 use super::extract::AppQuery;
-use super::html::{filters, human_bytes, is_htmx, render, utc, PageError};
+use super::html::{filters, human_bytes, is_htmx, render, thousands, utc, PageError};
 use super::nav::Nav;
 use super::nearest::{self, Hint};
 use super::{AppError, AppState};
@@ -196,11 +196,6 @@ pub async fn count_fragment(
         n => format!("{} match", thousands(n)),
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], text).into_response())
-}
-
-/// 1234567 as "1,234,567" (a count, which is never negative).
-pub fn thousands(n: u64) -> String {
-    super::html::thousands(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// The names of the archived DLQs, from the kept totals (no table scan).

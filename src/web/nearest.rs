@@ -6,6 +6,7 @@
 
 use crate::archive::MessageFilter;
 use crate::search::{FieldTerm, Search, BUILT_IN_FIELDS};
+use crate::selection::query_value;
 
 use super::AppState;
 
@@ -174,7 +175,7 @@ fn queue_offer(value: &str, queues: &[String], q: &str, filter: &MessageFilter) 
         .into_iter()
         .map(|name| {
             let link = match filter.queue.as_deref() == Some(value) {
-                true => format!("/messages?queue={}", urlencode(name)),
+                true => format!("/messages?queue={}", query_value(name)),
                 false => list_link(&q.replace(&format!("queue:{value}"), &format!("queue:{name}"))),
             };
             (name.clone(), link)
@@ -259,12 +260,8 @@ fn quoted_if_needed(v: &str) -> String {
     }
 }
 
-fn urlencode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
 fn list_link(q: &str) -> String {
-    format!("/messages?q={}", urlencode(q))
+    format!("/messages?q={}", query_value(q))
 }
 
 #[cfg(test)]

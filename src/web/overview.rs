@@ -17,6 +17,7 @@ use super::overview_groups::{self as shaped, GroupSort, NoteView, SortKey, Trend
 use super::AppState;
 use crate::amqp::discovery::Risk;
 use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
+use crate::selection::{group_filters, group_link, to_query};
 use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.
@@ -593,25 +594,6 @@ fn overview_link(by: GroupBy, sort: GroupSort) -> String {
     }
 }
 
-/// A failure group's open messages, as list filters (grouped `by`).
-fn group_fields(g: &FailureGroup, by: GroupBy) -> Vec<(&'static str, String)> {
-    let mut fields = g.filter(by);
-    fields.push(("status", "open".to_owned()));
-    fields
-}
-
-/// The message list of a failure group's open messages (grouped `by`).
-pub fn group_link(g: &FailureGroup, by: GroupBy) -> String {
-    format!(
-        "/messages?{}",
-        group_fields(g, by)
-            .iter()
-            .map(|(k, v)| format!("{k}={}", urlencode(v)))
-            .collect::<Vec<_>>()
-            .join("&")
-    )
-}
-
 fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
     let none = || crate::archive::NO_ERROR.to_owned();
     let name = match by {
@@ -620,13 +602,9 @@ fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
         GroupBy::MessageType => g.message_type.clone().or_else(|| Some(none())),
         GroupBy::Reason => g.reason.clone(),
     };
-    let fields = group_fields(g, by);
+    let fields = group_filters(g, by);
     GroupRow {
-        key: fields
-            .iter()
-            .map(|(k, v)| format!("{k}={}", urlencode(v)))
-            .collect::<Vec<_>>()
-            .join("&"),
+        key: to_query(&fields),
         id: g.id.filter(|_| by == GroupBy::Cause),
         replay_label: if g.settling >= g.open {
             "Replay again…"
@@ -656,20 +634,6 @@ fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
     }
 }
 
-/// Percent-encodes a query value (everything but unreserved characters).
-pub fn urlencode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -683,10 +647,5 @@ mod tests {
         );
         assert_eq!(bars[2].y, 0);
         assert_eq!(bars[1].x, 5);
-    }
-
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(urlencode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
     }
 }
