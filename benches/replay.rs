@@ -494,7 +494,8 @@ fn replayed_messages(base: &str, n: usize) -> Vec<(Vec<u8>, BasicProperties)> {
                 exchange: base.to_owned(),
                 routing_key: KEY.into(),
             };
-            let headers = replay_headers(m.headers.as_ref(), &target, i as i64 + 1, Some("1"));
+            let headers =
+                replay_headers(m.headers.as_ref(), &target, i as i64 + 1, Some("1"), None);
             (m.body, m.properties.to_lapin(Some(&headers)))
         })
         .collect()

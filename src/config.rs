@@ -118,6 +118,8 @@ impl IngestArgs {
             fields: self.fields.clone(),
             masks: self.masks.clone(),
             schemas: None,
+            // Archives and exports keep no home vhost's name: the default one's.
+            home_vhost: "/".to_owned(),
         }
     }
 }
@@ -618,6 +620,7 @@ impl ServeConfig {
             fields: self.fields.clone(),
             masks: self.masks.clone(),
             schemas,
+            home_vhost: crate::amqp::dlq::home_vhost(&self.connection.amqp_url),
         }
     }
 

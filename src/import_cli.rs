@@ -322,7 +322,10 @@ fn incoming_without_body(m: &ExportedMessage) -> IncomingMessage {
 
 pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
-    let rules = config.ingest.rules();
+    let rules = archive::IngestRules {
+        home_vhost: home_vhost.clone(),
+        ..config.ingest.rules()
+    };
     let url = &config.connection.database_url;
     let archive = archive::open(url)
         .await

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use super::headers::{AmqpValue, MessageProperties, Table};
 use super::wire::{Channel, Connection, ContentHeader, Event, WireError};
+use crate::conventions::Convention;
 use crate::death::{is_death_header, ReplayTarget};
 
 /// Links a replayed copy to the archive record it came from: when the copy dies again, its
@@ -38,6 +39,8 @@ pub struct ReplayMessage<'a> {
     pub body: ReplayBody<'a>,
     pub target: &'a ReplayTarget,
     pub job: Option<&'a str>,
+    /// The framework convention it follows: its failure headers are stripped.
+    pub convention: Option<Convention>,
 }
 
 /// A replayed copy's body.
@@ -84,7 +87,9 @@ const PIECE_BYTES: u64 = 1024 * 1024;
 
 /// The headers a replayed copy carries: the archived ones with their types, minus the death
 /// headers (so the consumer's retry counting starts fresh, and brokers that read a
-/// client-supplied `x-death` do not keep counting), plus the links to the archive. A copy
+/// client-supplied `x-death` do not keep counting) and the failure headers of the framework
+/// `convention` it follows (as the framework's own retry strips them), plus the links to the
+/// archive. A copy
 /// sent to its original target gets back the `CC` keys the broker dropped when it
 /// dead-lettered with `x-dead-letter-routing-key`, so it reaches every queue it first did.
 pub fn replay_headers(
@@ -92,11 +97,15 @@ pub fn replay_headers(
     target: &ReplayTarget,
     archive_id: i64,
     job: Option<&str>,
+    convention: Option<Convention>,
 ) -> Table {
+    let failure_header = |name: &super::headers::Bytes| {
+        convention.is_some_and(|c| name.as_str().is_some_and(|n| c.is_failure_header(n)))
+    };
     let mut out: Table = headers
         .into_iter()
         .flatten()
-        .filter(|(name, _)| !is_death_header(name))
+        .filter(|(name, _)| !is_death_header(name) && !failure_header(name))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if let Some(cc) = headers.and_then(|h| crate::death::dropped_cc_keys(h, target)) {
@@ -167,7 +176,13 @@ impl Publisher {
         let content = ContentHeader {
             body_size: m.body.size(),
             properties: m.properties.clone(),
-            headers: Some(replay_headers(m.headers, m.target, m.archive_id, m.job)),
+            headers: Some(replay_headers(
+                m.headers,
+                m.target,
+                m.archive_id,
+                m.job,
+                m.convention,
+            )),
         };
         let mut publishing = self
             .channel
@@ -336,7 +351,7 @@ mod tests {
             exchange: "".into(),
             routing_key: "work".into(),
         };
-        let out = replay_headers(Some(&headers), &target, 42, Some("job-1"));
+        let out = replay_headers(Some(&headers), &target, 42, Some("job-1"), None);
         assert_eq!(
             out.keys().map(|k| k.to_text()).collect::<Vec<_>>(),
             ["tenant", "retry-times", REPLAY_OF_HEADER, REPLAY_JOB_HEADER]
@@ -347,6 +362,37 @@ mod tests {
             "types are kept"
         );
         assert_eq!(out.get(REPLAY_OF_HEADER).unwrap().as_str(), Some("42"));
-        assert_eq!(replay_headers(None, &target, 1, None).len(), 1);
+        assert_eq!(replay_headers(None, &target, 1, None, None).len(), 1);
+    }
+
+    #[test]
+    fn replay_headers_drop_the_failure_headers_of_the_convention_only() {
+        let text = AmqpValue::text;
+        let headers = Table::from([
+            ("x-exception-message", text("boom")),
+            (
+                "x-exception-stacktrace",
+                text("java.lang.IllegalStateException: boom"),
+            ),
+            ("x-original-exchange", text("orders")),
+            ("x-original-routingKey", text("order.created")),
+            ("MT-Fault-Message", text("kept: not Spring's")),
+            ("tenant", AmqpValue::ShortShortUint(7)),
+        ]);
+        let target = ReplayTarget {
+            exchange: "orders".into(),
+            routing_key: "order.created".into(),
+        };
+        let names = |convention| {
+            let out = replay_headers(Some(&headers), &target, 1, None, convention);
+            out.keys()
+                .map(|k| k.to_text().into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(Some(Convention::SpringAmqp)),
+            ["MT-Fault-Message", "tenant", REPLAY_OF_HEADER]
+        );
+        assert_eq!(names(None).len(), headers.len() + 1);
     }
 }

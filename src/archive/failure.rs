@@ -1,27 +1,28 @@
 //! A dead letter's failure as ingest reads it (pure): the error users read and search (the
 //! raw line, or a stack trace's root cause), the [`Cause`] that groups it with the other
-//! failures of the same bug, and its message type — from the error headers (`--error-header`),
-//! an `--error-pointer` into the body, and the generic stack trace and exception type headers
-//! below.
+//! failures of the same bug, and its message type — read with a framework convention's own
+//! names where the message follows one (`src/conventions/`: the queue it failed in and its
+//! replay target too), else from the error headers (`--error-header`), an `--error-pointer`
+//! into the body, and the generic stack trace and exception type headers below.
 
 use crate::amqp::headers::{MessageProperties, Table};
 use crate::cause::Cause;
+use crate::conventions::{self, Convention, FrameworkFailure};
+use crate::death::ReplayTarget;
 
 use super::record::{column_text, error_line, MAX_ERROR_LEN};
 
-// CONVENTIONS: the generic failure headers, read on every message. The framework conventions
-// (`src/conventions/`) name each framework's own headers; once they are wired in, a message a
-// convention claims is read with that convention's names instead of these.
-
-/// Headers in which failing consumers leave their exception's stack trace: Spring AMQP's
-/// `RepublishMessageRecoverer`, MassTransit, NServiceBus.
+/// Headers in which failing consumers leave their exception's stack trace, read on a message
+/// no convention claims: Spring AMQP's, MassTransit's and NServiceBus' names, as a consumer
+/// that copies one of them writes it.
 pub const TRACE_HEADERS: [&str; 3] = [
     "x-exception-stacktrace",
     "MT-Fault-StackTrace",
     "NServiceBus.ExceptionInfo.StackTrace",
 ];
 
-/// Headers in which failing consumers name their exception's type: MassTransit, NServiceBus.
+/// Headers in which failing consumers name their exception's type (no convention claiming
+/// the message): MassTransit's and NServiceBus' names.
 pub const TYPE_HEADERS: [&str; 2] = [
     "MT-Fault-ExceptionType",
     "NServiceBus.ExceptionInfo.ExceptionType",
@@ -34,6 +35,11 @@ const MAX_CAUSE_LEN: usize = 1_000;
 /// The most of an error or trace text that is parsed: a trace's root cause is well within.
 const MAX_PARSED: usize = 256 * 1024;
 
+/// Longest target source and problem kept, in bytes.
+const MAX_SAID_LEN: usize = 1_000;
+/// Most convention problems kept per message.
+const MAX_PROBLEMS: usize = 20;
+
 /// What a dead letter says of its failure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Failure {
@@ -43,11 +49,126 @@ pub struct Failure {
     pub error_type: Option<String>,
     /// What its failure group is keyed on: [`Cause::signature`] (`""`: no error given).
     pub cause: String,
-    /// The message's type: the AMQP `type` property.
+    /// The message's type: the convention's, else the AMQP `type` property.
     pub message_type: Option<String>,
+    /// The framework convention it follows, and what that says beyond the error.
+    pub framework: Option<Framework>,
 }
 
-/// The text of the first of `names` (case-insensitive) that holds non-blank text.
+/// What a framework convention says of a dead letter beyond its error, as the archive keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framework {
+    pub convention: Convention,
+    /// The queue it failed in, as the archive keys queues (`vhost/name` outside home).
+    pub failed_queue: Option<String>,
+    /// Where the convention sends a replay (`None`: it does not say, or not readably).
+    pub target: Option<ReplayTarget>,
+    /// The header(s) that gave the target (`MT-Fault-InputAddress`).
+    pub target_from: Option<String>,
+    /// Malformed convention headers and hazards, in words.
+    pub problems: Vec<String>,
+}
+
+impl Framework {
+    /// `MassTransit's MT-Fault-InputAddress`: what pages say gave a target.
+    pub fn source(convention: Convention, target_from: &str) -> String {
+        format!("{}'s {target_from}", convention.label())
+    }
+}
+
+/// A dead letter as its failure is read from it, at ingest or by the regroup.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)).
+    pub queue: &'a str,
+    /// Its vhost as the archive stores it (empty: the AMQP URL's, `home_vhost`).
+    pub vhost: &'a str,
+    pub home_vhost: &'a str,
+    pub routing_key: &'a str,
+    pub headers: Option<&'a Table>,
+    pub properties: &'a MessageProperties,
+    /// The start of the body as text (at most [`conventions::MAX_BODY_BYTES`] + 1 bytes).
+    pub body_text: Option<&'a str>,
+    /// The text at an `--error-pointer` into the body.
+    pub body_error: Option<&'a str>,
+}
+
+/// The failure of a dead letter: with its convention's names where it follows one, else as
+/// [`failure`] reads any message.
+pub fn read(source: &Source<'_>, error_headers: &[String]) -> Failure {
+    let dlq = crate::amqp::dlq::Dlq::from_key(source.queue, source.vhost);
+    let vhost = crate::amqp::dlq::named_vhost(source.vhost, source.home_vhost);
+    let delivery = conventions::Delivery {
+        queue: &dlq.name,
+        vhost,
+        routing_key: source.routing_key,
+        headers: source.headers,
+        body_text: source.body_text,
+    };
+    match conventions::read(&delivery) {
+        Some(framework) => convention_failure(source, framework, error_headers),
+        None => failure(
+            source.headers,
+            source.properties,
+            error_headers,
+            source.body_error,
+        ),
+    }
+}
+
+/// The failure of a message that follows a convention: its error, type and trace as the
+/// framework names them (an `--error-pointer` or error header filling in when it names no
+/// error), its message type (the AMQP `type` property filling in).
+fn convention_failure(
+    source: &Source<'_>,
+    framework: FrameworkFailure,
+    error_headers: &[String],
+) -> Failure {
+    let said = framework.message.is_some()
+        || framework.stack_trace.is_some()
+        || framework.error_type.is_some();
+    let mut out = match said {
+        true => derive(
+            framework.error_type.as_deref(),
+            framework.message.as_deref(),
+            framework.stack_trace.as_deref(),
+            source.properties,
+        ),
+        false => failure(
+            source.headers,
+            source.properties,
+            error_headers,
+            source.body_error,
+        ),
+    };
+    if let Some(kind) = framework.message_type.as_deref().filter(|k| !k.is_empty()) {
+        out.message_type = Some(column_text(crate::body::prefix(kind, MAX_SAID_LEN)).into_owned());
+    }
+    let said = |text: &str| column_text(crate::body::prefix(text, MAX_SAID_LEN)).into_owned();
+    out.framework = Some(Framework {
+        convention: framework.convention,
+        failed_queue: framework
+            .failed_queue
+            .filter(|q| !q.is_empty())
+            .map(|q| said(&crate::amqp::dlq::qualify(source.vhost, &q))),
+        target_from: framework
+            .target
+            .is_some()
+            .then_some(framework.target_from)
+            .flatten()
+            .map(|t| said(&t)),
+        target: framework.target,
+        problems: framework
+            .problems
+            .iter()
+            .take(MAX_PROBLEMS)
+            .map(|p| said(p))
+            .collect(),
+    });
+    out
+}
+
+/// The header text of the first of `names` (case-insensitive) that holds non-blank text.
 fn header_text<'a>(headers: Option<&'a Table>, names: &[&str]) -> Option<&'a str> {
     let headers = headers?;
     names.iter().find_map(|name| {
@@ -58,8 +179,9 @@ fn header_text<'a>(headers: Option<&'a Table>, names: &[&str]) -> Option<&'a str
     })
 }
 
-/// The failure of a message with these headers and properties: its error text is the first of
-/// `error_headers` holding text, else `body_error` (the text at an `--error-pointer`).
+/// The failure of a message with these headers and properties, no convention read: its error
+/// text is the first of `error_headers` holding text, else `body_error` (the text at an
+/// `--error-pointer`).
 pub fn failure(
     headers: Option<&Table>,
     properties: &MessageProperties,
@@ -67,11 +189,22 @@ pub fn failure(
     body_error: Option<&str>,
 ) -> Failure {
     let names: Vec<&str> = error_headers.iter().map(String::as_str).collect();
-    let text = header_text(headers, &names)
-        .or(body_error)
-        .map(|t| crate::body::prefix(t, MAX_PARSED));
-    let trace = header_text(headers, &TRACE_HEADERS).map(|t| crate::body::prefix(t, MAX_PARSED));
+    let text = header_text(headers, &names).or(body_error);
+    let trace = header_text(headers, &TRACE_HEADERS);
     let kind = header_text(headers, &TYPE_HEADERS);
+    derive(kind, text, trace, properties)
+}
+
+/// The failure an exception type, an error text and a stack trace (each maybe missing) give.
+fn derive(
+    kind: Option<&str>,
+    text: Option<&str>,
+    trace: Option<&str>,
+    properties: &MessageProperties,
+) -> Failure {
+    let text = text.map(|t| crate::body::prefix(t, MAX_PARSED));
+    let trace = trace.map(|t| crate::body::prefix(t, MAX_PARSED));
+    let kind = kind.filter(|k| !k.trim().is_empty());
     let cause = match (trace, text) {
         (Some(trace), _) => Cause::from_parts(kind, text, Some(trace)),
         // The error text may be a whole trace itself; a single line is also the message, should
@@ -100,6 +233,7 @@ pub fn failure(
             .kind
             .as_ref()
             .map(|k| column_text(&k.to_text()).into_owned()),
+        framework: None,
     }
 }
 

@@ -84,6 +84,11 @@ pub struct TargetCount {
     pub exchange: String,
     pub routing_key: String,
     pub messages: i64,
+    /// Where the target came from, when the messages' framework convention gave it
+    /// (`MassTransit's MT-Fault-InputAddress`); absent: their death history, or a target
+    /// chosen for the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_from: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -284,6 +289,8 @@ pub struct OutgoingMessage {
     pub properties: MessageProperties,
     pub headers: Option<Table>,
     pub body: OutgoingBody,
+    /// The framework convention it follows: a replay strips its failure headers.
+    pub convention: Option<crate::conventions::Convention>,
     /// Why the stored record could not be read; such a message is not published.
     pub unreadable: Option<String>,
 }

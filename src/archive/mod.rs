@@ -23,7 +23,7 @@ use std::sync::Arc;
 pub use accounts::{Actor, Role, TokenRecord, TokenSpec, UserRecord};
 pub(crate) use copies::{without_copies, ArchivedCopies};
 pub use exported::{read_unread_body, ExportLine};
-pub use failure::{failure, Failure, TRACE_HEADERS, TYPE_HEADERS};
+pub use failure::{failure, Failure, Framework, TRACE_HEADERS, TYPE_HEADERS};
 pub use group_notes::{GroupMinute, GroupNote, GroupNoteChange, GroupStatus};
 pub use groups::{FailureGroup, GroupBy, GroupKey, GroupQuery};
 pub use jobs::{

@@ -177,8 +177,28 @@ pub struct MessageSummary {
     pub status: MessageStatus,
     /// Still to be dealt with ([`MessageStatus::is_open`]).
     pub open: bool,
-    /// The failing consumer's own description of the error (`--error-header`), if any.
+    /// The failing consumer's own description of the error (`--error-header`, or its
+    /// framework's own headers), if any: a stack trace's root cause as `Type: message`.
     pub error: Option<String>,
+    /// The exception type the error names (null: none named).
+    pub error_type: Option<String>,
+    /// What its failure group is keyed on: the exception type and the message's template
+    /// (`""`: no error given; null: archived by an earlier version, not regrouped yet).
+    pub cause: Option<String>,
+    /// Its message type: its framework's (`Shop.Contracts.SubmitOrder`, an actor, a PHP
+    /// class), else the AMQP `type` property.
+    pub message_type: Option<String>,
+    /// The framework error-queue convention it follows (null: none).
+    pub convention: Option<crate::conventions::Convention>,
+    /// The queue it failed in, as its framework says (null: it does not, or no framework);
+    /// `vhost/name` outside the AMQP URL's vhost, as `queue`.
+    pub failed_queue: Option<String>,
+    /// The header(s) of its framework's convention that gave `replay_target`
+    /// (`MT-Fault-InputAddress`); null when the death history gave it, or there is none.
+    pub replay_target_from: Option<String>,
+    /// What its convention's headers got wrong (a malformed or missing header, an unknown
+    /// vhost), in words; they never stop it being archived.
+    pub convention_problems: Vec<String>,
     /// The record this one is a replayed copy of (it died again).
     #[serde(serialize_with = "optional_id_as_string")]
     #[schema(value_type = Option<String>)]

@@ -85,6 +85,9 @@ pub(super) const MAX_ERROR_LEN: usize = 300;
 const INDEXED_BODY_BYTES: usize = 64 * 1024;
 /// Bodies up to this size are parsed as JSON to extract business fields.
 const FIELD_BODY_BYTES: usize = 1024 * 1024;
+/// What of a body a framework convention reads: one byte more than it takes, so that it
+/// can tell a body too long to read from one that fits.
+const CONVENTION_BODY_BYTES: usize = crate::conventions::MAX_BODY_BYTES + 1;
 
 /// A business field: a name users search by (`invoice:INV-1`) and where it is in a JSON body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +139,9 @@ pub struct IngestRules {
     pub masks: Vec<String>,
     /// Protobuf message types bodies are decoded with (`--proto-descriptors`).
     pub schemas: Option<std::sync::Arc<crate::structured::protobuf::Schemas>>,
+    /// The AMQP URL's vhost, which the archive stores as empty: a framework's address names
+    /// it ([`crate::conventions`]).
+    pub home_vhost: String,
 }
 
 impl Default for IngestRules {
@@ -149,6 +155,7 @@ impl Default for IngestRules {
             fields: Vec::new(),
             masks: Vec::new(),
             schemas: None,
+            home_vhost: "/".to_owned(),
         }
     }
 }
@@ -330,12 +337,12 @@ pub(crate) fn searchable(
     (fields, search_text)
 }
 
-/// [`searchable`], and the error text the body holds at an `--error-pointer`, from one
-/// decoding.
+/// [`searchable`], the error text the body holds at an `--error-pointer`, and the failure
+/// ([`failure::read`](super::failure::read)), from one decoding.
 fn derived(
     message: &IncomingMessage,
     rules: &IngestRules,
-) -> (Vec<(String, String)>, SearchText, Option<String>) {
+) -> (Vec<(String, String)>, SearchText, super::Failure) {
     let p = &message.properties;
     let limit = if rules.fields.is_empty() && rules.error_pointers.is_empty() {
         INDEXED_BODY_BYTES
@@ -348,9 +355,33 @@ fn derived(
         .with_headers(message.headers.as_ref())
         .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()))
         .with_schemas(rules.schemas.as_deref());
-    let text = crate::body::text(&message.body, &encoding, limit);
+    let mut text = crate::body::text(&message.body, &encoding, limit);
+    // A framework's body (Dramatiq's, a Symfony envelope) is read further than the search
+    // index's start; no other body is decoded twice.
+    let cut = text.as_ref().is_some_and(|t| t.len() + 4 >= limit);
+    if cut
+        && limit < CONVENTION_BODY_BYTES
+        && text
+            .as_deref()
+            .is_some_and(|t| crate::conventions::reads_body(&message.queue, t))
+    {
+        text = crate::body::text(&message.body, &encoding, CONVENTION_BODY_BYTES);
+    }
     let fields = extract_fields(text.as_deref(), &rules.fields);
     let error = body_error_text(text.as_deref(), &rules.error_pointers);
+    let failure = super::failure::read(
+        &super::failure::Source {
+            queue: &message.queue,
+            vhost: &message.vhost,
+            home_vhost: &rules.home_vhost,
+            routing_key: &message.routing_key,
+            headers: message.headers.as_ref(),
+            properties: &message.properties,
+            body_text: text.as_deref(),
+            body_error: error.as_deref(),
+        },
+        &rules.error_headers,
+    );
     let search_text = if rules.masks.is_empty() {
         search_text(message, text.as_deref(), &fields)
     } else {
@@ -373,7 +404,66 @@ fn derived(
             .collect();
         search_text(message, masked.as_deref(), &indexed)
     };
-    (fields, search_text, error)
+    (fields, search_text, failure)
+}
+
+/// A stored message as the regroup reads its failure again.
+pub(crate) struct Stored<'a> {
+    pub queue: &'a str,
+    pub vhost: &'a str,
+    pub routing_key: &'a str,
+    pub properties: &'a MessageProperties,
+    pub headers: Option<&'a Table>,
+    /// The start of its body, where a convention reads bodies ([`body_text`] of a head
+    /// answered [`crate::conventions::reads_body`]).
+    pub body: Option<&'a [u8]>,
+    /// Its stored error: what an `--error-pointer` or a header no longer read gave.
+    pub error: Option<&'a str>,
+}
+
+/// At most `limit` bytes of a body as text, decoded as ingest decodes it.
+pub(crate) fn body_text(
+    properties: &MessageProperties,
+    headers: Option<&Table>,
+    body: &[u8],
+    rules: &IngestRules,
+    limit: usize,
+) -> Option<String> {
+    let content_type = MessageProperties::text(&properties.content_type);
+    let content_encoding = MessageProperties::text(&properties.content_encoding);
+    let encoding = crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
+        .with_headers(headers)
+        .with_message_type(properties.kind.as_ref().and_then(|k| k.as_str()))
+        .with_schemas(rules.schemas.as_deref());
+    crate::body::text(body, &encoding, limit)
+}
+
+/// A stored message's failure, read again as ingest reads it: its convention's target kept
+/// only where its death history gives none ([`PreparedMessage::framework`]).
+pub(crate) fn stored_failure(m: &Stored<'_>, rules: &IngestRules) -> super::Failure {
+    let text = m
+        .body
+        .and_then(|b| body_text(m.properties, m.headers, b, rules, CONVENTION_BODY_BYTES));
+    let mut failure = super::failure::read(
+        &super::failure::Source {
+            queue: m.queue,
+            vhost: m.vhost,
+            home_vhost: &rules.home_vhost,
+            routing_key: m.routing_key,
+            headers: m.headers,
+            properties: m.properties,
+            body_text: text.as_deref(),
+            body_error: m.error,
+        },
+        &rules.error_headers,
+    );
+    if let Some(framework) = failure.framework.as_mut() {
+        if framework.target.is_none() || death::decode(m.headers).replay_target.is_some() {
+            framework.target = None;
+            framework.target_from = None;
+        }
+    }
+    failure
 }
 
 /// An incoming message with everything the archive stores derived from it.
@@ -392,6 +482,10 @@ pub struct PreparedMessage {
     pub error_type: Option<String>,
     pub cause: String,
     pub message_type: Option<String>,
+    /// The framework convention it follows ([`Framework`](super::Framework)); its `target`
+    /// is taken into `history.replay_target` (so `None` here) where the history has none,
+    /// and `target_from` is kept only then.
+    pub framework: Option<super::Framework>,
     pub search_text: SearchText,
     pub columns: MessageColumns,
     /// Business field values: (name, value).
@@ -439,18 +533,14 @@ impl PreparedMessage {
     }
 
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
-        let (fields, search_text, body_error) = derived(&message, rules);
+        let (fields, search_text, failure) = derived(&message, rules);
         let super::failure::Failure {
             error,
             error_type,
             cause,
             message_type,
-        } = super::failure::failure(
-            message.headers.as_ref(),
-            &message.properties,
-            &rules.error_headers,
-            body_error.as_deref(),
-        );
+            framework,
+        } = failure;
         let properties_json = to_json(&message.properties);
         let headers_json = message.headers.as_ref().map(to_json);
         let mut history = death::decode(message.headers.as_ref());
@@ -462,6 +552,14 @@ impl PreparedMessage {
             // Two vhosts' same-named queues are different failure groups.
             first.queue = crate::amqp::dlq::qualify(&message.vhost, &first.queue);
         }
+        // Without a death history's target, the framework's: a replay needs none chosen.
+        let framework = framework.map(|mut f| {
+            match (&history.replay_target, f.target.take()) {
+                (None, Some(target)) => history.replay_target = Some(target),
+                _ => f.target_from = None,
+            }
+            f
+        });
         let columns = MessageColumns {
             exchange: column_text(&message.exchange).into_owned(),
             routing_key: column_text(&message.routing_key).into_owned(),
@@ -494,6 +592,7 @@ impl PreparedMessage {
             error_type,
             cause,
             message_type,
+            framework,
             search_text,
             columns,
             fields,
@@ -517,14 +616,26 @@ impl PreparedMessage {
         out
     }
 
+    /// The queue its framework convention says it failed in.
+    pub fn failed_queue(&self) -> Option<&str> {
+        self.framework.as_ref()?.failed_queue.as_deref()
+    }
+
+    /// The problems its convention found, as the archive stores them (a JSON array).
+    pub fn convention_problems_json(&self) -> Option<String> {
+        let problems = &self.framework.as_ref()?.problems;
+        (!problems.is_empty()).then(|| to_json(problems))
+    }
+
     /// The failure group it counts in ([`GroupKey`](super::GroupKey)): its DLQ, the queue it
-    /// failed in (its first death's, the DLQ's without history), the reason, its cause and its
-    /// message type.
+    /// failed in (its first death's; else its framework's failed queue, the DLQ's without
+    /// either), the reason, its cause and its message type.
     pub fn group(&self) -> super::GroupKey<'_> {
         let first = self.history.first_death.as_ref();
+        let failed = self.failed_queue().unwrap_or(&self.message.queue);
         super::GroupKey {
             dlq: &self.message.queue,
-            queue: first.map_or(self.message.queue.as_str(), |f| f.queue.as_str()),
+            queue: first.map_or(failed, |f| f.queue.as_str()),
             reason: first.map_or(super::NO_REASON, |f| f.reason.as_str()),
             cause: &self.cause,
             message_type: self.message_type.as_deref().unwrap_or(""),
@@ -944,6 +1055,141 @@ mod tests {
                 p.search_text.body
             );
         }
+    }
+
+    /// A MassTransit `_error` message in vhost `shop`, with `x-death` when `dead` is given.
+    fn masstransit(input_address: &str, dead: Option<&str>) -> IncomingMessage {
+        let mut headers = Table::from([
+            (
+                "MT-Fault-ExceptionType",
+                AmqpValue::text("Shop.OrderException"),
+            ),
+            (
+                "MT-Fault-Message",
+                AmqpValue::text("order O-17 has no lines"),
+            ),
+            ("MT-Fault-InputAddress", AmqpValue::text(input_address)),
+            ("MT-Fault-MessageType", AmqpValue::text("Shop.SubmitOrder")),
+        ]);
+        if let Some(queue) = dead {
+            let entry = Table::from([
+                ("queue", AmqpValue::text(queue)),
+                ("reason", AmqpValue::text("rejected")),
+                ("count", AmqpValue::LongLongInt(1)),
+                ("exchange", AmqpValue::text("orders")),
+                (
+                    "routing-keys",
+                    AmqpValue::Array(vec![AmqpValue::text("order.new")]),
+                ),
+            ]);
+            headers.insert("x-death", AmqpValue::Array(vec![AmqpValue::Table(entry)]));
+        }
+        IncomingMessage {
+            vhost: "shop".into(),
+            queue: "shop/submit-order_error".into(),
+            headers: Some(headers),
+            ..message()
+        }
+    }
+
+    #[test]
+    fn a_convention_gives_the_target_group_queue_and_type_without_a_death_history() {
+        let rules = IngestRules::default();
+        let p = PreparedMessage::with_rules(
+            masstransit("rabbitmq://mq/shop/submit-order", None),
+            &rules,
+        );
+        assert_eq!(
+            p.history.replay_target,
+            Some(death::ReplayTarget {
+                exchange: String::new(),
+                routing_key: "submit-order".into()
+            })
+        );
+        let framework = p.framework.as_ref().expect("MassTransit's");
+        assert_eq!(
+            framework.convention,
+            crate::conventions::Convention::MassTransit
+        );
+        assert_eq!(
+            framework.target_from.as_deref(),
+            Some("MT-Fault-InputAddress")
+        );
+        assert_eq!(p.failed_queue(), Some("shop/submit-order"));
+        assert_eq!(p.group().queue, "shop/submit-order");
+        assert_eq!(p.message_type.as_deref(), Some("Shop.SubmitOrder"));
+        assert_eq!(p.error_type.as_deref(), Some("Shop.OrderException"));
+        assert_eq!(p.cause, "Shop.OrderException: order O-<n> has no lines");
+        assert_eq!(p.convention_problems_json(), None);
+        // The death history's target wins, and its first-death queue groups it.
+        let dead = PreparedMessage::with_rules(
+            masstransit("rabbitmq://mq/shop/submit-order", Some("submit-order")),
+            &rules,
+        );
+        assert_eq!(
+            dead.history.replay_target.as_ref().unwrap().exchange,
+            "orders"
+        );
+        assert_eq!(dead.framework.as_ref().unwrap().target_from, None);
+        assert_eq!(dead.group().queue, "shop/submit-order");
+    }
+
+    #[test]
+    fn a_malformed_convention_header_is_said_and_the_message_kept() {
+        let rules = IngestRules::default();
+        let p = PreparedMessage::with_rules(masstransit("not-a-url", None), &rules);
+        assert_eq!(p.history.replay_target, None);
+        let problems = p.convention_problems_json().expect("said");
+        assert!(
+            problems.contains("target unknown: MT-Fault-InputAddress is not a rabbitmq:// address"),
+            "{problems}"
+        );
+        // Grouped under the queue its name says it failed in, or the DLQ.
+        assert!(
+            p.group().queue.starts_with("shop/submit-order"),
+            "{:?}",
+            p.group()
+        );
+        let elsewhere = PreparedMessage::with_rules(
+            masstransit("rabbitmq://mq/other/submit-order", None),
+            &rules,
+        );
+        assert!(elsewhere
+            .convention_problems_json()
+            .unwrap()
+            .contains("names vhost \\\"other\\\""));
+    }
+
+    #[test]
+    fn a_dramatiq_body_past_the_indexed_start_is_read_whole() {
+        let traceback = format!(
+            "Traceback (most recent call last):\n  File \"tasks.py\", line 9, in charge\n{}ValueError: card C-17 declined",
+            format!("  File \"lib.py\", line 3, in step\n    step({})\n", "x, ".repeat(60)).repeat(400)
+        );
+        let body = serde_json::json!({
+            "queue_name": "charges",
+            "actor_name": "charge",
+            "args": [],
+            "kwargs": {},
+            "options": {"traceback": traceback},
+            "message_id": "m",
+            "message_timestamp": 1,
+        });
+        let body = serde_json::to_string(&body).unwrap();
+        assert!(body.len() > INDEXED_BODY_BYTES);
+        let p = PreparedMessage::new(IncomingMessage {
+            queue: "charges.XQ".into(),
+            body: body.into_bytes(),
+            headers: None,
+            ..message()
+        });
+        assert_eq!(
+            p.framework.as_ref().map(|f| f.convention),
+            Some(crate::conventions::Convention::Dramatiq)
+        );
+        assert_eq!(p.convention_problems_json(), None);
+        assert_eq!(p.error.as_deref(), Some("ValueError: card C-17 declined"));
+        assert_eq!(p.failed_queue(), Some("charges"));
     }
 
     #[test]

@@ -22,12 +22,15 @@ struct Message {
     options: Option<Value>,
 }
 
+/// Whether a delivery from `queue` whose body starts with `body` is Dramatiq's to read.
+pub fn may_read(queue: &str, body: &str) -> bool {
+    let head = cut(body.trim_start(), SIGNATURE_BYTES);
+    queue.ends_with(".XQ") || (head.starts_with(SIGNATURE) && head.contains(r#""actor_name":"#))
+}
+
 pub fn read(d: &Delivery<'_>) -> Option<FrameworkFailure> {
-    let in_xq = d.queue.ends_with(".XQ");
     let body = d.body_text.map(str::trim_start).unwrap_or_default();
-    let head = cut(body, SIGNATURE_BYTES);
-    let looks_like = head.starts_with(SIGNATURE) && head.contains(r#""actor_name":"#);
-    if !in_xq && !looks_like {
+    if !may_read(d.queue, body) {
         return None;
     }
     let mut f = Fields::new(d.headers);

@@ -20,14 +20,22 @@ use crate::death::ReplayTarget;
 
 pub use fields::{MAX_BODY_BYTES, MAX_TEXT_BYTES, MAX_TRACE_BYTES};
 
-/// A framework whose error queue Lazarus reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A framework whose error queue Lazarus reads (its [`Convention::name`] in the API).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub enum Convention {
+    #[serde(rename = "spring-amqp")]
     SpringAmqp,
+    #[serde(rename = "masstransit")]
     MassTransit,
+    #[serde(rename = "nservicebus")]
     NServiceBus,
+    #[serde(rename = "dramatiq")]
     Dramatiq,
+    #[serde(rename = "symfony-messenger")]
     SymfonyMessenger,
+    #[serde(rename = "watermill")]
     Watermill,
 }
 
@@ -176,6 +184,14 @@ pub fn read(delivery: &Delivery<'_>) -> Option<FrameworkFailure> {
         dramatiq::read(delivery)?
     };
     Some(failure)
+}
+
+/// Whether a convention may read more of a body than its first `head` holds: a Dramatiq
+/// message (or any body of a `.XQ` queue) and a PHP-serialized Symfony envelope. Ingest
+/// decodes the start of each body for search; only these bodies are decoded further, up to
+/// [`MAX_BODY_BYTES`], so that others cost nothing more.
+pub fn reads_body(queue: &str, head: &str) -> bool {
+    dramatiq::may_read(queue, head) || symfony::may_read(head)
 }
 
 /// Which conventions' headers a table carries, from one pass over its names.

@@ -73,10 +73,15 @@ pub fn read(d: &Delivery<'_>) -> FrameworkFailure {
 }
 
 /// A failure-transport message of the default `PhpSerializer`, if the body is one.
+/// Whether a body (its start) is a PHP-serialized envelope, plain or base64.
+pub fn may_read(body: &str) -> bool {
+    let body = body.trim_start();
+    ENVELOPE.iter().any(|e| body.starts_with(e)) || is_base64_envelope(body)
+}
+
 pub fn read_body(d: &Delivery<'_>) -> Option<FrameworkFailure> {
     let body = d.body_text?.trim_start();
-    let encoded = ENVELOPE.iter().any(|e| body.starts_with(e)) || is_base64_envelope(body);
-    if !encoded {
+    if !may_read(body) {
         return None;
     }
     let mut f = Fields::new(d.headers);

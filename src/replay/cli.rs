@@ -88,27 +88,38 @@ pub fn cli_actor() -> Actor {
 }
 
 /// The plan, as printed before anything is published.
+/// A plan's target in words: `orders → order.created`, in its vhost, and where it came from
+/// when a framework's convention gave it.
+fn target_line(t: &TargetCount) -> String {
+    let target = ReplayTarget {
+        exchange: t.exchange.clone(),
+        routing_key: t.routing_key.clone(),
+    };
+    let from = t
+        .target_from
+        .as_ref()
+        .map_or_else(String::new, |from| format!(" (target from {from})"));
+    format!(
+        "{}{}{from}",
+        target.label(),
+        crate::amqp::dlq::in_vhost(&t.vhost)
+    )
+}
+
 pub fn plan_text(job: &ReplayJob) -> String {
     let p = &job.plan;
     let mut out = format!(
         "Replay job {}: {} messages selected, {} to publish\n",
         job.id, p.messages, p.to_publish
     );
-    let label = |t: &TargetCount| {
-        let target = ReplayTarget {
-            exchange: t.exchange.clone(),
-            routing_key: t.routing_key.clone(),
-        };
-        format!("{}{}", target.label(), crate::amqp::dlq::in_vhost(&t.vhost))
-    };
     for t in &p.targets {
-        out.push_str(&format!("  {:>8}  to {}\n", t.messages, label(t)));
+        out.push_str(&format!("  {:>8}  to {}\n", t.messages, target_line(t)));
     }
     for t in &p.refused_targets {
         out.push_str(&format!(
             "  {:>8}  NOT to {}: not an exchange --replay-exchange allows\n",
             t.messages,
-            label(t)
+            target_line(t)
         ));
     }
     out.push_str(&format!(
@@ -258,6 +269,27 @@ mod tests {
             ("", "invoices")
         );
         assert!(parse_target("orders").is_err());
+    }
+
+    #[test]
+    fn a_target_a_framework_gave_says_so() {
+        let mut t = TargetCount {
+            vhost: "shop".into(),
+            exchange: String::new(),
+            routing_key: "submit-order".into(),
+            messages: 3,
+            target_from: Some("MassTransit's MT-Fault-InputAddress".into()),
+        };
+        assert_eq!(
+            target_line(&t),
+            "(AMQP default) → submit-order in vhost \"shop\" \
+             (target from MassTransit's MT-Fault-InputAddress)"
+        );
+        t.target_from = None;
+        assert_eq!(
+            target_line(&t),
+            "(AMQP default) → submit-order in vhost \"shop\""
+        );
     }
 
     #[test]

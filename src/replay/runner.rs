@@ -585,5 +585,6 @@ fn to_replay<'m>(
         body: replay_body(&m.body, bodies),
         target: &m.target,
         job: Some(job),
+        convention: m.convention,
     }
 }

@@ -253,6 +253,7 @@ pub async fn replay_one(
     // Published and awaited in a task of its own, so that the record settles however long
     // the broker takes, even once the request has had its answer.
     let properties = message.properties.clone();
+    let convention = message.summary.convention;
     let headers = edit
         .and_then(|e| e.headers.clone())
         .or(message.headers.clone());
@@ -272,6 +273,7 @@ pub async fn replay_one(
                 body: replay_body(&body, &bodies),
                 target: &target,
                 job: None,
+                convention,
             };
             publisher.publish_all([m], 1, |_, o| outcome = o).await;
             publisher.close().await;

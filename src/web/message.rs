@@ -154,8 +154,19 @@ pub struct MessagePage {
     pub can_act: bool,
     /// What names it for people: its first business field, its message-id, or `#id`.
     pub title: String,
-    /// The error its consumer left, whole (a stack trace too), when a header holds it.
-    pub error_text: Option<String>,
+    /// The stack trace (or the whole error text) its consumer left, shown under the error:
+    /// its framework's, whatever header or body field held it, else the error header's
+    /// whole text where it says more than the error line.
+    pub stack_trace: Option<String>,
+    /// Where the error and trace were read (`MassTransit's MT-Fault-Message, …`).
+    pub error_from: Option<String>,
+    /// The framework convention it follows, named.
+    pub convention: Option<&'static str>,
+    /// What gave its replay target, when its convention did (`MassTransit's
+    /// MT-Fault-InputAddress`).
+    pub target_from: Option<String>,
+    /// Why it has no replay target, when it has none.
+    pub no_target: Option<String>,
 }
 
 /// The name of a message on its page: its first business field value, else its message-id,
@@ -179,6 +190,26 @@ fn error_text(error: Option<&str>, headers: Option<&[HeaderRow]>) -> Option<Stri
         .iter()
         .find(|h| h.depth == 0 && h.value.contains(error))
         .map(|h| h.value.trim().to_owned())
+}
+
+/// What the framework convention a message follows says of it (read again from its headers
+/// and the start of its body, for its stack trace and where it was found).
+fn framework(
+    message: &ArchivedMessage,
+    vhost: &str,
+    body: &[u8],
+    encoding: &crate::body::Encoding<'_>,
+) -> Option<crate::conventions::FrameworkFailure> {
+    message.summary.convention?;
+    let text = crate::body::text(body, encoding, crate::conventions::MAX_BODY_BYTES + 1);
+    let dlq = crate::amqp::dlq::Dlq::from_key(&message.summary.queue, &message.summary.vhost);
+    crate::conventions::read(&crate::conventions::Delivery {
+        queue: &dlq.name,
+        vhost,
+        routing_key: &message.delivered_routing_key,
+        headers: message.headers.as_ref(),
+        body_text: text.as_deref(),
+    })
 }
 
 /// Where a message stands, as its page says first.
@@ -390,13 +421,14 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
     let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
+    let vhost = state.vhost_name(&message.summary.vhost).to_owned();
     let schemas = state.schemas.clone();
     // A search that does not parse (edited by hand) marks nothing.
     let search = from.q.unwrap_or_default();
     let terms = crate::search::parse(&search, &state.business_fields)
         .map(|s| Terms::new(&s))
         .unwrap_or_default();
-    let (payload, (marked, hits), editable_body) = state
+    let (payload, (marked, hits), editable_body, framework) = state
         .bodies
         .run_with(permit, move || {
             let schemas = schemas.as_deref();
@@ -409,7 +441,8 @@ pub async fn detail_page(
             let editable = (role >= crate::archive::Role::Operator && start.is_whole())
                 .then(|| editable_body(&archived, &body.bytes))
                 .flatten();
-            (payload, marked, editable)
+            let framework = framework(&archived, &vhost, &body.bytes, &encoding);
+            (payload, marked, editable, framework)
         })
         .await
         .map_err(page_error)?;
@@ -425,7 +458,10 @@ pub async fn detail_page(
         .map_err(|e| page_error(e.into()))?;
     let s = &message.summary;
     let headers = message.headers.as_ref().map(header_rows);
-    let error_text = error_text(s.error.as_deref(), headers.as_deref());
+    let error_text = error_text(s.error.as_deref(), headers.as_deref())
+        .filter(|whole| Some(whole.as_str()) != s.error.as_deref());
+    let convention = s.convention.map(crate::conventions::Convention::label);
+    let said = framework.as_ref().filter(|f| !f.found_in.is_empty());
     let page = MessagePage {
         nav: Nav::new(Some(&caller), state.auth.mode),
         id: id.clone(),
@@ -493,7 +529,23 @@ pub async fn detail_page(
         status_note: message.status_note.clone(),
         lifecycle: Lifecycle::new(s, &related, state.settle),
         title: title(s, &state.business_fields),
-        error_text,
+        stack_trace: framework
+            .as_ref()
+            .and_then(|f| f.stack_trace.clone())
+            .or(error_text),
+        error_from: said.map(|f| format!("{}'s {}", f.convention.label(), f.found_in.join(", "))),
+        convention,
+        target_from: s
+            .convention
+            .zip(s.replay_target_from.as_deref())
+            .map(|(c, from)| crate::archive::Framework::source(c, from)),
+        no_target: s.replay_target.is_none().then(|| match convention {
+            Some(label) => format!(
+                "no death history, and its {label} headers give none: a replay needs a target \
+                 chosen by hand"
+            ),
+            None => "no death history: a replay needs a target chosen by hand".to_owned(),
+        }),
         can_act: caller.role >= crate::archive::Role::Operator,
         summary: s.clone(),
     };

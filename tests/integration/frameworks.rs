@@ -7,6 +7,7 @@
 //! where a replay with no target given must land and which headers it must strip or keep.
 //! Plain consumers (lapin, and Node's amqplib) take what a replay published.
 
+mod archived;
 mod checks;
 mod go;
 mod jvm;

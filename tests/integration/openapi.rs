@@ -91,7 +91,30 @@ async fn the_api_keeps_to_its_openapi_description() {
     t.publish("", &work, br#"{"order": "O-1"}"#, typed).await;
     let binary = BasicProperties::default().with_message_id("binary".into());
     t.publish("", &work, &[0xff, 0x00, 0xfe], binary).await;
-    app.wait_for_archived(3, Duration::from_secs(10)).await;
+    // Framework failures (no death history): Spring's, whose target is its work queue, and
+    // MassTransit's with an input address that is not one (a convention problem).
+    let mut spring = lapin::types::FieldTable::default();
+    for (k, v) in [
+        ("x-exception-message", "no customer with id C-1007"),
+        ("x-original-exchange", ""),
+        ("x-original-routingKey", work.as_str()),
+    ] {
+        spring.insert(k.into(), s(v));
+    }
+    let spring = json_props("spring").with_headers(spring);
+    t.publish("", &dlq, b"{}", spring).await;
+    let mut mt = lapin::types::FieldTable::default();
+    for (k, v) in [
+        ("MT-Reason", "fault"),
+        ("MT-Fault-ExceptionType", "Shop.OrderException"),
+        ("MT-Fault-Message", "order O-1 has no lines"),
+        ("MT-Fault-InputAddress", "not-a-url"),
+    ] {
+        mt.insert(k.into(), s(v));
+    }
+    t.publish("", &dlq, b"{}", json_props("masstransit").with_headers(mt))
+        .await;
+    app.wait_for_archived(5, Duration::from_secs(10)).await;
 
     // The description: for a signed-in caller only, OpenAPI 3.1.
     assert_eq!(app.get("/api/openapi.json").await.status, 401);
@@ -114,7 +137,16 @@ async fn the_api_keeps_to_its_openapi_description() {
         .iter()
         .map(|m| m["id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(ids.len(), 3);
+    assert_eq!(ids.len(), 5);
+    let said = |id: &str| messages.iter().find(|m| m["message_id"] == id).unwrap();
+    assert_eq!(said("spring")["convention"], "spring-amqp");
+    assert_eq!(
+        said("masstransit")["convention_problems"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     let typed_id = messages
         .iter()
         .find(|m| m["message_id"] == "typed")

@@ -91,6 +91,7 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
         body: ReplayBody::Bytes(&stored.bytes),
         target: &target,
         job: None,
+        convention: archived.summary.convention,
     };
     publisher
         .publish_all([message], 16, |id, o| outcomes.push((id, o)))
@@ -161,6 +162,7 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
         body: ReplayBody::Bytes(b"x"),
         target: if i == 2 { &nowhere } else { &fanout_target },
         job: Some("job-7"),
+        convention: None,
     });
     let mut outcomes = Vec::new();
     publisher

@@ -140,7 +140,7 @@ pub(super) async fn delete_messages(
             &ids,
             "failure_groups",
             &["dlq", "queue", "reason", "cause", "message_type"],
-            "queue, coalesce(first_death_queue, queue), coalesce(first_death_reason, 'none'), \
+            "queue, coalesce(first_death_queue, failed_queue, queue), coalesce(first_death_reason, 'none'), \
              coalesce(cause, error, ''), coalesce(message_type, '')",
             "dlq COLLATE \"C\", queue COLLATE \"C\", reason COLLATE \"C\", cause COLLATE \"C\", \
              message_type COLLATE \"C\"",

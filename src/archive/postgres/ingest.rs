@@ -102,20 +102,23 @@ async fn insert_batch(
          INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type) \
+         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
+         failed_queue, replay_target_from, convention_problems) \
          SELECT id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search::tsvector, snippet, error_type, cause, message_type \
+         replay_routing_key, error, replay_of, search::tsvector, snippet, error_type, cause, message_type, \
+         convention, failed_queue, replay_target_from, convention_problems \
          FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
          $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[], \
-         $55::text[], $56::text[], $57::text[]) \
+         $55::text[], $56::text[], $57::text[], $62::text[], $63::text[], $64::text[], $65::text[]) \
          AS t (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type)), \
+         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
+         failed_queue, replay_target_from, convention_problems)), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
          new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_cause) \
@@ -146,8 +149,8 @@ async fn insert_batch(
          ON CONFLICT (queue, minute) DO UPDATE SET messages = minute_counts.messages + excluded.messages), \
          new_group_minutes AS (\
          INSERT INTO group_minutes (dlq, queue, reason, cause, message_type, minute, messages) \
-         SELECT * FROM UNNEST($62::text[], $63::text[], $64::text[], $65::text[], $66::text[], \
-         $67::bigint[], $68::bigint[]) \
+         SELECT * FROM UNNEST($66::text[], $67::text[], $68::text[], $69::text[], $70::text[], \
+         $71::bigint[], $72::bigint[]) \
          ON CONFLICT (dlq, queue, reason, cause, message_type, minute) \
          DO UPDATE SET messages = group_minutes.messages + excluded.messages) \
          INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type, example, \
@@ -223,6 +226,11 @@ async fn insert_batch(
     .bind(groups.keys().map(|k| k.message_type).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.error_type).collect::<Vec<_>>())
     .bind(groups.values().map(|v| v.example).collect::<Vec<_>>())
+    // Its framework convention (issue 33).
+    .bind(col(&|m| m.framework.as_ref().map(|f| f.convention.name())))
+    .bind(col(&|m| m.failed_queue()))
+    .bind(col(&|m| m.framework.as_ref().and_then(|f| f.target_from.as_deref())))
+    .bind(rows.iter().map(|(_, m)| m.convention_problems_json()).collect::<Vec<_>>())
     // Each group's minutes (issue 35).
     .bind(group_minutes.keys().map(|k| k.0.dlq).collect::<Vec<_>>())
     .bind(group_minutes.keys().map(|k| k.0.queue).collect::<Vec<_>>())

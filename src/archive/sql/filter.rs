@@ -19,7 +19,7 @@ pub enum StatusIn {
 /// type): its `failure_groups` column, and what it is for a message. A message archived by an
 /// earlier version counts under its error until it is regrouped (its cause is null until then).
 pub const GROUP_KEY: [(&str, &str); 4] = [
-    ("queue", "coalesce(first_death_queue, queue)"),
+    ("queue", "coalesce(first_death_queue, failed_queue, queue)"),
     ("reason", "coalesce(first_death_reason, 'none')"),
     ("cause", "coalesce(cause, error, '')"),
     ("dlq", "queue"),
@@ -154,8 +154,9 @@ pub fn push_condition<'a, DB: sqlx::Database>(
             return;
         }
         "reason" => "first_death_reason",
-        // Messages without history are grouped under the DLQ itself.
-        "first_death_queue" => "coalesce(first_death_queue, queue)",
+        // Messages without history are grouped under the queue their framework says they
+        // failed in, else under the DLQ itself.
+        "first_death_queue" => "coalesce(first_death_queue, failed_queue, queue)",
         "error" => "coalesce(error, '')",
         "group" => {
             // The group's key, read from its row by subqueries (PostgreSQL's index serves
@@ -268,17 +269,19 @@ pub fn push_freeze<'a, DB: sqlx::Database>(
     q.push_bind(id);
     if spec.to_first_death_queue {
         // The default exchange routes a queue's name to that queue alone. A message without
-        // death history has no such queue: no target.
-        // The column holds the queue's key (`Dlq::key`): outside the home vhost vhost/name,
+        // death history has no such queue — but where its framework names the queue it
+        // failed in, that one: else no target.
+        // The columns hold the queue's key (`Dlq::key`): outside the home vhost vhost/name,
         // the vhost escaped (no `/`); at home the name, after a `/` when it holds one.
-        q.push(
-            ", messages.id, CASE WHEN messages.first_death_queue IS NULL THEN NULL ELSE '' END, \
+        let queue = "coalesce(messages.first_death_queue, messages.failed_queue)";
+        q.push(format!(
+            ", messages.id, CASE WHEN {queue} IS NULL THEN NULL ELSE '' END, \
              CASE WHEN messages.vhost <> '' \
-             THEN substr(messages.first_death_queue, length(replace(replace(messages.vhost, \
+             THEN substr({queue}, length(replace(replace(messages.vhost, \
              '%', '%25'), '/', '%2F')) + 2) \
-             WHEN messages.first_death_queue LIKE '/%' THEN substr(messages.first_death_queue, 2) \
-             ELSE messages.first_death_queue END",
-        );
+             WHEN {queue} LIKE '/%' THEN substr({queue}, 2) \
+             ELSE {queue} END"
+        ));
         return;
     }
     q.push(", messages.id, coalesce(")

@@ -150,7 +150,7 @@ pub type GroupKeyOwned = (String, String, String, String, String);
 /// `message_type`, as ingest keyed it (a message of an earlier version, until it is
 /// regrouped, under its error).
 pub const GROUP_COLUMNS: &str =
-    "m.queue AS dlq, coalesce(m.first_death_queue, m.queue) AS group_queue, \
+    "m.queue AS dlq, coalesce(m.first_death_queue, m.failed_queue, m.queue) AS group_queue, \
      coalesce(m.first_death_reason, 'none') AS reason, coalesce(m.cause, m.error, '') AS cause, \
      coalesce(m.message_type, '') AS message_type";
 

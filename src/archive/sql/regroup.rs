@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use super::lifecycle::{group_of, GroupKeyOwned, GROUP_COLUMNS};
 use super::{args, corrupt, ArchiveRow, Conn, Dialect, Pool};
 use crate::amqp::headers::{MessageProperties, Table};
-use crate::archive::{failure, ArchiveError, Failure, IngestRules, MessageStatus, ReindexProgress};
+use crate::archive::record::{body_text, stored_failure, Stored};
+use crate::archive::{ArchiveError, Failure, IngestRules, MessageStatus, ReindexProgress};
 
 /// What a batch moves into (positive) or out of (negative) one group.
 #[derive(Debug, Default)]
@@ -24,6 +25,86 @@ struct Move {
     /// What a group made by the move says of itself.
     error_type: Option<String>,
     example: Option<String>,
+}
+
+/// A message of a batch as stored.
+struct StoredRow {
+    id: i64,
+    queue: String,
+    vhost: String,
+    routing_key: String,
+    properties: MessageProperties,
+    headers: Option<Table>,
+    error: Option<String>,
+    /// Its body's start, read only where a convention reads bodies.
+    body: Option<Vec<u8>>,
+}
+
+/// How much of each body is looked at to tell whether a convention reads it.
+const HEAD_BYTES: i64 = 4096;
+
+/// Reads the bodies a convention reads (Dramatiq's, Symfony envelopes): each body's head
+/// first, and only the bodies whose head says so whole (as stored beside the message: at most
+/// its first MiB), so that a batch never holds every body.
+async fn read_bodies(
+    db: Pool<'_>,
+    rules: &IngestRules,
+    stored: &mut [StoredRow],
+) -> Result<(), sqlx::Error> {
+    let Some(d) = stored.first().map(|_| db.dialect()) else {
+        return Ok(());
+    };
+    let ids: Vec<i64> = stored.iter().map(|m| m.id).collect();
+    let heads = db
+        .fetch_all(
+            &format!(
+                "SELECT message_id, substr(body, 1, {HEAD_BYTES}) AS head FROM message_bodies \
+                 WHERE {}",
+                d.in_ids("message_id", 1)
+            ),
+            args![&ids],
+        )
+        .await?;
+    let mut wanted: Vec<i64> = Vec::new();
+    for row in &heads {
+        let id: i64 = row.column("message_id")?;
+        let head: Option<Vec<u8>> = row.column("head")?;
+        let Some(m) = stored.iter().find(|m| m.id == id) else {
+            continue;
+        };
+        let name = crate::amqp::dlq::Dlq::from_key(&m.queue, &m.vhost).name;
+        let text = head.and_then(|h| {
+            body_text(
+                &m.properties,
+                m.headers.as_ref(),
+                &h,
+                rules,
+                HEAD_BYTES as usize,
+            )
+        });
+        if text.is_some_and(|t| crate::conventions::reads_body(&name, &t)) {
+            wanted.push(id);
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let bodies = db
+        .fetch_all(
+            &format!(
+                "SELECT message_id, body FROM message_bodies WHERE {}",
+                d.in_ids("message_id", 1)
+            ),
+            args![&wanted],
+        )
+        .await?;
+    for row in &bodies {
+        let id: i64 = row.column("message_id")?;
+        if let Some(m) = stored.iter_mut().find(|m| m.id == id) {
+            m.body = row.column("body")?;
+        }
+    }
+    Ok(())
 }
 
 /// Regroups the next `limit` messages of the cursor; `None` once there is no cursor.
@@ -49,8 +130,8 @@ pub async fn batch(
     }
     let rows = db
         .fetch_all(
-            "SELECT id, properties, headers, error FROM messages WHERE id >= $1 AND id <= $2 \
-             ORDER BY id LIMIT $3",
+            "SELECT id, queue, vhost, routing_key, properties, headers, error FROM messages \
+             WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
             args![next_id, last_id, i64::from(limit.max(1))],
         )
         .await?;
@@ -59,7 +140,7 @@ pub async fn batch(
         None => last_id,
     };
     // Derived outside the transaction: it is the slow part, and SQLite's writers wait.
-    let mut derived: BTreeMap<i64, Failure> = BTreeMap::new();
+    let mut stored = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: i64 = row.column("id")?;
         let properties: String = row.column("properties")?;
@@ -70,16 +151,33 @@ pub async fn batch(
             .map(|h| serde_json::from_str(&h))
             .transpose()
             .map_err(corrupt(id))?;
-        let stored: Option<String> = row.column("error")?;
-        derived.insert(
+        stored.push(StoredRow {
             id,
-            failure(
-                headers.as_ref(),
-                &properties,
-                &rules.error_headers,
-                stored.as_deref(),
-            ),
+            queue: row.column("queue")?,
+            vhost: row.column("vhost")?,
+            routing_key: row.column("routing_key")?,
+            properties,
+            headers,
+            error: row.column("error")?,
+            body: None,
+        });
+    }
+    read_bodies(db, rules, &mut stored).await?;
+    let mut derived: BTreeMap<i64, Failure> = BTreeMap::new();
+    for m in &stored {
+        let failure = stored_failure(
+            &Stored {
+                queue: &m.queue,
+                vhost: &m.vhost,
+                routing_key: &m.routing_key,
+                properties: &m.properties,
+                headers: m.headers.as_ref(),
+                body: m.body.as_deref(),
+                error: m.error.as_deref(),
+            },
+            rules,
         );
+        derived.insert(m.id, failure);
     }
     let ids: Vec<i64> = derived.keys().copied().collect();
     let mut tx = db.begin().await?;
@@ -122,7 +220,8 @@ async fn regroup(
     let rows = conn
         .fetch_all(
             &format!(
-                "SELECT m.id, s.status, m.archived_at, {GROUP_COLUMNS} FROM messages m \
+                "SELECT m.id, s.status, m.archived_at, m.first_death_queue, {GROUP_COLUMNS} \
+                 FROM messages m \
                  JOIN {} s ON s.id = m.id WHERE {}",
                 d.status_table(),
                 d.in_ids("m.id", 1)
@@ -131,7 +230,7 @@ async fn regroup(
         )
         .await?;
     let mut moves: BTreeMap<GroupKeyOwned, Move> = BTreeMap::new();
-    let mut changed: Vec<(i64, &Failure)> = Vec::new();
+    let mut changed: Vec<(i64, &Failure, String)> = Vec::new();
     for row in &rows {
         let id: i64 = row.column("id")?;
         let Some(failure) = derived.get(&id) else {
@@ -143,14 +242,19 @@ async fn regroup(
         let settling = i64::from(status == Some(MessageStatus::Replayed));
         let at: i64 = row.column("archived_at")?;
         let from = group_of(row)?;
+        // The queue it failed in: its first death's, else its framework's, else the DLQ.
+        let first_death_queue: Option<String> = row.column("first_death_queue")?;
+        let queue = first_death_queue
+            .or_else(|| failure.framework.as_ref()?.failed_queue.clone())
+            .unwrap_or_else(|| from.0.clone());
         let to: GroupKeyOwned = (
             from.0.clone(),
-            from.1.clone(),
+            queue,
             from.2.clone(),
             failure.cause.clone(),
             failure.message_type.clone().unwrap_or_default(),
         );
-        changed.push((id, failure));
+        changed.push((id, failure, to.1.clone()));
         if from == to {
             continue;
         }
@@ -221,43 +325,97 @@ async fn regroup(
     Ok(changed.len() as u64)
 }
 
-/// Writes each message's derived failure (and, on PostgreSQL, its group's cause beside its
-/// status).
-async fn rewrite(conn: &mut Conn<'_>, changed: &[(i64, &Failure)]) -> Result<(), sqlx::Error> {
+fn convention(f: &Failure) -> Option<&str> {
+    f.framework.as_ref().map(|c| c.convention.name())
+}
+
+fn failed_queue(f: &Failure) -> Option<&str> {
+    f.framework.as_ref()?.failed_queue.as_deref()
+}
+
+fn target(f: &Failure) -> Option<&crate::death::ReplayTarget> {
+    f.framework.as_ref()?.target.as_ref()
+}
+
+fn target_from(f: &Failure) -> Option<&str> {
+    f.framework.as_ref()?.target_from.as_deref()
+}
+
+/// The convention's problems as stored: a JSON array, none when there are none.
+fn problems(f: &Failure) -> Option<String> {
+    f.framework
+        .as_ref()
+        .filter(|c| !c.problems.is_empty())
+        .map(|c| serde_json::to_string(&c.problems).expect("text serializes"))
+}
+
+/// Writes each message's derived failure, its convention and (where it had none) the
+/// convention's replay target — and, on PostgreSQL, its group's queue and cause beside its
+/// status.
+async fn rewrite(
+    conn: &mut Conn<'_>,
+    changed: &[(i64, &Failure, String)],
+) -> Result<(), sqlx::Error> {
     match conn {
         Conn::Sqlite(c) => {
-            for (id, f) in changed {
+            for (id, f, _) in changed {
                 sqlx::query(
-                    "UPDATE messages SET error = ?, error_type = ?, cause = ?, message_type = ? \
-                     WHERE id = ?",
+                    "UPDATE messages SET error = ?, error_type = ?, cause = ?, message_type = ?, \
+                     convention = ?, failed_queue = ?, replay_target_from = ?, \
+                     convention_problems = ?, replay_exchange = coalesce(replay_exchange, ?), \
+                     replay_routing_key = coalesce(replay_routing_key, ?) WHERE id = ?",
                 )
                 .bind(&f.error)
                 .bind(&f.error_type)
                 .bind(&f.cause)
                 .bind(&f.message_type)
+                .bind(convention(f))
+                .bind(failed_queue(f))
+                .bind(target_from(f))
+                .bind(problems(f))
+                .bind(target(f).map(|t| t.exchange.as_str()))
+                .bind(target(f).map(|t| t.routing_key.as_str()))
                 .bind(id)
                 .execute(&mut **c)
                 .await?;
             }
         }
         Conn::Postgres(c) => {
-            let column = |get: fn(&Failure) -> Option<&str>| -> Vec<Option<&str>> {
-                changed.iter().map(|(_, f)| get(f)).collect()
+            let column = |get: for<'f> fn(&'f Failure) -> Option<&'f str>| -> Vec<Option<&str>> {
+                changed.iter().map(|(_, f, _)| get(f)).collect()
             };
-            let ids: Vec<i64> = changed.iter().map(|(id, _)| *id).collect();
+            let ids: Vec<i64> = changed.iter().map(|(id, _, _)| *id).collect();
+            let queues: Vec<&str> = changed.iter().map(|(_, _, q)| q.as_str()).collect();
+            let problems: Vec<Option<String>> =
+                changed.iter().map(|(_, f, _)| problems(f)).collect();
             sqlx::query(
                 "WITH t AS (SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
-                 $5::text[]) AS t (id, error, error_type, cause, message_type)), \
-                 status AS (UPDATE message_status s SET group_cause = t.cause FROM t \
-                 WHERE s.id = t.id) \
+                 $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+                 $11::text[], $12::text[]) AS t (id, error, error_type, cause, message_type, \
+                 convention, failed_queue, target_from, problems, exchange, routing_key, \
+                 group_queue)), \
+                 status AS (UPDATE message_status s SET group_cause = t.cause, \
+                 group_queue = t.group_queue FROM t WHERE s.id = t.id) \
                  UPDATE messages m SET error = t.error, error_type = t.error_type, cause = t.cause, \
-                 message_type = t.message_type FROM t WHERE m.id = t.id",
+                 message_type = t.message_type, convention = t.convention, \
+                 failed_queue = t.failed_queue, replay_target_from = t.target_from, \
+                 convention_problems = t.problems, \
+                 replay_exchange = coalesce(m.replay_exchange, t.exchange), \
+                 replay_routing_key = coalesce(m.replay_routing_key, t.routing_key) \
+                 FROM t WHERE m.id = t.id",
             )
             .bind(&ids)
             .bind(column(|f| f.error.as_deref()))
             .bind(column(|f| f.error_type.as_deref()))
             .bind(column(|f| Some(f.cause.as_str())))
             .bind(column(|f| f.message_type.as_deref()))
+            .bind(column(convention))
+            .bind(column(failed_queue))
+            .bind(column(target_from))
+            .bind(&problems)
+            .bind(column(|f| target(f).map(|t| t.exchange.as_str())))
+            .bind(column(|f| target(f).map(|t| t.routing_key.as_str())))
+            .bind(&queues)
             .execute(&mut **c)
             .await?;
         }

@@ -79,11 +79,29 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
         id,
         reason: format!("unknown status {status:?}"),
     })?;
+    let convention_problems = row
+        .column::<Option<String>>("convention_problems")?
+        .map(|p| serde_json::from_str(&p))
+        .transpose()
+        .map_err(|e| ArchiveError::Corrupt {
+            id,
+            reason: e.to_string(),
+        })?
+        .unwrap_or_default();
     Ok(MessageSummary {
         id,
         queue: row.column("queue")?,
         vhost: row.column("vhost")?,
         error: row.column("error")?,
+        error_type: row.column("error_type")?,
+        cause: row.column("cause")?,
+        message_type: row.column("message_type")?,
+        convention: row
+            .column::<Option<String>>("convention")?
+            .and_then(|c| crate::conventions::Convention::parse(&c)),
+        failed_queue: row.column("failed_queue")?,
+        replay_target_from: row.column("replay_target_from")?,
+        convention_problems,
         replay_of: row.column("replay_of")?,
         snippet: row.column("snippet")?,
         open: status.is_open(),
@@ -292,6 +310,9 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
                 size: row.column::<i64>("body_size")?.max(0) as u64,
             },
         },
+        convention: row
+            .column::<Option<String>>("convention")?
+            .and_then(|c| crate::conventions::Convention::parse(&c)),
         unreadable,
     })
 }
@@ -310,6 +331,16 @@ pub fn plan_from_rows<R: ArchiveRow>(
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
             messages: row.column("n")?,
+            target_from: match (
+                row.column::<Option<String>>("convention")?
+                    .and_then(|c| crate::conventions::Convention::parse(&c)),
+                row.column::<Option<String>>("target_from")?,
+            ) {
+                (Some(convention), Some(from)) => {
+                    Some(crate::archive::Framework::source(convention, &from))
+                }
+                _ => None,
+            },
         })
     };
     for row in targets {

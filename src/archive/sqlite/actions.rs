@@ -86,7 +86,7 @@ pub(super) async fn delete_purge_ids(
     subtract_totals(
         conn,
         "failure_groups",
-        "queue AS d, coalesce(first_death_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
+        "queue AS d, coalesce(first_death_queue, failed_queue, queue) AS q, coalesce(first_death_reason, 'none') AS r, \
          coalesce(cause, error, '') AS c, coalesce(message_type, '') AS t",
         "failure_groups.dlq = d.d AND failure_groups.queue = d.q AND failure_groups.reason = d.r \
          AND failure_groups.cause = d.c AND failure_groups.message_type = d.t",

@@ -40,7 +40,7 @@ async fn archived_copies(
     Ok(archived)
 }
 
-/// Rows per multi-row INSERT: 28 columns each stays far below SQLite's 32,766 parameters.
+/// Rows per multi-row INSERT: 32 columns each stays far below SQLite's 32,766 parameters.
 const ROWS_PER_STATEMENT: usize = 500;
 
 async fn insert_messages(
@@ -48,7 +48,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type) ",
+        "INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, failed_queue, replay_target_from, convention_problems) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -82,7 +82,12 @@ async fn insert_messages(
             // The failure's cause (issue 33).
             .push_bind(&m.error_type)
             .push_bind(&m.cause)
-            .push_bind(&m.message_type);
+            .push_bind(&m.message_type)
+            // Its framework convention (issue 33).
+            .push_bind(m.framework.as_ref().map(|f| f.convention.name()))
+            .push_bind(m.failed_queue())
+            .push_bind(m.framework.as_ref().and_then(|f| f.target_from.as_deref()))
+            .push_bind(m.convention_problems_json());
     });
     q.build().execute(&mut **tx).await?;
     Ok(())

@@ -42,6 +42,7 @@ async fn jobs_are_planned_started_paused_resumed_and_cancelled_as_documented() {
     assert_eq!(plan.actor, "alice");
     assert_eq!(plan.selection, serde_json::json!({"contract": true}));
     let target = |exchange: &str, routing_key: &str, messages| TargetCount {
+        target_from: None,
         vhost: String::new(),
         exchange: exchange.into(),
         routing_key: routing_key.into(),

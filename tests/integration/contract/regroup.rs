@@ -333,3 +333,328 @@ async fn an_archive_of_an_earlier_version_is_regrouped_with_its_open_counts_exac
         "four message types and none: {by_type:#?}"
     );
 }
+
+/// A text as an SQL literal (`NULL` for none).
+fn literal(text: Option<&str>) -> String {
+    text.map_or_else(|| "NULL".into(), |t| format!("'{}'", t.replace('\'', "''")))
+}
+
+/// The schema, rows and groups the version before framework conventions left: the migration
+/// `conventions` undone, each message's failure as that version read it (`old`: archive id,
+/// failure from the generic headers), no framework target, and each group keyed on the first
+/// death's queue or the DLQ, as that version counted it.
+fn before_conventions(url: &str, old: &[(i64, lazarus::archive::Failure)]) -> String {
+    let mut sql: String = old
+        .iter()
+        .map(|(id, f)| {
+            format!(
+                "UPDATE messages SET error = {}, error_type = {}, cause = {}, message_type = {}, \
+                 replay_exchange = CASE WHEN replay_target_from IS NULL THEN replay_exchange END, \
+                 replay_routing_key = CASE WHEN replay_target_from IS NULL THEN replay_routing_key END \
+                 WHERE id = {id};",
+                literal(f.error.as_deref()),
+                literal(f.error_type.as_deref()),
+                literal(Some(&f.cause)),
+                literal(f.message_type.as_deref()),
+            )
+        })
+        .collect();
+    let open = "'archived', 'replayed', 'replay_failed'";
+    let old_key = "coalesce(first_death_queue, queue), coalesce(first_death_reason, 'none'), \
+                   coalesce(cause, error, '')";
+    sql += &match url.starts_with("sqlite://") {
+        true => format!(
+            "DROP INDEX messages_group; DROP INDEX messages_group_open;
+             ALTER TABLE messages DROP COLUMN convention; ALTER TABLE messages DROP COLUMN failed_queue;
+             ALTER TABLE messages DROP COLUMN replay_target_from;
+             ALTER TABLE messages DROP COLUMN convention_problems;
+             CREATE INDEX messages_group ON messages ({old_key}, id);
+             CREATE INDEX messages_group_open ON messages ({old_key}, id) WHERE status IN ({open});
+             DELETE FROM failure_groups;
+             INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type,
+                 example, messages, open_messages, settling_messages, first_seen, last_seen)
+             SELECT queue, {old_key}, coalesce(message_type, ''), max(error_type), max(error),
+                 count(*), sum(status IN ({open})), sum(status = 'replayed'), min(archived_at),
+                 max(archived_at) FROM messages GROUP BY 1, 2, 3, 4, 5;
+             DELETE FROM regroup;
+             DELETE FROM _sqlx_migrations WHERE description = 'conventions';"
+        ),
+        false => format!(
+            "DROP INDEX messages_group;
+             ALTER TABLE messages DROP COLUMN convention, DROP COLUMN failed_queue,
+                 DROP COLUMN replay_target_from, DROP COLUMN convention_problems;
+             CREATE INDEX messages_group ON messages ({old_key}, id);
+             UPDATE message_status s SET group_queue = coalesce(m.first_death_queue, m.queue),
+                 group_cause = coalesce(m.cause, m.error, '') FROM messages m WHERE m.id = s.id;
+             DELETE FROM failure_groups;
+             INSERT INTO failure_groups (dlq, queue, reason, cause, message_type, error_type,
+                 example, messages, open_messages, settling_messages, first_seen, last_seen)
+             SELECT m.queue, coalesce(m.first_death_queue, m.queue),
+                 coalesce(m.first_death_reason, 'none'), coalesce(m.cause, m.error, ''),
+                 coalesce(m.message_type, ''), max(m.error_type), max(m.error), count(*),
+                 count(*) FILTER (WHERE s.status IN ({open})),
+                 count(*) FILTER (WHERE s.status = 'replayed'), min(m.archived_at),
+                 max(m.archived_at)
+             FROM messages m JOIN message_status s ON s.id = m.id GROUP BY 1, 2, 3, 4, 5;
+             DELETE FROM regroup;
+             DELETE FROM _sqlx_migrations WHERE description = 'conventions';"
+        ),
+    };
+    sql
+}
+
+/// Framework failures as each convention leaves them, without death history: MassTransit's
+/// `orders_error`, NServiceBus' `error` and a Spring recoverer's DLQ; and plain ones.
+fn framework_failures() -> Vec<IncomingMessage> {
+    let with = |queue: &str, name: &str, headers: &[(&str, String)]| {
+        let mut m = delivery(queue, name, None);
+        let table = m.headers.get_or_insert_with(Table::new);
+        for (k, v) in headers {
+            table.insert(*k, AmqpValue::text(v));
+        }
+        m
+    };
+    let mut out = Vec::new();
+    for i in 0..5 {
+        out.push(with(
+            "orders_error",
+            &format!("mt-{i}"),
+            &[
+                ("MT-Reason", "fault".into()),
+                ("MT-Fault-ExceptionType", "Shop.OrderException".into()),
+                ("MT-Fault-Message", format!("order O-{i}7 has no lines")),
+                ("MT-Fault-InputAddress", "rabbitmq://mq/orders".into()),
+                ("MT-Fault-MessageType", "Shop.SubmitOrder".into()),
+            ],
+        ));
+    }
+    for i in 0..4 {
+        out.push(with(
+            "error",
+            &format!("nsb-{i}"),
+            &[
+                ("NServiceBus.FailedQ", "sales".into()),
+                (
+                    "NServiceBus.ExceptionInfo.ExceptionType",
+                    "System.InvalidOperationException".into(),
+                ),
+                (
+                    "NServiceBus.ExceptionInfo.Message",
+                    format!("Cannot process order {i}1"),
+                ),
+                (
+                    "NServiceBus.EnclosedMessageTypes",
+                    "Shop.PlaceOrder, Shop".into(),
+                ),
+            ],
+        ));
+    }
+    for i in 0..3 {
+        out.push(with(
+            "spring.dlq",
+            &format!("spring-{i}"),
+            &[
+                (
+                    "x-exception-message",
+                    format!("no customer with id C-{i}07"),
+                ),
+                ("x-original-exchange", "orders".into()),
+                ("x-original-routingKey", "order.created".into()),
+            ],
+        ));
+    }
+    for i in 0..2 {
+        out.push(with(
+            "orders_error",
+            &format!("plain-{i}"),
+            &[("error", "timeout".into())],
+        ));
+    }
+    out
+}
+
+on_both_backends!(a_regroup_reads_the_conventions_of_an_archive_made_before_them);
+async fn a_regroup_reads_the_conventions_of_an_archive_made_before_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let batch = framework_failures();
+    let rules = IngestRules::default();
+    let mut old = Vec::new();
+    {
+        let archive = lazarus::archive::open(&url).await.unwrap();
+        assert_eq!(store(&*archive, batch.clone()).await, (14, 0));
+        let mut listed_all = Vec::new();
+        for queue in ["orders_error", "error", "spring.dlq"] {
+            listed_all.extend(listed(&*archive, queue).await);
+        }
+        assert_eq!(listed_all.len(), 14);
+        let id = |name: &str| {
+            listed_all
+                .iter()
+                .find(|m| m.message_id.as_deref() == Some(name))
+                .unwrap()
+                .id
+        };
+        for m in &batch {
+            let name = m.properties.message_id.as_ref().unwrap().to_text();
+            let generic = lazarus::archive::failure(
+                m.headers.as_ref(),
+                &m.properties,
+                &rules.error_headers,
+                None,
+            );
+            old.push((id(&name), generic));
+        }
+        // Open, settling, dismissed and settled ones among them.
+        let user = Actor::system("carol");
+        archive
+            .dismiss(&ids(&[id("mt-0"), id("nsb-1")]), "[...]", "by hand", &user)
+            .await
+            .unwrap();
+        replay(&*archive, id("spring-0"), "settled", Outcome::Published).await;
+        assert_eq!(
+            archive
+                .settle(now() + time::Duration::seconds(2), 100)
+                .await
+                .unwrap(),
+            1
+        );
+        replay(&*archive, id("mt-1"), "settling", Outcome::Published).await;
+        replay(&*archive, id("nsb-2"), "failed", Outcome::Unroutable).await;
+    }
+    execute_sql(&url, &before_conventions(&url, &old)).await;
+
+    // Opened by this version: migrated, the regroup's cursor over every message.
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    let archive = &*archive;
+    let before = archive.failure_groups(1_000).await.unwrap();
+    assert!(
+        before.iter().all(|g| g.first_death_queue == g.queue),
+        "grouped under their DLQs: {before:#?}"
+    );
+    assert_open_counts_exact(archive).await;
+    assert_settling_exact(archive).await;
+    let dlqs = open_by_dlq(archive).await;
+    assert_eq!(
+        dlqs,
+        [
+            ("error".to_owned(), 3),
+            ("orders_error".to_owned(), 6),
+            ("spring.dlq".to_owned(), 2)
+        ]
+    );
+    let mut batches = 0;
+    while let Some(progress) = archive.regroup_batch(&rules, 4).await.unwrap() {
+        batches += 1;
+        assert!(batches <= 10, "{progress:?}");
+        assert_open_counts_exact(archive).await;
+        assert_settling_exact(archive).await;
+        assert_eq!(open_by_dlq(archive).await, dlqs, "after batch {batches}");
+    }
+    assert_eq!(
+        batches, 5,
+        "14 messages in batches of 4, then the one that ends it"
+    );
+
+    // Each framework's messages: their convention, target and the queue they failed in.
+    let expect = [
+        (
+            "orders_error",
+            "mt-",
+            Some("masstransit"),
+            Some(("", "orders")),
+            Some("orders"),
+        ),
+        (
+            "error",
+            "nsb-",
+            Some("nservicebus"),
+            Some(("", "sales")),
+            Some("sales"),
+        ),
+        // Spring's DLQ is named after the queue that failed (`<queue>.dlq`).
+        (
+            "spring.dlq",
+            "spring-",
+            Some("spring-amqp"),
+            Some(("orders", "order.created")),
+            Some("spring"),
+        ),
+        ("orders_error", "plain-", None, None, None),
+    ];
+    for (queue, prefix, convention, target, failed) in expect {
+        let messages: Vec<MessageSummary> = listed(archive, queue)
+            .await
+            .into_iter()
+            .filter(|m| m.message_id.as_deref().unwrap().starts_with(prefix))
+            .collect();
+        assert!(!messages.is_empty(), "{prefix}");
+        for m in messages {
+            assert_eq!(m.convention.map(|c| c.name()), convention, "{m:?}");
+            let got = m.replay_target.as_ref();
+            let got = got.map(|t| (t.exchange.as_str(), t.routing_key.as_str()));
+            assert_eq!(got, target, "{m:?}");
+            assert_eq!(m.failed_queue.as_deref(), failed, "{m:?}");
+            assert_eq!(m.replay_target_from.is_some(), target.is_some(), "{m:?}");
+        }
+    }
+    // One group per bug, under the queue it failed in.
+    let mut groups: Vec<(String, String, Option<String>, i64, i64, i64)> = archive
+        .failure_groups(1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| {
+            (
+                g.queue.unwrap(),
+                g.first_death_queue.unwrap(),
+                g.error_type,
+                g.total,
+                g.open,
+                g.settling,
+            )
+        })
+        .collect();
+    groups.sort();
+    let group = |dlq: &str, queue: &str, kind: Option<&str>, total, open, settling| {
+        (
+            dlq.to_owned(),
+            queue.to_owned(),
+            kind.map(str::to_owned),
+            total,
+            open,
+            settling,
+        )
+    };
+    let mut expected = vec![
+        // nsb-1 dismissed, nsb-2 failed (open).
+        group(
+            "error",
+            "sales",
+            Some("System.InvalidOperationException"),
+            4,
+            3,
+            0,
+        ),
+        // mt-0 dismissed, mt-1 settling.
+        group(
+            "orders_error",
+            "orders",
+            Some("Shop.OrderException"),
+            5,
+            4,
+            1,
+        ),
+        group("orders_error", "orders_error", None, 2, 2, 0),
+        // spring-0 settled.
+        group("spring.dlq", "spring", None, 3, 2, 0),
+    ];
+    expected.sort();
+    assert_eq!(groups, expected);
+    let filter = MessageFilter {
+        first_death_queue: Some("sales".into()),
+        status: Some(StatusFilter::Open),
+        ..Default::default()
+    };
+    assert_eq!(message_ids(archive, &filter).await.len(), 3);
+}
