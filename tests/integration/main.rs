@@ -30,6 +30,7 @@ mod instances;
 mod jobs;
 mod limits;
 mod lost_acks;
+mod manual;
 mod masks;
 mod openapi;
 mod overview_live;
