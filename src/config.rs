@@ -4,93 +4,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 
 use crate::amqp::consumer::BatchSettings;
 use crate::archive::{BusinessField, IngestRules, Role};
 use crate::auth::{AuthMode, AuthSettings};
 use crate::replay::job::RunnerSettings;
 use crate::secret_url::SecretUrl;
-use crate::selection::ListParams;
 use crate::structured::protobuf::Schemas;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "lazarus",
-    version,
-    about = "Archive RabbitMQ dead-letter queues, search them, replay their messages"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Consume the DLQs into the archive and serve the dashboard and API.
-    Serve(ServeConfig),
-    /// Declare a demo topology (modelled on the seed articles) in a vhost of its own, push a
-    /// few hundred failing messages through it, and serve the dashboard over its DLQs.
-    Demo(DemoConfig),
-    /// Replay archived messages from the command line: select them with the list's filters
-    /// (or ids), print the plan, then publish here with progress. Exits non-zero when a
-    /// message could not be published, a canary paused the job, or it was interrupted.
-    Replay(Box<ReplayConfig>),
-    /// Manage the users who sign in with `--auth users` (or whose role the proxy uses).
-    #[command(subcommand)]
-    User(UserCommand),
-    /// Manage API tokens for automation.
-    #[command(subcommand)]
-    Token(TokenCommand),
-    /// Ask the `lazarus serve` on this machine whether it answers (`/healthz`; with --ready,
-    /// `/readyz`: database and every consumer up). Exits 0 if so, 1 if not: a container
-    /// health check (the image has no curl).
-    Health(HealthConfig),
-    /// Apply the retention policy now (`--retention`, as `serve` reads it): delete what it no
-    /// longer keeps, in small audited transactions. With --dry-run, only show what would go.
-    Retention(RetentionConfig),
-    /// Write archived messages whole — body bytes, typed headers and properties, status,
-    /// notes, replays — as NDJSON, one message a line: those the list's filters (or --id)
-    /// select, every message without any.
-    Export(ExportConfig),
-    /// Read what `lazarus export` wrote back into an archive (either backend): messages
-    /// already in it are left alone, so importing twice adds nothing. Ingest derives search,
-    /// groups and fields with the same flags as `serve`.
-    Import(ImportConfig),
-    /// Copy one archive into another (SQLite into PostgreSQL, or back) — messages, users, API
-    /// tokens, replay jobs, the audit log — with progress, then check both hold the same; run
-    /// it again after an interruption to add only what is missing.
-    Migrate(MigrateConfig),
-    /// Show the dead-letter queues the management API finds, and which `serve --discover`
-    /// would archive (with the same --queue, --discover-include and --discover-exclude) or
-    /// leave alone, and why. Nothing is consumed.
-    Discover(DiscoverConfig),
-    /// Send a test notification to each --webhook, as `serve` would send its events, and say
-    /// what each answered. Exits 0 when every one took it, 1 if not.
-    WebhookTest(WebhookArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ImportConfig {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    /// The export to read (`-` or none: standard input).
-    pub input: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub ingest: IngestArgs,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct MigrateConfig {
-    /// The archive to read (it is not changed): sqlite://path or postgres://…
-    #[arg(long, hide_env_values = true)]
-    pub from: SecretUrl,
-    /// The archive to fill (created when missing).
-    #[arg(long, hide_env_values = true)]
-    pub to: SecretUrl,
-    #[command(flatten)]
-    pub ingest: IngestArgs,
-}
 
 /// What ingest derives from a message it stores outside `serve` (an import, a migration):
 /// the same flags and variables as `serve`'s.
@@ -122,34 +43,6 @@ impl IngestArgs {
             home_vhost: "/".to_owned(),
         }
     }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ExportConfig {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    #[command(flatten)]
-    pub filter: ListParams,
-    /// Export these archive ids instead of a filter (repeatable).
-    #[arg(long = "id")]
-    pub ids: Vec<i64>,
-    /// Business fields the search may use, as with `serve` (name=/json/pointer).
-    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
-    pub fields: Vec<BusinessField>,
-    /// Write here (created readable by its owner only) instead of standard output.
-    #[arg(long, short)]
-    pub output: Option<std::path::PathBuf>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RetentionConfig {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    #[command(flatten)]
-    pub retention: RetentionArgs,
-    /// Show what a pass would delete, by DLQ and rule, and delete nothing.
-    #[arg(long)]
-    pub dry_run: bool,
 }
 
 /// `--discover`: archiving the DLQs the management API shows.
@@ -188,21 +81,6 @@ pub struct DiscoverPatterns {
         value_delimiter = ','
     )]
     pub exclude: Vec<String>,
-}
-
-/// `lazarus discover`: what `serve --discover` would archive, shown and nothing done.
-#[derive(Debug, Clone, Args)]
-pub struct DiscoverConfig {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    /// RabbitMQ's management API, as `serve` takes it.
-    #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
-    pub management_url: String,
-    /// The DLQs `serve --queue` names (archived already).
-    #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
-    pub queues: Vec<String>,
-    #[command(flatten)]
-    pub patterns: DiscoverPatterns,
 }
 
 impl From<&DiscoverPatterns> for crate::amqp::adopt::Patterns {
@@ -285,133 +163,6 @@ impl RetentionArgs {
         let home = crate::amqp::dlq::home_vhost(amqp_url);
         crate::retention::Policy::new(&self.specs, &home)
     }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct HealthConfig {
-    /// The server's listen address (its LAZARUS_LISTEN); an unspecified address (0.0.0.0,
-    /// [::]) is asked on loopback.
-    #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
-    /// Ask `/readyz` instead: fails while the database or a consumer is down. Not for a
-    /// liveness check, which would restart a healthy process during a broker outage.
-    #[arg(long)]
-    pub ready: bool,
-    /// Seconds to wait for the answer.
-    #[arg(long, default_value_t = 5)]
-    pub timeout_secs: u64,
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum UserCommand {
-    /// Add a user (or change their role). The password is read from LAZARUS_PASSWORD or
-    /// the first line of standard input; --no-password for users of the trusted proxy.
-    Add {
-        name: String,
-        #[arg(long, default_value = "viewer")]
-        role: Role,
-        #[arg(long)]
-        no_password: bool,
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-    /// Set a new password (read like `add`'s); ends the user's sessions.
-    Passwd {
-        name: String,
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-    /// Remove a user and end their sessions.
-    Remove {
-        name: String,
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-    /// List the users and their roles.
-    List {
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum TokenCommand {
-    /// Create an API token and print it (only its hash is kept).
-    Create {
-        /// What uses it, e.g. ci-replay.
-        name: String,
-        #[arg(long, default_value = "viewer")]
-        role: Role,
-        /// It stops working this many days from now (1 to 366).
-        #[arg(long, default_value_t = crate::auth::TOKEN_DAYS)]
-        expires_in_days: u32,
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-    /// Revoke a token by its id.
-    Revoke {
-        id: i64,
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-    /// List the tokens (never their secrets).
-    List {
-        #[command(flatten)]
-        connection: ConnectionArgs,
-    },
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ReplayConfig {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-
-    #[command(flatten)]
-    pub filter: ListParams,
-    /// Replay these archive ids instead of a filter (repeatable).
-    #[arg(long = "id")]
-    pub ids: Vec<i64>,
-    /// Select every archived message (no filter): required to replay without one.
-    #[arg(long)]
-    pub all: bool,
-    /// Business fields the search may use, as with `serve` (name=/json/pointer).
-    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
-    pub fields: Vec<BusinessField>,
-
-    /// Send every message to EXCHANGE/ROUTING_KEY instead of its own replay target
-    /// (`/orders` is the default exchange with routing key `orders`).
-    #[arg(long)]
-    pub target: Option<String>,
-
-    /// Send each message only to the queue it first died in (the default exchange, the
-    /// queue's name as routing key), not to its original exchange and key, which reach every
-    /// queue bound to the key.
-    #[arg(long, conflicts_with = "target")]
-    pub to_first_death_queue: bool,
-    /// At most this many messages per second.
-    #[arg(long)]
-    pub rate: Option<u32>,
-    /// Print the plan and publish nothing (the plan stays visible on the Replays page).
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Replay this many messages first, wait --canary-wait seconds, and go on only if at
-    /// most --canary-max-deaths of them died again.
-    #[arg(long)]
-    pub canary: Option<u32>,
-    #[arg(long, default_value_t = 30)]
-    pub canary_wait: u32,
-    #[arg(long, default_value_t = 0)]
-    pub canary_max_deaths: u32,
-    /// Also replay messages that were replayed or dismissed before.
-    #[arg(long)]
-    pub include_replayed: bool,
-    /// Exchanges replays may publish to, as with `serve`.
-    #[arg(
-        long = "replay-exchange",
-        env = "LAZARUS_REPLAY_EXCHANGE",
-        value_delimiter = ','
-    )]
-    pub replay_exchanges: Vec<String>,
 }
 
 /// Where the broker and the archive are (the same flags and variables as `serve`).
@@ -711,11 +462,10 @@ impl ServeConfig {
 
     /// The defaults, as `lazarus serve` with no flags would run (for tests and tools).
     pub fn defaults() -> Self {
-        match Cli::parse_from(["lazarus", "serve"]).command {
-            Command::Serve(config) => config,
-            Command::Demo(demo) => demo.serve,
-            _ => unreachable!("parsed as serve"),
-        }
+        use clap::FromArgMatches;
+        let serve = ServeConfig::augment_args(clap::Command::new("serve"));
+        let matches = serve.get_matches_from(["serve"]);
+        ServeConfig::from_arg_matches(&matches).expect("the defaults parse")
     }
 }
 
@@ -760,70 +510,5 @@ mod tests {
         assert_eq!(&*c.connection.database_url, "sqlite://lazarus.db");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.queues.is_empty());
-    }
-
-    #[test]
-    fn replay_window_help_tells_how_much_a_crash_can_publish_twice() {
-        use clap::CommandFactory;
-        let mut cli = Cli::command();
-        let serve = cli.find_subcommand_mut("serve").expect("serve");
-        let window = serve
-            .get_arguments()
-            .find(|a| a.get_id() == "replay_window")
-            .expect("--replay-window");
-        let help = window.get_help().expect("a help text").to_string();
-        // The step being published and the one before it: two windows, as the README says.
-        assert!(help.contains("at most twice this many"), "{help}");
-    }
-
-    fn serve_args(args: &[&str]) -> Command {
-        Cli::parse_from(args).command
-    }
-
-    #[test]
-    fn demo_takes_the_serve_flags() {
-        let Command::Demo(d) = serve_args(&[
-            "lazarus",
-            "demo",
-            "--messages",
-            "50",
-            "--listen",
-            "127.0.0.1:9000",
-        ]) else {
-            unreachable!()
-        };
-        assert_eq!(d.messages, 50);
-        assert_eq!(d.serve.listen.port(), 9000);
-    }
-
-    #[test]
-    fn fields_are_parsed_and_checked() {
-        let Command::Serve(c) = serve_args(&[
-            "lazarus",
-            "serve",
-            "--field",
-            "invoice=/invoice_id",
-            "--field",
-            "customer=/customer/id",
-        ]) else {
-            unreachable!()
-        };
-        assert_eq!(c.ingest_rules(None).fields[1].pointer, "/customer/id");
-        assert!(Cli::try_parse_from(["lazarus", "serve", "--field", "invoice"]).is_err());
-    }
-
-    #[test]
-    fn queue_is_repeatable() {
-        let Command::Serve(c) = serve_args(&[
-            "lazarus",
-            "serve",
-            "--queue",
-            "invoices.dlq",
-            "--queue",
-            "processing_dlq",
-        ]) else {
-            unreachable!()
-        };
-        assert_eq!(c.queues, ["invoices.dlq", "processing_dlq"]);
     }
 }

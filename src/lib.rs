@@ -2,7 +2,6 @@
 //! and serves them through a web dashboard and a JSON API.
 #![forbid(unsafe_code)]
 
-pub mod accounts_cli;
 pub mod amqp;
 mod api_schemas;
 pub mod archive;
@@ -10,21 +9,17 @@ pub mod auth;
 pub mod body;
 pub mod cause;
 pub mod cjk;
+pub mod cli;
 pub mod config;
 pub mod conventions;
 pub mod death;
 pub mod demo;
-pub mod discover_cli;
-pub mod export_cli;
 pub mod field_match;
-pub mod health_cli;
 pub mod http;
-pub mod import_cli;
 pub mod instance;
 pub mod masking;
 pub mod memory;
 pub mod metrics;
-pub mod migrate_cli;
 pub mod notify;
 pub mod numbers;
 #[cfg(test)]

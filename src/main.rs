@@ -2,8 +2,8 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use lazarus::config::ServeConfig;
-use lazarus::config::{Cli, Command, DemoConfig};
+use lazarus::cli::{Cli, Command};
+use lazarus::config::{DemoConfig, ServeConfig};
 use lazarus::startup::{shutdown_signal, Application};
 
 fn main() -> anyhow::Result<()> {
@@ -25,19 +25,19 @@ async fn run() -> anyhow::Result<()> {
                 .await
         }
         Command::Demo(demo) => run_demo(demo).await,
-        Command::User(command) => lazarus::accounts_cli::user(command).await,
-        Command::Token(command) => lazarus::accounts_cli::token(command).await,
-        Command::Migrate(migrate) => lazarus::migrate_cli::run(migrate).await,
-        Command::Import(import) => lazarus::import_cli::run(import).await,
-        Command::Export(export) => lazarus::export_cli::run(export).await,
-        Command::Retention(retention) => lazarus::retention::cli::run(retention).await,
-        Command::Discover(discover) => lazarus::discover_cli::run(discover).await,
+        Command::User(command) => lazarus::cli::accounts::user(command).await,
+        Command::Token(command) => lazarus::cli::accounts::token(command).await,
+        Command::Migrate(migrate) => lazarus::cli::migrate::run(migrate).await,
+        Command::Import(import) => lazarus::cli::import::run(import).await,
+        Command::Export(export) => lazarus::cli::export::run(export).await,
+        Command::Retention(retention) => lazarus::cli::retention::run(retention).await,
+        Command::Discover(discover) => lazarus::cli::discover::run(discover).await,
         Command::WebhookTest(args) => {
-            let told = lazarus::notify::test(&args.webhooks, args.public_url.as_deref()).await;
+            let told = lazarus::cli::webhook_test::run(&args).await;
             std::process::exit(if told { 0 } else { 1 })
         }
         Command::Health(health) => {
-            let healthy = lazarus::health_cli::health(health).await;
+            let healthy = lazarus::cli::health::health(health).await;
             std::process::exit(if healthy { 0 } else { 1 })
         }
         Command::Replay(replay) => {
@@ -47,7 +47,7 @@ async fn run() -> anyhow::Result<()> {
                 shutdown_signal().await;
                 trigger.cancel();
             });
-            let ending = lazarus::replay::cli::run(*replay, token).await?;
+            let ending = lazarus::cli::replay::run(*replay, token).await?;
             std::process::exit(ending as i32)
         }
     }

@@ -5,16 +5,77 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use anyhow::Context;
+use clap::Subcommand;
 
+use super::replay::cli_actor;
+use crate::archive::Role;
 use crate::archive::TokenSpec;
 use crate::archive::{self, Archive};
 use crate::auth::{
     check_name, check_password, hash_password, new_secret, secret_hash, MAX_TOKEN_DAYS,
     TOKEN_PREFIX,
 };
-use crate::config::{ConnectionArgs, TokenCommand, UserCommand};
-use crate::replay::cli::cli_actor;
+use crate::config::ConnectionArgs;
 use crate::secret_url::redact_url;
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum UserCommand {
+    /// Add a user (or change their role). The password is read from LAZARUS_PASSWORD or
+    /// the first line of standard input; --no-password for users of the trusted proxy.
+    Add {
+        name: String,
+        #[arg(long, default_value = "viewer")]
+        role: Role,
+        #[arg(long)]
+        no_password: bool,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Set a new password (read like `add`'s); ends the user's sessions.
+    Passwd {
+        name: String,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Remove a user and end their sessions.
+    Remove {
+        name: String,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// List the users and their roles.
+    List {
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token and print it (only its hash is kept).
+    Create {
+        /// What uses it, e.g. ci-replay.
+        name: String,
+        #[arg(long, default_value = "viewer")]
+        role: Role,
+        /// It stops working this many days from now (1 to 366).
+        #[arg(long, default_value_t = crate::auth::TOKEN_DAYS)]
+        expires_in_days: u32,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// Revoke a token by its id.
+    Revoke {
+        id: i64,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+    /// List the tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        connection: ConnectionArgs,
+    },
+}
 
 async fn open(connection: &ConnectionArgs) -> anyhow::Result<Arc<dyn Archive>> {
     let url = &connection.database_url;

@@ -2,10 +2,28 @@
 
 use std::collections::HashSet;
 
+use clap::Args;
+
 use crate::amqp::adopt::{choose, qualify_always, Patterns};
 use crate::amqp::dlq::{self, Dlq};
 use crate::amqp::management::Management;
-use crate::config::DiscoverConfig;
+use crate::config::{ConnectionArgs, DiscoverPatterns};
+use crate::secret_url::SecretUrl;
+
+/// `lazarus discover`: what `serve --discover` would archive, shown and nothing done.
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// RabbitMQ's management API, as `serve` takes it.
+    #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
+    pub management_url: SecretUrl,
+    /// The DLQs `serve --queue` names (archived already).
+    #[arg(long = "queue", env = "LAZARUS_QUEUE", value_delimiter = ',')]
+    pub queues: Vec<String>,
+    #[command(flatten)]
+    pub patterns: DiscoverPatterns,
+}
 
 /// `lazarus discover`: every DLQ found, and what `serve --discover` would do with it, one line
 /// each (its risks beneath); nothing is consumed.

@@ -4,11 +4,30 @@
 use std::io::Write;
 
 use anyhow::Context;
+use clap::Args;
 
+use crate::archive::BusinessField;
 use crate::archive::{self, Archive, ExportLine, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
-use crate::config::ExportConfig;
+use crate::config::ConnectionArgs;
 use crate::secret_url::redact_url;
 use crate::selection::ListParams;
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub filter: ListParams,
+    /// Export these archive ids instead of a filter (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// Business fields the search may use, as with `serve` (name=/json/pointer).
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+    /// Write here (created readable by its owner only) instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<std::path::PathBuf>,
+}
 
 /// Writes the export to `out`; how many messages and body bytes. A body over a MiB is read
 /// and written a piece at a time ([`ExportLine`]).

@@ -4,8 +4,24 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use crate::config::HealthConfig;
+use clap::Args;
+
 use crate::http::{HttpError, Target};
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthConfig {
+    /// The server's listen address (its LAZARUS_LISTEN); an unspecified address (0.0.0.0,
+    /// [::]) is asked on loopback.
+    #[arg(long, env = "LAZARUS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Ask `/readyz` instead: fails while the database or a consumer is down. Not for a
+    /// liveness check, which would restart a healthy process during a broker outage.
+    #[arg(long)]
+    pub ready: bool,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_secs: u64,
+}
 
 /// Where to ask: the listen address, or loopback when it listens on every interface.
 pub fn probe_address(listen: SocketAddr) -> SocketAddr {

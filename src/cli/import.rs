@@ -10,13 +10,24 @@ use std::collections::HashMap;
 use std::io::BufRead;
 
 use anyhow::Context;
+use clap::Args;
 
 use crate::archive::{
     self, admit, Archive, ExportedMessage, IncomingMessage, IngestRules, MessageStatus,
     PreparedMessage,
 };
-use crate::config::ImportConfig;
+use crate::config::{ConnectionArgs, IngestArgs};
 use crate::secret_url::redact_url;
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// The export to read (`-` or none: standard input).
+    pub input: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
+}
 
 /// Lines read at a time, at most…
 const BATCH: usize = 500;

@@ -9,17 +9,31 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::Args;
 use sha2::{Digest, Sha256};
 
+use super::import::Importer;
 use crate::archive::{
     self, read_unread_body, Actor, Archive, ArchiveError, AuditRow, ExportLine, ExportedMessage,
     MessageStore, QueueTotals, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES,
 };
-use crate::config::MigrateConfig;
-use crate::import_cli::Importer;
+use crate::config::IngestArgs;
 use crate::numbers::thousands;
 use crate::secret_url::redact_url;
+use crate::secret_url::SecretUrl;
 use crate::selection::ListParams;
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateConfig {
+    /// The archive to read (it is not changed): sqlite://path or postgres://…
+    #[arg(long, hide_env_values = true)]
+    pub from: SecretUrl,
+    /// The archive to fill (created when missing).
+    #[arg(long, hide_env_values = true)]
+    pub to: SecretUrl,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
+}
 
 /// Every message.
 fn everything() -> Selection {

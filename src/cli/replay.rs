@@ -6,17 +6,72 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::job::{run_one, RunnerSettings};
-use super::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
-use super::policy::ExchangePolicy;
+use crate::archive::BusinessField;
 use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob, TargetCount};
-use crate::config::ReplayConfig;
+use crate::config::ConnectionArgs;
 use crate::death::ReplayTarget;
 use crate::numbers::thousands;
+use crate::replay::job::{run_one, RunnerSettings};
+use crate::replay::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
+use crate::replay::policy::ExchangePolicy;
 use crate::secret_url::redact_url;
 use crate::selection::ListParams;
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+
+    #[command(flatten)]
+    pub filter: ListParams,
+    /// Replay these archive ids instead of a filter (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// Select every archived message (no filter): required to replay without one.
+    #[arg(long)]
+    pub all: bool,
+    /// Business fields the search may use, as with `serve` (name=/json/pointer).
+    #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
+    pub fields: Vec<BusinessField>,
+
+    /// Send every message to EXCHANGE/ROUTING_KEY instead of its own replay target
+    /// (`/orders` is the default exchange with routing key `orders`).
+    #[arg(long)]
+    pub target: Option<String>,
+
+    /// Send each message only to the queue it first died in (the default exchange, the
+    /// queue's name as routing key), not to its original exchange and key, which reach every
+    /// queue bound to the key.
+    #[arg(long, conflicts_with = "target")]
+    pub to_first_death_queue: bool,
+    /// At most this many messages per second.
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// Print the plan and publish nothing (the plan stays visible on the Replays page).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Replay this many messages first, wait --canary-wait seconds, and go on only if at
+    /// most --canary-max-deaths of them died again.
+    #[arg(long)]
+    pub canary: Option<u32>,
+    #[arg(long, default_value_t = 30)]
+    pub canary_wait: u32,
+    #[arg(long, default_value_t = 0)]
+    pub canary_max_deaths: u32,
+    /// Also replay messages that were replayed or dismissed before.
+    #[arg(long)]
+    pub include_replayed: bool,
+    /// Exchanges replays may publish to, as with `serve`.
+    #[arg(
+        long = "replay-exchange",
+        env = "LAZARUS_REPLAY_EXCHANGE",
+        value_delimiter = ','
+    )]
+    pub replay_exchanges: Vec<String>,
+}
 
 /// How `lazarus replay` ended, as its exit code says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,7 +299,7 @@ async fn print_progress(archive: Arc<dyn Archive>, id: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cli, Command};
+    use crate::cli::{Cli, Command};
     use clap::Parser;
 
     fn config(args: &[&str]) -> ReplayConfig {

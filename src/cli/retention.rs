@@ -4,13 +4,25 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{plan, run_pass, Plan};
-use crate::config::RetentionConfig;
+use crate::config::{ConnectionArgs, RetentionArgs};
 use crate::numbers::thousands;
+use crate::retention::{plan, run_pass, Plan};
 use crate::secret_url::redact_url;
 use crate::web::html::human_bytes as bytes_text;
+
+#[derive(Debug, Clone, Args)]
+pub struct RetentionConfig {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Show what a pass would delete, by DLQ and rule, and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
 
 /// `12,345`.
 fn grouped(n: i64) -> String {
@@ -50,7 +62,7 @@ pub fn plan_text(plan: &Plan) -> String {
         match plan.more {
             true => format!(
                 " in this pass; more are due (a pass takes at most {} per DLQ)",
-                grouped(super::PASS_LIMIT as i64)
+                grouped(crate::retention::PASS_LIMIT as i64)
             ),
             false => String::new(),
         }

@@ -27,33 +27,6 @@ pub use status::{Latest, NotifyStatus};
 
 use crate::archive::{Archive, ArchiveError, JobState, Noted};
 
-/// `lazarus webhook-test`: POSTs a test event to each webhook once (no retries) and prints what
-/// each answered; whether every one took it.
-pub async fn test(webhooks: &[crate::http::Target], public_url: Option<&str>) -> bool {
-    if webhooks.is_empty() {
-        eprintln!("no --webhook (or LAZARUS_WEBHOOK) to test");
-        return false;
-    }
-    let mut all = true;
-    for target in webhooks {
-        let body = Event::Test.body_for(target, public_url);
-        match crate::http::post_json(target, body, Duration::from_secs(10)).await {
-            Ok(answer) if answer.status.is_success() => {
-                println!("{}: took it ({})", target.redacted(), answer.status);
-            }
-            Ok(answer) => {
-                eprintln!("{}: answered {}", target.redacted(), answer.status);
-                all = false;
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                all = false;
-            }
-        }
-    }
-    all
-}
-
 /// How far back a failure group or a finished job may lie and still be told (after a restart,
 /// or the first time webhooks are configured: older ones are not news).
 const RECENT: Duration = Duration::from_secs(15 * 60);

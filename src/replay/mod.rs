@@ -5,7 +5,6 @@
 //! line alike.
 
 mod bodies;
-pub mod cli;
 pub mod job;
 pub mod plan;
 pub mod policy;

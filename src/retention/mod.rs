@@ -4,7 +4,6 @@
 //! background loop of `lazarus serve` runs a pass every `--retention-interval-secs`, and
 //! `lazarus retention [--dry-run]` runs (or only shows) one now.
 
-pub mod cli;
 pub mod policy;
 
 use std::collections::HashSet;
