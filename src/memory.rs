@@ -7,7 +7,7 @@
 //! threshold to its size (up to 32 MiB), so every later 16 MiB body comes from the heap, where
 //! freed space mostly stays resident. Measured with three 16 MiB dead letters among 100,000
 //! (`BENCH_BACKENDS=sqlite BENCH_BIG=3 cargo bench --bench ingest`): peak RSS 141–171 MiB with
-//! the dynamic threshold, 122–123 MiB with it fixed at 1 MiB (BENCHMARKS.md, issue 17).
+//! the dynamic threshold, 122–123 MiB with it fixed at 1 MiB (docs/lab-notebook.md, issue 17).
 //!
 //! Setting the threshold takes `mallopt` (unsafe FFI, which this crate forbids) or the
 //! environment variable glibc reads at start-up, so the binary re-executes itself once with

@@ -465,8 +465,8 @@ fn delivery_limit_warning(what: &str) -> String {
     format!(
         "{what}, and a DLQ has nowhere to dead-letter them: every time Lazarus must give \
          messages back (a lost connection, a restart during a database outage) brings them \
-         closer to being dropped; set the policy delivery-limit: -1 on it (README, \
-         \"Quorum and stream DLQs\")"
+         closer to being dropped; set the policy delivery-limit: -1 on it (the manual's \
+         \"Quorum and stream DLQs\", docs/quorum-and-streams.md)"
     )
 }
 

@@ -35,7 +35,11 @@ fn the_code_map_names_every_file_capability_and_benchmark() {
     let map = fs::read_to_string(root().join("docs/code-map.md")).unwrap();
     let mut sources = Vec::new();
     files(&root().join("src"), "rs", &mut sources);
-    assert!(sources.len() > 100, "the source tree is read: {}", sources.len());
+    assert!(
+        sources.len() > 100,
+        "the source tree is read: {}",
+        sources.len()
+    );
     let mut missing: Vec<String> = sources
         .iter()
         .filter_map(|path| {
@@ -86,7 +90,9 @@ fn every_link_of_the_manual_leads_to_a_file() {
         let text: String = text.split('`').step_by(2).collect::<Vec<_>>().join(" ");
         for (at, _) in text.match_indices("](") {
             let target = &text[at + 2..];
-            let Some(end) = target.find(')') else { continue };
+            let Some(end) = target.find(')') else {
+                continue;
+            };
             let target = target[..end].split('#').next().unwrap_or_default();
             if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
                 continue;

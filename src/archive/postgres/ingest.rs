@@ -384,7 +384,7 @@ impl Ingest for PostgresArchive {
 
     /// Two: the server's insert is the slow half of ingest on PostgreSQL, and a second
     /// connection lets it write the next batch while the first commits (measured in
-    /// BENCHMARKS.md; a third added nothing). Both batches take their locks on the shared
+    /// docs/lab-notebook.md; a third added nothing). Both batches take their locks on the shared
     /// totals in one order (sorted keys), as concurrent instances do.
     fn batches_at_once(&self) -> usize {
         2

@@ -123,7 +123,7 @@ impl MessageSearch for PostgresArchive {
         // generic plan: the right plan depends on how common the words and values are. A word
         // in most messages is found fastest by walking the newest ids with the filter, a rare
         // one through the GIN index then a sort; a generic plan picks one for all, and the
-        // other then takes seconds at a million messages (see BENCHMARKS.md).
+        // other then takes seconds at a million messages (see docs/lab-notebook.md).
         let rows = q.build().persistent(false).fetch_all(&self.pool).await?;
         page_of(self.db(), &rows, limit).await
     }

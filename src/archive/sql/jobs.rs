@@ -21,7 +21,7 @@ use crate::archive::{
 /// Jobs of this many messages or more refresh PostgreSQL's statistics of the items when they
 /// are made. Planned as if the table held none (as autovacuum's last look may say), each step
 /// read and sorted every item still to do instead of the next few in index order — half of a
-/// 100,000-message job's time (BENCHMARKS.md). A sample, so it costs the same whatever the
+/// 100,000-message job's time (docs/lab-notebook.md). A sample, so it costs the same whatever the
 /// table's size; a small job's steps are cheap either way.
 const ANALYZE_AT: u64 = 10_000;
 

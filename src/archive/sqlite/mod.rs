@@ -45,7 +45,7 @@ impl SqliteArchive {
             // Checkpoint the WAL into the file every 64 MiB of WAL, not SQLite's 4 MiB: a
             // page ingest rewrites batch after batch (index interiors, counts, search terms)
             // is copied once per checkpoint, so fewer, larger ones cost less in all (ingest
-            // +~12 %, BENCHMARKS.md). The file left after one is cut back to that size.
+            // +~12 %, docs/lab-notebook.md). The file left after one is cut back to that size.
             .pragma("wal_autocheckpoint", WAL_CHECKPOINT_PAGES.to_string())
             .pragma(
                 "journal_size_limit",
@@ -56,7 +56,7 @@ impl SqliteArchive {
         let file = (!in_memory).then(|| options.get_filename().to_path_buf());
         // Space freed by retention is given back in small steps (`reclaim_space`): set on a
         // new, empty file only, where it takes effect (an older archive is converted by
-        // `VACUUM`, README). On an existing one the pragma would be a write on every new
+        // `VACUUM`, docs/retention.md). On an existing one the pragma would be a write on every new
         // connection, failing while another writer holds the database or the disk is full.
         let fresh = file
             .as_ref()
