@@ -18,18 +18,6 @@ use tokio::task::JoinHandle;
 use crate::brokers::on_both_brokers;
 use crate::helpers::*;
 
-async fn wait_until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn missing_queue_is_reported_and_retried_not_created() {
     let dlq = unique("missing");

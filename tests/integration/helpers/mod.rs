@@ -1,6 +1,6 @@
 //! Shared test scaffolding, by concern: the archive backend under test (`archive`), the
-//! broker side (`broker`), a running Lazarus (`app`), a tiny HTTP client (`http`) and a WebDriver
-//! client for Chromium (`browser`). Tests
+//! broker side (`broker`), a running Lazarus (`app`), a tiny HTTP client (`http`), a WebDriver
+//! client for Chromium (`browser`) and waiting for a condition (`poll`). Tests
 //! take it all with `use crate::helpers::*`.
 
 mod app;
@@ -8,6 +8,7 @@ mod archive;
 mod broker;
 mod browser;
 mod http;
+mod poll;
 mod tls;
 
 pub use app::*;
@@ -16,6 +17,7 @@ pub use archive::*;
 pub use broker::*;
 pub use browser::*;
 pub use http::*;
+pub use poll::*;
 pub use tls::*;
 
 pub use crate::brokers::Vhost;
