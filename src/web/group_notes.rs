@@ -32,7 +32,7 @@ pub const SNOOZE_HOURS: [(i64, &str); 4] = [
 /// What `POST /api/groups/{id}/note` takes.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct NoteRequest {
+pub(super) struct GroupNoteRequest {
     /// Where the group stands; `snoozed` folds it away on the overview until `snoozed_until`.
     status: GroupStatus,
     /// What the people on it say ("investigating — PAY-123"); "" for none.
@@ -105,13 +105,13 @@ async fn set_note(
 /// in `GET /api/groups`; audited. `snoozed` folds the group away on the overview until
 /// `snoozed_until`.
 #[utoipa::path(post, path = "/api/groups/{id}/note", tag = "messages", params(GroupId),
-    request_body = NoteRequest,
+    request_body = GroupNoteRequest,
     responses((status = 200, description = "The group's note and status as now set", body = GroupNote)))]
 pub(super) async fn note_group(
     State(state): State<AppState>,
     caller: Caller,
     GroupId { id, .. }: GroupId,
-    AppJson(request): AppJson<NoteRequest>,
+    AppJson(request): AppJson<GroupNoteRequest>,
 ) -> Result<Json<GroupNote>, AppError> {
     let change = change_of(
         request.status,

@@ -454,6 +454,21 @@ mod tests {
                 "{request}"
             );
         }
+        // Each request body is its own schema: two request types of one name would share one.
+        let body = |path: &str| {
+            let schema =
+                &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"];
+            let name = schema["$ref"].as_str().unwrap_or_default();
+            schemas[name.trim_start_matches("#/components/schemas/")].clone()
+        };
+        let group_note = body("/api/groups/{id}/note");
+        assert!(
+            group_note["properties"]["status"].is_object(),
+            "{group_note}"
+        );
+        let dismiss = body("/api/messages/{id}/dismiss");
+        assert!(dismiss["properties"]["status"].is_null(), "{dismiss}");
+        assert_eq!(dismiss["properties"]["note"]["minLength"], 1, "{dismiss}");
         let control = &doc["paths"]["/api/replays/{id}/{action}"]["post"]["parameters"];
         assert_eq!(control[1]["name"], "action");
         assert_eq!(

@@ -462,12 +462,7 @@ async fn pages_fit_a_phone_and_follow_the_dark_theme() {
     // A laptop and a phone, light and dark: nothing wider than the window on any page, the
     // background following the system's scheme; the README's pictures of the overview, the
     // list and a message in each.
-    for (size, dark) in [
-        (DESKTOP, false),
-        (PHONE, false),
-        (DESKTOP, true),
-        (PHONE, true),
-    ] {
+    for (size, dark) in EVERY_LOOK {
         browser.resize(size).await;
         browser.dark(dark).await;
         for (name, path) in &pages {

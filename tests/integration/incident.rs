@@ -309,12 +309,7 @@ async fn every_page_fits_a_laptop_and_a_phone_and_the_list_is_cards_on_a_phone()
     browser.sign_in(&i.base, "ada", crate::auth::PASSWORD).await;
     let pages = every_page(&i, &browser).await;
     let mut wide = Vec::new();
-    for (size, dark) in [
-        (DESKTOP, false),
-        (PHONE, false),
-        (DESKTOP, true),
-        (PHONE, true),
-    ] {
+    for (size, dark) in EVERY_LOOK {
         browser.resize(size).await;
         browser.dark(dark).await;
         for (name, path) in &pages {

@@ -370,12 +370,7 @@ async fn a_group_replay_has_rate_and_canary_and_its_row_says_it_is_settling() {
 async fn the_overview_is_cards_on_a_phone_and_replay_group_opens_with_its_name() {
     let i = incident("cards", 6, |_| {}).await;
     let browser = Browser::start().await;
-    for (size, dark) in [
-        (DESKTOP, false),
-        (PHONE, false),
-        (DESKTOP, true),
-        (PHONE, true),
-    ] {
+    for (size, dark) in EVERY_LOOK {
         browser.resize(size).await;
         browser.dark(dark).await;
         browser.go(&format!("{}/", i.base)).await;

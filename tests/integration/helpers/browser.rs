@@ -187,6 +187,13 @@ pub mod keys {
 /// The two windows every page is checked in: a laptop's and a phone's.
 pub const DESKTOP: (u32, u32) = (1366, 900);
 pub const PHONE: (u32, u32) = (390, 844);
+/// Every look a page is checked in: a laptop and a phone, light and dark.
+pub const EVERY_LOOK: [((u32, u32), bool); 4] = [
+    (DESKTOP, false),
+    (PHONE, false),
+    (DESKTOP, true),
+    (PHONE, true),
+];
 
 impl Browser {
     /// Clicks the first element matching `css` (waiting for it).
