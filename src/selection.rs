@@ -119,7 +119,7 @@ pub fn query_value(value: &str) -> String {
 }
 
 /// The filters as a query string, in their order.
-pub fn to_query(fields: &[(&str, String)]) -> String {
+pub fn fields_query(fields: &[(&str, String)]) -> String {
     fields
         .iter()
         .map(|(k, v)| format!("{k}={}", query_value(v)))
@@ -137,7 +137,7 @@ pub fn group_filters(g: &FailureGroup, by: GroupBy) -> Vec<(&'static str, String
 /// The message list of a failure group's open messages (grouped `by`): the overview's link
 /// and the webhooks'.
 pub fn group_link(g: &FailureGroup, by: GroupBy) -> String {
-    format!("/messages?{}", to_query(&group_filters(g, by)))
+    format!("/messages?{}", fields_query(&group_filters(g, by)))
 }
 
 /// Empty form fields mean "no filter", as a browser sends them.
@@ -328,6 +328,16 @@ impl ListParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_links_encode_every_value() {
+        assert_eq!(query_value("a b&c=d/é"), "a+b%26c%3Dd%2F%C3%A9");
+        let fields = [
+            ("queue", "orders dlq".to_owned()),
+            ("error", "x=1&y".to_owned()),
+        ];
+        assert_eq!(fields_query(&fields), "queue=orders+dlq&error=x%3D1%26y");
+    }
     use crate::archive::MessageStatus;
 
     fn params(pairs: &[(&str, &str)]) -> ListParams {

@@ -44,11 +44,7 @@ impl Row {
     /// The row of `m`, found by the search `q` (if any).
     pub(super) fn new(m: &MessageSummary, field_names: &[String], q: Option<&str>) -> Self {
         let link = match q.map(str::trim).filter(|q| !q.is_empty()) {
-            Some(q) => format!(
-                "/messages/{}?q={}",
-                m.id,
-                form_urlencoded::byte_serialize(q.as_bytes()).collect::<String>()
-            ),
+            Some(q) => format!("/messages/{}?q={}", m.id, crate::selection::query_value(q)),
             None => format!("/messages/{}", m.id),
         };
         let first_field = field_names

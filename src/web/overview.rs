@@ -17,7 +17,7 @@ use super::overview_groups::{self as shaped, GroupSort, NoteView, SortKey, Trend
 use super::AppState;
 use crate::amqp::discovery::Risk;
 use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
-use crate::selection::{group_filters, group_link, to_query};
+use crate::selection::{fields_query, group_filters, group_link};
 use crate::status::ConsumerState;
 
 /// Failure groups shown on the overview.
@@ -604,7 +604,7 @@ fn group_row(g: &FailureGroup, by: GroupBy) -> GroupRow {
     };
     let fields = group_filters(g, by);
     GroupRow {
-        key: to_query(&fields),
+        key: fields_query(&fields),
         id: g.id.filter(|_| by == GroupBy::Cause),
         replay_label: if g.settling >= g.open {
             "Replay again…"
