@@ -91,6 +91,25 @@ async fn assert_settling_exact(archive: &dyn Archive) {
 }
 
 /// Open messages per DLQ, as its totals count them.
+/// Regroups `size` messages a batch to the end, checking after each batch that every open
+/// and settling count is exact and each DLQ's open count is still `dlqs`; how many batches.
+async fn regroup_checking_counts(
+    archive: &dyn Archive,
+    rules: &IngestRules,
+    size: u32,
+    dlqs: &[(String, i64)],
+) -> u32 {
+    let mut batches = 0;
+    while let Some(progress) = archive.regroup_batch(rules, size).await.unwrap() {
+        batches += 1;
+        assert!(batches <= 10, "{progress:?}");
+        assert_open_counts_exact(archive).await;
+        assert_settling_exact(archive).await;
+        assert_eq!(open_by_dlq(archive).await, dlqs, "after batch {batches}");
+    }
+    batches
+}
+
 async fn open_by_dlq(archive: &dyn Archive) -> Vec<(String, i64)> {
     let mut out: std::collections::BTreeMap<String, i64> = Default::default();
     for count in archive.counts().await.unwrap() {
@@ -220,14 +239,7 @@ async fn an_archive_of_an_earlier_version_is_regrouped_with_its_open_counts_exac
 
     // The regroup, five messages a batch: exact at every boundary.
     let rules = IngestRules::default();
-    let mut batches = 0;
-    while let Some(progress) = archive.regroup_batch(&rules, 5).await.unwrap() {
-        batches += 1;
-        assert!(batches <= 10, "{progress:?}");
-        assert_open_counts_exact(archive).await;
-        assert_settling_exact(archive).await;
-        assert_eq!(open_by_dlq(archive).await, dlqs, "after batch {batches}");
-    }
+    let batches = regroup_checking_counts(archive, &rules, 5, &dlqs).await;
     assert_eq!(
         batches, 7,
         "27 messages in batches of 5, then the one that ends it"
@@ -543,14 +555,7 @@ async fn a_regroup_reads_the_conventions_of_an_archive_made_before_them() {
             ("spring.dlq".to_owned(), 2)
         ]
     );
-    let mut batches = 0;
-    while let Some(progress) = archive.regroup_batch(&rules, 4).await.unwrap() {
-        batches += 1;
-        assert!(batches <= 10, "{progress:?}");
-        assert_open_counts_exact(archive).await;
-        assert_settling_exact(archive).await;
-        assert_eq!(open_by_dlq(archive).await, dlqs, "after batch {batches}");
-    }
+    let batches = regroup_checking_counts(archive, &rules, 4, &dlqs).await;
     assert_eq!(
         batches, 5,
         "14 messages in batches of 4, then the one that ends it"
