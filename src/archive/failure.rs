@@ -10,7 +10,36 @@ use crate::cause::Cause;
 use crate::conventions::{self, Convention, FrameworkFailure};
 use crate::death::ReplayTarget;
 
-use super::record::{column_text, error_line, MAX_ERROR_LEN};
+/// Longest error description kept (longer ones are cut at a character boundary).
+pub(super) const MAX_ERROR_LEN: usize = 300;
+
+/// Text as the archive's columns keep it: lossy where it was not UTF-8 and NUL replaced,
+/// identically on both backends (PostgreSQL's text cannot hold NUL). The exact value is in
+/// the typed JSON beside it.
+pub fn column_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}").into()
+    } else {
+        text.into()
+    }
+}
+
+/// The line of an error text that names the error, at most 300 bytes: the first, except in
+/// a Python traceback, which names it last (`ValueError: boom` after the frames). Failures of
+/// one kind share it, whatever their frames or ids further down — a failure group.
+pub fn error_line(text: &str) -> Option<String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    let line = match first.starts_with("Traceback (most recent call last)") {
+        true => text
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty() && !l.starts_with("File \"") && !l.starts_with('^'))
+            .unwrap_or(first),
+        false => first,
+    };
+    Some(column_text(crate::body::prefix(line, MAX_ERROR_LEN)).into_owned())
+}
 
 /// Headers in which failing consumers leave their exception's stack trace, read on a message
 /// no convention claims: Spring AMQP's, MassTransit's and NServiceBus' names, as a consumer

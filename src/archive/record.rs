@@ -7,6 +7,8 @@ use time::OffsetDateTime;
 use crate::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use crate::death::{self, DeathHistory, DELIVERY_COUNTERS};
 
+use super::failure::{column_text, error_line};
+
 /// A message exactly as the broker delivered it from a DLQ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncomingMessage {
@@ -27,17 +29,6 @@ pub struct IncomingMessage {
     pub decode_problems: Vec<String>,
     /// Its offset, when the DLQ is a stream (read from where the archive left off).
     pub stream_offset: Option<u64>,
-}
-
-/// Text as the archive's columns keep it: lossy where it was not UTF-8 and NUL replaced,
-/// identically on both backends (PostgreSQL's text cannot hold NUL). The exact value is in
-/// the typed JSON beside it.
-pub fn column_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains('\0') {
-        text.replace('\0', "\u{fffd}").into()
-    } else {
-        text.into()
-    }
 }
 
 fn column_bytes(value: &Option<Bytes>) -> Option<String> {
@@ -77,9 +68,6 @@ pub const DEFAULT_ERROR_HEADERS: [&str; 4] = [
     "exception",
     "error",
 ];
-
-/// Longest error description kept (longer ones are cut at a character boundary).
-pub(super) const MAX_ERROR_LEN: usize = 300;
 
 /// Body text indexed for search, per message (the page and the archive keep the rest).
 const INDEXED_BODY_BYTES: usize = 64 * 1024;
@@ -308,23 +296,6 @@ fn body_error_text(body_text: Option<&str>, pointers: &[String]) -> Option<Strin
         serde_json::Value::String(s) if error_line(&s).is_some() => Some(s),
         _ => None,
     })
-}
-
-/// The line of an error text that names the error, at most 300 bytes: the first, except in
-/// a Python traceback, which names it last (`ValueError: boom` after the frames). Failures of
-/// one kind share it, whatever their frames or ids further down — a failure group.
-pub fn error_line(text: &str) -> Option<String> {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.next()?;
-    let line = match first.starts_with("Traceback (most recent call last)") {
-        true => text
-            .lines()
-            .map(str::trim)
-            .rfind(|l| !l.is_empty() && !l.starts_with("File \"") && !l.starts_with('^'))
-            .unwrap_or(first),
-        false => first,
-    };
-    Some(column_text(crate::body::prefix(line, MAX_ERROR_LEN)).into_owned())
 }
 
 /// The business field values of a message and the text search finds it by, as `rules`
@@ -698,6 +669,7 @@ pub fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::archive::failure::MAX_ERROR_LEN;
 
     /// `message()`'s fingerprint as every version of Lazarus has computed it.
     const GOLDEN_FINGERPRINT: &str =

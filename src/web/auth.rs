@@ -5,67 +5,22 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{
-    ConnectInfo, FromRequestParts, MatchedPath, OptionalFromRequestParts, Request, State,
-};
-use axum::http::request::Parts;
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::{Access, AccessTable};
+pub use super::caller::Caller;
 use super::client::{client_ip, from_trusted_proxy};
 use super::html::{is_htmx, with_nav, PageError};
 use super::nav::Nav;
 use super::{AppError, AppState};
-use crate::archive::{Actor, Role};
+use crate::archive::Role;
 use crate::auth::{check_name, secret_hash, AuthMode, TOKEN_PREFIX};
 
 /// The longest `X-Forwarded-Email` believed.
 const MAX_EMAIL_CHARS: usize = 254;
-
-/// The authenticated caller of a request, put there by [`authenticate`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
-    /// The client's address.
-    pub source: Option<String>,
-    /// Signed in with a session cookie (shows a sign-out button).
-    pub session: bool,
-    /// The user this caller acts for (a token's owner): what they make is theirs.
-    pub owner: Option<String>,
-}
-
-impl Caller {
-    pub fn actor(&self) -> Actor {
-        Actor {
-            name: self.name.clone(),
-            source: self.source.clone(),
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or_else(|| AppError::Unauthorized("sign in first".into()))
-    }
-}
-
-/// A public route's caller, when someone signed in is calling.
-impl<S: Send + Sync> OptionalFromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts.extensions.get::<Caller>().cloned())
-    }
-}
 
 pub(super) fn peer(request: &Request) -> Option<SocketAddr> {
     request

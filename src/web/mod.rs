@@ -10,6 +10,7 @@ mod api_replays;
 mod assets;
 mod audit;
 pub mod auth;
+pub mod caller;
 mod chips;
 mod client;
 mod dlqs;

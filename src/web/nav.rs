@@ -5,7 +5,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use super::auth::Caller;
+use super::caller::Caller;
 use super::AppState;
 use crate::archive::Role;
 use crate::auth::AuthMode;

@@ -13,7 +13,7 @@ use time::{Duration, OffsetDateTime};
 use super::dlqs::Found;
 use super::html::{filters, render, utc};
 use super::nav::Nav;
-use super::overview_groups::{self as shaped, GroupSort, NoteView, SortKey, Trend};
+use super::overview_groups::{self as shaped, Bar, GroupSort, NoteView, SortKey, Trend};
 use super::AppState;
 use crate::amqp::discovery::Risk;
 use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
@@ -29,14 +29,6 @@ pub struct ReasonCount {
     pub reason: String,
     /// Open messages of this reason.
     pub open: i64,
-}
-
-/// One bar of the sparkline: an hour, its height in a 0..=20 box.
-pub struct Bar {
-    pub x: usize,
-    pub y: i64,
-    pub height: i64,
-    pub title: String,
 }
 
 pub struct QueueRow {

@@ -8,8 +8,16 @@ use std::collections::HashMap;
 use time::OffsetDateTime;
 
 use super::html::utc;
-use super::overview::Bar;
 use crate::archive::{FailureGroup, GroupBy, GroupMinute, GroupNote, GroupStatus};
+
+/// One bar of a chart (a DLQ's sparkline, a group's trend): its slot, its height in a
+/// 0..=20 box, and what it counts.
+pub struct Bar {
+    pub x: usize,
+    pub y: i64,
+    pub height: i64,
+    pub title: String,
+}
 
 /// Minutes per bar of a group's trend.
 pub const BIN_MINUTES: i64 = 10;
