@@ -9,4 +9,6 @@ pub mod job;
 pub mod plan;
 pub mod policy;
 mod runner;
+mod settings;
 pub mod single;
+pub mod step;

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::bodies::{replay_body, ArchivedBodies};
-use super::job::{canary_verdict, item_outcome, not_sent, step_size, unreadable, RunnerSettings};
+use super::settings::RunnerSettings;
+use super::step::{canary_verdict, item_outcome, not_sent, step_size, unreadable};
 use crate::amqp::connection::{connect, Backoff};
 use crate::amqp::publisher::{Publisher, ReplayMessage};
 use crate::archive::{
