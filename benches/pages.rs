@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::archive::{
     Actor, Archive, IncomingMessage, IngestRules, MessageFilter, MessageStatus, PageRequest,
     PostgresArchive, PreparedMessage, Selection, SqliteArchive, StatusFilter,
 };
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::web::{router, AppState};
 use time::OffsetDateTime;
 use tower::ServiceExt;

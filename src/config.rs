@@ -9,9 +9,9 @@ use clap::Args;
 use crate::amqp::consumer::BatchSettings;
 use crate::archive::{BusinessField, IngestRules, Role};
 use crate::auth::{AuthMode, AuthSettings};
+use crate::message::structured::protobuf::Schemas;
 use crate::replay::job::RunnerSettings;
-use crate::secret_url::SecretUrl;
-use crate::structured::protobuf::Schemas;
+use crate::support::secret_url::SecretUrl;
 
 /// What ingest derives from a message it stores outside `serve` (an import, a migration):
 /// the same flags and variables as `serve`'s.
@@ -21,13 +21,13 @@ pub struct IngestArgs {
     #[arg(long = "error-header", env = "LAZARUS_ERROR_HEADER", value_delimiter = ',', default_values_t = crate::archive::DEFAULT_ERROR_HEADERS.map(String::from))]
     pub error_headers: Vec<String>,
     /// As `serve`'s.
-    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::message::masking::check_pointer)]
     pub error_pointers: Vec<String>,
     /// As `serve`'s: business fields extracted from the bodies.
     #[arg(long = "field", env = "LAZARUS_FIELD", value_delimiter = ',')]
     pub fields: Vec<BusinessField>,
     /// As `serve`'s: values kept out of the search index.
-    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::message::masking::check_pointer)]
     pub masks: Vec<String>,
 }
 
@@ -106,7 +106,7 @@ pub struct WebhookArgs {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    pub webhooks: Vec<crate::http::Target>,
+    pub webhooks: Vec<crate::support::http::Target>,
     /// [QUEUE:]N: tell the webhooks when a DLQ (without QUEUE: each DLQ) holds more than N open
     /// messages, and when it is back at N or under. Repeatable; a queue's own replace the
     /// ones for every DLQ.
@@ -160,7 +160,7 @@ pub struct RetentionArgs {
 impl RetentionArgs {
     /// The policy, its queues named as `--queue` names them from the AMQP URL `amqp_url`.
     pub fn policy(&self, amqp_url: &str) -> Result<crate::retention::Policy, String> {
-        let home = crate::amqp::dlq::home_vhost(amqp_url);
+        let home = crate::message::dlq::home_vhost(amqp_url);
         crate::retention::Policy::new(&self.specs, &home)
     }
 }
@@ -235,7 +235,7 @@ pub struct ServeConfig {
     /// A JSON pointer into the body where failing consumers leave their error, when no
     /// --error-header holds one (repeatable; the first with text wins): e.g.
     /// /options/traceback for Dramatiq. A Python traceback is grouped by its last line.
-    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    #[arg(long = "error-pointer", env = "LAZARUS_ERROR_POINTER", value_delimiter = ',', value_parser = crate::message::masking::check_pointer)]
     pub error_pointers: Vec<String>,
 
     /// A business field to extract at ingest from JSON bodies, as name=/json/pointer
@@ -303,7 +303,7 @@ pub struct ServeConfig {
 
     /// A JSON pointer (e.g. /card/number) whose value viewers see as *** in bodies and
     /// business fields (repeatable).
-    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::masking::check_pointer)]
+    #[arg(long = "mask", env = "LAZARUS_MASK", value_delimiter = ',', value_parser = crate::message::masking::check_pointer)]
     pub masks: Vec<String>,
 
     /// An exchange replays may publish to (repeatable; `*` matches any characters,
@@ -371,7 +371,7 @@ impl ServeConfig {
             fields: self.fields.clone(),
             masks: self.masks.clone(),
             schemas,
-            home_vhost: crate::amqp::dlq::home_vhost(&self.connection.amqp_url),
+            home_vhost: crate::message::dlq::home_vhost(&self.connection.amqp_url),
         }
     }
 
@@ -443,13 +443,13 @@ impl ServeConfig {
     }
 
     /// Where replays may publish (`--replay-exchange`).
-    pub fn replay_policy(&self) -> crate::replay::policy::ExchangePolicy {
-        crate::replay::policy::ExchangePolicy::new(&self.replay_exchanges)
+    pub fn replay_policy(&self) -> crate::message::exchange_policy::ExchangePolicy {
+        crate::message::exchange_policy::ExchangePolicy::new(&self.replay_exchanges)
     }
 
     pub fn runner_settings(
         &self,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
     ) -> RunnerSettings {
         RunnerSettings {
             metrics,

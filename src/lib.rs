@@ -1,36 +1,41 @@
 //! Lazarus: archives RabbitMQ dead-letter queues durably, decodes their `x-death` history,
 //! and serves them through a web dashboard and a JSON API.
+//!
+//! The crate is built in layers; a module imports only the layers below its own, and
+//! `tests/integration/layers.rs` holds the code to it (docs/code-map.md draws them):
+//!
+//! | layer | what it owns |
+//! |---|---|
+//! | `cli`, `config`, `startup` | the command line, the settings, putting the app together |
+//! | `web` | pages, the JSON API, sign-in, assets |
+//! | `replay`, `retention`, `notify`, `auth` | the services: each imports none of the others |
+//! | `amqp` | the wire client, consumers, publisher, management API, discovery |
+//! | `runtime` | this process's metrics, status and instance name |
+//! | `archive` | storage: the capabilities and their SQLite and PostgreSQL backends |
+//! | `message` | the dead letter itself, pure: headers, queue names, deaths, bodies, decoders, masking, search language, framework conventions |
+//! | `support` | leaves: formatting, secrets in URLs, outgoing HTTP, backoff, logging, memory |
 #![forbid(unsafe_code)]
 
-pub mod amqp;
-mod api_schemas;
-pub mod archive;
-pub mod auth;
-pub mod body;
-pub mod cause;
-pub mod cjk;
 pub mod cli;
 pub mod config;
-pub mod conventions;
-pub mod death;
-pub mod demo;
-pub mod field_match;
-pub mod http;
-pub mod instance;
-pub mod masking;
-pub mod memory;
-pub mod metrics;
+pub mod startup;
+
+pub mod web;
+
+pub mod auth;
 pub mod notify;
-pub mod numbers;
-#[cfg(test)]
-mod proptests;
 pub mod replay;
 pub mod retention;
-pub mod search;
-pub mod secret_url;
-pub mod selection;
-pub mod startup;
-pub mod status;
-pub mod structured;
-pub mod telemetry;
-pub mod web;
+
+pub mod amqp;
+
+pub mod runtime;
+
+pub mod archive;
+
+pub mod message;
+
+pub mod support;
+
+#[cfg(test)]
+mod proptests;

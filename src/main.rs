@@ -8,14 +8,14 @@ use lazarus::startup::{shutdown_signal, Application};
 
 fn main() -> anyhow::Result<()> {
     // Before any thread exists: it may replace the process with itself (see `memory`).
-    lazarus::memory::fix_mmap_threshold();
+    lazarus::support::memory::fix_mmap_threshold();
     run()
 }
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    lazarus::telemetry::init();
+    lazarus::support::telemetry::init();
     match cli.command {
         Command::Serve(config) => {
             tracing::debug!(?config, "starting");
@@ -59,16 +59,17 @@ async fn run_demo(demo: DemoConfig) -> anyhow::Result<()> {
     if config.connection.database_url == ServeConfig::defaults().connection.database_url {
         config.connection.database_url = "sqlite://lazarus-demo.db".into();
     }
-    config.connection.amqp_url = lazarus::demo::demo_vhost_url(&config.connection.amqp_url).into();
-    config.queues = lazarus::demo::DEMO_QUEUES.map(String::from).to_vec();
+    config.connection.amqp_url =
+        lazarus::cli::demo::demo_vhost_url(&config.connection.amqp_url).into();
+    config.queues = lazarus::cli::demo::DEMO_QUEUES.map(String::from).to_vec();
     if config.fields.is_empty() {
-        config.fields = lazarus::demo::DEMO_FIELDS
+        config.fields = lazarus::cli::demo::DEMO_FIELDS
             .iter()
             .map(|f| f.parse().expect("demo fields are valid"))
             .collect();
     }
     let app = Application::build(config).await?;
-    let _workers = lazarus::demo::run(&app.amqp_url(), demo.messages).await?;
+    let _workers = lazarus::cli::demo::run(&app.amqp_url(), demo.messages).await?;
     println!(
         "Lazarus demo: open http://{} (Ctrl-C to stop)",
         app.local_addr()

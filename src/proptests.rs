@@ -6,8 +6,8 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::amqp::headers::{AmqpValue, Bytes, JsonFloat, Table};
-use crate::amqp::wire::codec::{decode_content_header, decode_table, Writer};
+use crate::message::codec::{decode_content_header, decode_table, Writer};
+use crate::message::headers::{AmqpValue, Bytes, JsonFloat, Table};
 
 /// Entries with names as a broker may send them: text, bytes, repeated.
 fn table_of(
@@ -100,7 +100,7 @@ proptest! {
 
     #[test]
     fn any_death_headers_decode_without_panicking(table in headers()) {
-        let history = crate::death::decode(Some(&table));
+        let history = crate::message::death::decode(Some(&table));
         if history.replay_target.is_some() {
             prop_assert!(history.first_death.is_some());
         }
@@ -141,7 +141,7 @@ proptest! {
     #[test]
     fn any_search_text_parses_or_says_why(input in "\\PC{0,120}") {
         let fields = ["invoice".to_owned()];
-        match crate::search::parse(&input, &fields) {
+        match crate::message::search::parse(&input, &fields) {
             Ok(search) => {
                 if let Some(fts) = search.text_query().map(|t| t.fts5()) {
                     // Every piece is quoted: user text never becomes FTS syntax.
@@ -155,7 +155,7 @@ proptest! {
 
     #[test]
     fn search_syntax_soup_never_panics(input in "[a-z:\"* \\-()^]{0,60}") {
-        let _ = crate::search::parse(&input, &["order".to_owned()]);
+        let _ = crate::message::search::parse(&input, &["order".to_owned()]);
     }
 
     #[test]
@@ -163,8 +163,8 @@ proptest! {
         bytes in vec(any::<u8>(), 0..300),
         budget in 0usize..2048,
     ) {
-        use crate::structured::{to_json, DecodeError, Format};
-        let schemas = crate::structured::protobuf::tests::shop();
+        use crate::message::structured::{to_json, DecodeError, Format};
+        let schemas = crate::message::structured::protobuf::tests::shop();
         let order = Format::Protobuf(&schemas, "shop.Order");
         for format in [Format::MessagePack, Format::Cbor, Format::Amqp10, Format::RawProtobuf, order] {
             match to_json(&bytes, format, budget) {
@@ -204,7 +204,7 @@ proptest! {
         ]),
         budget in 1usize..4096,
     ) {
-        use crate::structured::{to_json, DecodeError, Format};
+        use crate::message::structured::{to_json, DecodeError, Format};
         let n = 300 / unit.1.len();
         let bytes: Vec<u8> = match unit.0 {
             // A MessagePack or CBOR array of n of them; protobuf fields one after another.
@@ -223,16 +223,16 @@ proptest! {
     #[test]
     fn any_body_bytes_become_text_or_not(bytes in vec(any::<u8>(), 0..300), gzip in any::<bool>()) {
         let encoding = gzip.then_some("gzip");
-        use crate::body::Encoding;
+        use crate::message::body::Encoding;
         let latin1 = Encoding::new(Some("text/plain; charset=latin1"), encoding);
         // Never more than the bound asked for, whatever the bytes decompress to.
         let within = |text: Option<String>| text.is_none_or(|t| t.len() <= 1024);
-        prop_assert!(within(crate::body::text(&bytes, &latin1, 1024)));
+        prop_assert!(within(crate::message::body::text(&bytes, &latin1, 1024)));
         let deflate = Encoding::new(Some("application/json"), Some("deflate"));
-        prop_assert!(within(crate::body::text(&bytes, &deflate, 1024)));
+        prop_assert!(within(crate::message::body::text(&bytes, &deflate, 1024)));
         for compression in ["application/x-gzip", "application/x-bz2", "application/x-lzma", "lzma", "zstd", "brotli"] {
             let kombu = Encoding::default().with_compression(Some(compression));
-            prop_assert!(within(crate::body::text(&bytes, &kombu, 1024)));
+            prop_assert!(within(crate::message::body::text(&bytes, &kombu, 1024)));
         }
     }
 
@@ -244,11 +244,11 @@ proptest! {
     ) {
         // A valid body of each codec with one byte changed: the decoders' state machines are
         // reached, not only their header checks.
-        let (compression, mut bytes) = crate::body::tests::samples().swap_remove(codec);
+        let (compression, mut bytes) = crate::message::body::tests::samples().swap_remove(codec);
         let i = at.index(bytes.len());
         bytes[i] = byte;
-        let kombu = crate::body::Encoding::default().with_compression(Some(compression));
-        match crate::body::decompress(&bytes, &kombu, 1024) {
+        let kombu = crate::message::body::Encoding::default().with_compression(Some(compression));
+        match crate::message::body::decompress(&bytes, &kombu, 1024) {
             Ok(Some(d)) => prop_assert!(d.bytes.len() <= 1024, "{} bytes", d.bytes.len()),
             Ok(None) => prop_assert!(false, "{} is a compression Lazarus undoes", compression),
             Err(why) => prop_assert!(!why.trim().is_empty()),
@@ -283,8 +283,8 @@ proptest! {
             two.insert(at, fill(*pick, *b, *ub));
         }
         let (one, two) = (one.join(" "), two.join(" "));
-        let a = crate::cause::Cause::from_text(&format!("{kind}: {one}"));
-        let b = crate::cause::Cause::from_text(&format!("{kind}: {two}"));
+        let a = crate::message::cause::Cause::from_text(&format!("{kind}: {one}"));
+        let b = crate::message::cause::Cause::from_text(&format!("{kind}: {two}"));
         prop_assert_eq!(a.signature(), b.signature(), "{} / {}", one, two);
         prop_assert_eq!(a.error_type.as_deref(), Some(kind.as_str()));
     }
@@ -296,16 +296,16 @@ proptest! {
         message in "[a-z ]{0,40}[0-9]{0,5}",
     ) {
         prop_assume!(a != b);
-        let one = crate::cause::Cause::from_text(&format!("{a}: {message}"));
-        let two = crate::cause::Cause::from_text(&format!("{b}: {message}"));
+        let one = crate::message::cause::Cause::from_text(&format!("{a}: {message}"));
+        let two = crate::message::cause::Cause::from_text(&format!("{b}: {message}"));
         prop_assert_eq!(one.error_type.as_deref(), Some(a.as_str()));
         prop_assert_ne!(one.signature(), two.signature());
     }
 
     #[test]
     fn any_error_text_derives_a_bounded_cause(text in "\\PC{0,400}") {
-        let cause = crate::cause::Cause::from_text(&text);
-        prop_assert!(cause.template.chars().count() <= crate::cause::MAX_TEMPLATE_CHARS);
+        let cause = crate::message::cause::Cause::from_text(&text);
+        prop_assert!(cause.template.chars().count() <= crate::message::cause::MAX_TEMPLATE_CHARS);
         prop_assert!(cause.message.chars().count() <= 300);
     }
 
@@ -316,13 +316,13 @@ proptest! {
         home in "[a-c/]{1,2}",
     ) {
         // Keys never start a vhost with `/` or hold `%` unescaped, and an empty vhost is home's.
-        let dlq = |i: usize| crate::amqp::dlq::Dlq {
-            vhost: crate::amqp::dlq::stored_vhost(&vhosts[i], &home),
+        let dlq = |i: usize| crate::message::dlq::Dlq {
+            vhost: crate::message::dlq::stored_vhost(&vhosts[i], &home),
             name: names[i].clone(),
         };
         let (a, b) = (dlq(0), dlq(1));
-        prop_assert_eq!(crate::amqp::dlq::Dlq::parse(&a.key(), &home).unwrap(), a.clone());
-        prop_assert_eq!(crate::amqp::dlq::Dlq::from_key(&a.key(), &a.vhost), a.clone());
+        prop_assert_eq!(crate::message::dlq::Dlq::parse(&a.key(), &home).unwrap(), a.clone());
+        prop_assert_eq!(crate::message::dlq::Dlq::from_key(&a.key(), &a.vhost), a.clone());
         prop_assert_eq!(a.key() == b.key(), a == b, "{:?} {:?}", a, b);
     }
 }
@@ -388,7 +388,7 @@ fn convention_value() -> impl Strategy<Value = AmqpValue> {
 /// Bodies a convention reads: anything, Dramatiq-shaped JSON, PHP-serialized envelopes
 /// (the real one cut or damaged anywhere) and base64.
 fn convention_body() -> impl Strategy<Value = String> {
-    let php = include_str!("conventions/fixtures/symfony_php_body.txt");
+    let php = include_str!("message/conventions/fixtures/symfony_php_body.txt");
     prop_oneof![
         "\\PC{0,200}",
         ("[a-z.]{0,8}", "\\PC{0,20}", any::<bool>()).prop_map(|(q, a, opts)| format!(
@@ -419,17 +419,17 @@ proptest! {
         routing_key in "[a-z.]{0,6}",
         vhost in prop::sample::select(vec!["/", "billing"]),
     ) {
-        let delivery = crate::conventions::Delivery {
+        let delivery = crate::message::conventions::Delivery {
             queue, vhost, routing_key: &routing_key, headers: Some(&headers), body_text: body.as_deref(),
         };
-        if let Some(failure) = crate::conventions::read(&delivery) {
+        if let Some(failure) = crate::message::conventions::read(&delivery) {
             if let Some(target) = &failure.target {
                 prop_assert!(target.exchange.len() <= 255 && target.routing_key.len() <= 255);
                 prop_assert!(failure.target_from.is_some());
             }
-            prop_assert!(failure.stack_trace.as_ref().is_none_or(|t| t.len() <= crate::conventions::MAX_TRACE_BYTES));
+            prop_assert!(failure.stack_trace.as_ref().is_none_or(|t| t.len() <= crate::message::conventions::MAX_TRACE_BYTES));
             for text in [&failure.error_type, &failure.message, &failure.message_type, &failure.failed_queue] {
-                prop_assert!(text.as_ref().is_none_or(|t| t.len() <= crate::conventions::MAX_TEXT_BYTES));
+                prop_assert!(text.as_ref().is_none_or(|t| t.len() <= crate::message::conventions::MAX_TEXT_BYTES));
             }
             prop_assert!(failure.problems.iter().all(|p| !p.is_empty()));
         }

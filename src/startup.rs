@@ -14,14 +14,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::amqp::adopt;
 use crate::amqp::consumer::{self, ConsumerContext};
-use crate::amqp::dlq::Dlq;
 use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
 use crate::config::ServeConfig;
-use crate::instance;
+use crate::message::dlq::Dlq;
 use crate::replay::job;
-use crate::secret_url::redact_url;
-use crate::status::ConsumerState;
+use crate::runtime::instance;
+use crate::runtime::status::ConsumerState;
+use crate::support::secret_url::redact_url;
 use crate::web::serve::{self, ServeSettings};
 use crate::web::{self, AppState};
 
@@ -74,8 +74,8 @@ impl Application {
             "--discover finds DLQs through RabbitMQ's management API: give --management-url"
         );
         let schemas = config.schemas().map_err(anyhow::Error::msg)?;
-        let home = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
-        let dlqs = crate::amqp::dlq::parse_all(&config.queues, &home)
+        let home = crate::message::dlq::home_vhost(&config.connection.amqp_url);
+        let dlqs = crate::message::dlq::parse_all(&config.queues, &home)
             .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
         // Checked here, so that a threshold naming no DLQ stops Lazarus with the reason.
         crate::notify::Thresholds::new(&config.webhooks.thresholds, &home)
@@ -313,7 +313,7 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
             crate::notify::Settings {
                 thresholds: crate::notify::Thresholds::new(
                     &args.thresholds,
-                    &crate::amqp::dlq::home_vhost(&config.connection.amqp_url),
+                    &crate::message::dlq::home_vhost(&config.connection.amqp_url),
                 )
                 .expect("checked at start-up"),
                 every: Duration::from_secs(args.webhook_interval_secs),
@@ -338,7 +338,7 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
 /// (`false`). Meanwhile each DLQ reads `database_unavailable` on `/readyz`, with the reason.
 async fn archive_ready(work: &Work, token: &CancellationToken) -> bool {
     let mut backoff =
-        crate::amqp::connection::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        crate::support::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut warned = false;
     loop {
         match work.archive.prepare().await {

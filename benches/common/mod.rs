@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use lazarus::amqp::headers::{AmqpValue, Bytes};
+use lazarus::message::headers::{AmqpValue, Bytes};
 
 /// A numeric setting from the environment, or its default.
 pub fn env_or(name: &str, default: usize) -> usize {

@@ -5,8 +5,8 @@
 //! decoders.
 #![no_main]
 
-use lazarus::amqp::headers::Table;
-use lazarus::amqp::wire::codec::{decode_content_header, decode_table, Writer};
+use lazarus::message::headers::Table;
+use lazarus::message::codec::{decode_content_header, decode_table, Writer};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,17 +19,17 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&again[4..], data);
     }
     if let Ok(table) = serde_json::from_slice::<Table>(data) {
-        let history = lazarus::death::decode(Some(&table));
+        let history = lazarus::message::death::decode(Some(&table));
         if history.replay_target.is_some() {
             assert!(history.first_death.is_some());
         }
     }
     let text = String::from_utf8_lossy(data);
-    if let Ok(search) = lazarus::search::parse(&text, &["invoice".to_owned()]) {
+    if let Ok(search) = lazarus::message::search::parse(&text, &["invoice".to_owned()]) {
         let _ = search.text_query();
     }
-    let _ = lazarus::cjk::bigrams(&text);
-    use lazarus::body::{text as body_text, Encoding};
+    let _ = lazarus::message::cjk::bigrams(&text);
+    use lazarus::message::body::{text as body_text, Encoding};
     for content_type in [
         "application/x-msgpack",
         "application/cbor",

@@ -13,10 +13,10 @@ use tokio_util::task::TaskTracker;
 
 use super::consumer::{self, ConsumerContext};
 use super::discovery::DiscoveredDlq;
-use super::dlq::Dlq;
 use super::management::Management;
 use crate::archive::Actor;
-use crate::replay::policy::glob;
+use crate::message::dlq::Dlq;
+use crate::message::exchange_policy::glob;
 
 /// Which discovered DLQs to archive (`*` matches any run of characters): a pattern without
 /// `/` matches names in the AMQP URL's vhost, one with `/` is `VHOST/NAME` — what comes
@@ -32,7 +32,7 @@ pub struct Patterns {
 impl Patterns {
     /// Whether `dlq` is to be archived; `home` is the AMQP URL's vhost.
     fn admits(&self, dlq: &Dlq, home: &str) -> bool {
-        let vhost = crate::amqp::dlq::escape(dlq.vhost_name(home));
+        let vhost = crate::message::dlq::escape(dlq.vhost_name(home));
         let at_home = dlq.vhost.is_empty();
         let matches = |p: &String| match p.split_once('/') {
             Some((v, name)) => glob(v, &vhost) && glob(name, &dlq.name),
@@ -49,7 +49,7 @@ impl Patterns {
 /// `vhost/name` as a pattern with `/` is matched against (the vhost named and escaped as
 /// in a `--queue`, the home one too), for showing a DLQ of any vhost on one line.
 pub(crate) fn qualify_always(vhost: &str, name: &str) -> String {
-    format!("{}/{name}", crate::amqp::dlq::escape(vhost))
+    format!("{}/{name}", crate::message::dlq::escape(vhost))
 }
 
 /// What one look decided.
@@ -84,7 +84,7 @@ pub fn choose(
                     "in vhost {:?}: --discover archives the AMQP URL's vhost {home:?} only, \
                      unless a --discover-include with / names it (such as {}/*)",
                     dlq.vhost,
-                    crate::amqp::dlq::escape(&dlq.vhost)
+                    crate::message::dlq::escape(&dlq.vhost)
                 ),
                 true => "--discover-include/--discover-exclude leave it out".to_owned(),
             }

@@ -8,7 +8,7 @@
 //! database at a time as the archive takes at once, acked in order). A database error holds
 //! the batches in flight (unacked) and retries them; the consumer fills at most one batch
 //! more meanwhile, and takes nothing further. Bodies count toward what the process holds
-//! ([`crate::memory::hold_bodies`]) from their content header until their batch is stored:
+//! ([`crate::support::memory::hold_bodies`]) from their content header until their batch is stored:
 //! two 128 MiB dead letters are never in memory at once, from one DLQ or several.
 
 use std::collections::VecDeque;
@@ -20,15 +20,15 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{connect, is_not_found, Backoff};
-use super::dlq::Dlq;
-use super::headers::{AmqpValue, Table};
 use super::management::Management;
 use super::queue_info::DeliveryLimit;
 use super::wire::{Channel, Connection, Delivery, Event, WireError};
 use crate::archive::{Archive, IncomingMessage, IngestRules, Numbering, PreparedMessage};
-use crate::metrics::{Metrics, QueueLabels};
-use crate::status::{ConsumerState, IngestStatus};
+use crate::message::dlq::Dlq;
+use crate::message::headers::{AmqpValue, Table};
+use crate::runtime::metrics::{Metrics, QueueLabels};
+use crate::runtime::status::{ConsumerState, IngestStatus};
+use crate::support::backoff::Backoff;
 
 /// How deliveries are grouped into transactions.
 #[derive(Debug, Clone)]
@@ -134,7 +134,7 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
             }
             Err(ConsumeError::Broker(e)) if e.vhost_refused() => {
                 // NOT_ALLOWED on opening: the vhost does not exist, or the user may not use it.
-                let refused = super::dlq::refused(&dlq.vhost);
+                let refused = crate::message::dlq::refused(&dlq.vhost);
                 let text = match dlq.vhost.is_empty() {
                     true => format!("{refused} ({e}); retrying"),
                     false => format!(
@@ -173,7 +173,7 @@ async fn consume(
     // queue every return counts toward its delivery limit: take none until it answers.
     wait_for_database(dlq, ctx).await?;
     let name = format!("lazarus consumer {queue}");
-    let connection = connect(&ctx.amqp_url, &dlq.vhost, &name).await?;
+    let connection = Connection::open_in(&ctx.amqp_url, &dlq.vhost, &name).await?;
     let result = consume_on(&connection, dlq, ctx, backoff, kind).await;
     // Closing returns every unacked delivery to the queue at once.
     connection.close().await;
@@ -219,7 +219,7 @@ async fn start_consuming(
     let queue = dlq.name.as_str();
     let mut channel = connection.channel().await?;
     match channel.queue_exists(queue).await {
-        Err(e) if is_not_found(&e) => return Err(ConsumeError::QueueMissing(dlq.key())),
+        Err(e) if e.is_not_found() => return Err(ConsumeError::QueueMissing(dlq.key())),
         other => other?,
     };
     channel.qos(ctx.settings.prefetch).await?;
@@ -413,7 +413,7 @@ impl DeliveryLimitWatch {
 
     fn check(&self, delivery: &Delivery, ctx: &ConsumerContext) {
         let headers = delivery.content.headers.as_ref();
-        let Some(count) = crate::death::delivery_attempts(headers) else {
+        let Some(count) = crate::message::death::delivery_attempts(headers) else {
             return;
         };
         let dead_letter = headers.is_some_and(|h| h.get("x-death").is_some());
@@ -531,7 +531,7 @@ struct Batch {
     last_tag: Option<u64>,
     bytes: usize,
     started: Option<Instant>,
-    /// The bodies' share of what the process holds ([`crate::memory::hold_bodies`]), given
+    /// The bodies' share of what the process holds ([`crate::support::memory::hold_bodies`]), given
     /// back once they are stored: until then the connection reads no body that would take
     /// the process past it.
     held: Vec<OwnedSemaphorePermit>,

@@ -36,9 +36,9 @@ pub struct DiscoveredDlq {
 
 impl DiscoveredDlq {
     /// The DLQ as `--queue` and the archive know it (`home`: the AMQP URL's vhost).
-    pub fn identity(&self, home: &str) -> super::dlq::Dlq {
-        super::dlq::Dlq {
-            vhost: super::dlq::stored_vhost(&self.vhost, home),
+    pub fn identity(&self, home: &str) -> crate::message::dlq::Dlq {
+        crate::message::dlq::Dlq {
+            vhost: crate::message::dlq::stored_vhost(&self.vhost, home),
             name: self.name.clone(),
         }
     }

@@ -5,8 +5,8 @@
 use lapin::types::{AMQPValue, DecimalValue, FieldArray, FieldTable, ShortString};
 use lapin::BasicProperties;
 
-use super::headers::{AmqpValue, Bytes, JsonFloat, MessageProperties, Table};
-use super::wire::codec::{decode_table, Writer};
+use crate::message::codec::{decode_table, Writer};
+use crate::message::headers::{AmqpValue, Bytes, JsonFloat, MessageProperties, Table};
 
 impl From<&AMQPValue> for AmqpValue {
     fn from(value: &AMQPValue) -> Self {

@@ -8,7 +8,7 @@ use lapin::uri::AMQPUri;
 use serde_json::Value;
 
 use super::queue_info::QueueInfo;
-use crate::http::Target;
+use crate::support::http::Target;
 
 /// How long one call to the management API may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,12 +52,12 @@ impl Management {
     /// `management_url` is `http(s)://[user:password@]host:port[/path]`; without credentials it
     /// uses the AMQP URL's user and password, and it always looks at the AMQP URL's vhost.
     pub fn new(management_url: &str, amqp_url: &str) -> Result<Self, ManagementError> {
-        let target: Target = management_url
-            .parse()
-            .map_err(|_| ManagementError::Url(crate::secret_url::redact_url(management_url)))?;
+        let target: Target = management_url.parse().map_err(|_| {
+            ManagementError::Url(crate::support::secret_url::redact_url(management_url))
+        })?;
         let amqp: AMQPUri = amqp_url
             .parse()
-            .map_err(|_| ManagementError::Url(crate::secret_url::redact_url(amqp_url)))?;
+            .map_err(|_| ManagementError::Url(crate::support::secret_url::redact_url(amqp_url)))?;
         let target = if target.has_credentials() {
             target
         } else {
@@ -115,7 +115,7 @@ impl Management {
     /// instance archives).
     pub async fn discover(
         &self,
-        archived: &[super::dlq::Dlq],
+        archived: &[crate::message::dlq::Dlq],
     ) -> Result<crate::amqp::discovery::Discovered, ManagementError> {
         use crate::amqp::discovery::{dead_ends, dead_letter_target, find_dlqs, Discovered};
         use crate::amqp::discovery::{Bindings, DlxBindings};
@@ -187,9 +187,10 @@ impl Management {
     }
 
     async fn get(&self, path: &str) -> Result<Value, ManagementError> {
-        let (answer, body) = crate::http::get(&self.target, path, MAX_ANSWER_BYTES, TIMEOUT)
-            .await
-            .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
+        let (answer, body) =
+            crate::support::http::get(&self.target, path, MAX_ANSWER_BYTES, TIMEOUT)
+                .await
+                .map_err(|e| ManagementError::Unreachable(e.to_string()))?;
         if !answer.status.is_success() {
             return Err(ManagementError::Status {
                 status: answer.status,

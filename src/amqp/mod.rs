@@ -1,13 +1,10 @@
-//! Everything that talks AMQP: connections with backoff, the DLQ consumers, the replay
-//! publisher, the typed header representation shared with the archive, and the read-only
-//! management API client with what it discovers.
+//! Everything that talks to the broker: Lazarus' own AMQP client (`wire`), the DLQ
+//! consumers, the replay publisher, and the read-only management API client with what it
+//! discovers and adopts. What a message is, the layer below (`crate::message`) says.
 
 pub mod adopt;
-pub mod connection;
 pub mod consumer;
 pub mod discovery;
-pub mod dlq;
-pub mod headers;
 pub mod lapin_types;
 pub mod management;
 pub mod publisher;

@@ -6,16 +6,12 @@ use std::collections::VecDeque;
 
 use tokio::sync::watch;
 
-use super::headers::{AmqpValue, MessageProperties, Table};
 use super::wire::{Channel, Connection, ContentHeader, Event, WireError};
-use crate::conventions::Convention;
-use crate::death::{is_death_header, ReplayTarget};
+use crate::message::conventions::Convention;
+use crate::message::death::{is_death_header, ReplayTarget};
+use crate::message::headers::{AmqpValue, MessageProperties, Table};
 
-/// Links a replayed copy to the archive record it came from: when the copy dies again, its
-/// new record points back to the old one.
-pub const REPLAY_OF_HEADER: &str = "x-lazarus-replay-of";
-/// The replay job that published the copy, where there is one.
-pub const REPLAY_JOB_HEADER: &str = "x-lazarus-replay-job";
+pub use crate::message::headers::{REPLAY_JOB_HEADER, REPLAY_OF_HEADER};
 
 /// How one replayed publish ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +95,7 @@ pub fn replay_headers(
     job: Option<&str>,
     convention: Option<Convention>,
 ) -> Table {
-    let failure_header = |name: &super::headers::Bytes| {
+    let failure_header = |name: &crate::message::headers::Bytes| {
         convention.is_some_and(|c| name.as_str().is_some_and(|n| c.is_failure_header(n)))
     };
     let mut out: Table = headers
@@ -108,7 +104,7 @@ pub fn replay_headers(
         .filter(|(name, _)| !is_death_header(name) && !failure_header(name))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if let Some(cc) = headers.and_then(|h| crate::death::dropped_cc_keys(h, target)) {
+    if let Some(cc) = headers.and_then(|h| crate::message::death::dropped_cc_keys(h, target)) {
         out.insert(
             "CC",
             AmqpValue::Array(cc.iter().map(|k| AmqpValue::text(k)).collect()),
@@ -164,7 +160,7 @@ impl Publisher {
                 probe.close().await;
                 Ok(true)
             }
-            Err(e) if super::connection::is_not_found(&e) => Ok(false),
+            Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
         }
     }

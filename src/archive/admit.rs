@@ -1,14 +1,14 @@
 //! What a message must be to be archived, however it comes: from a DLQ over the wire
 //! (ingest) or from a file (`lazarus import`). Ingest's deliveries are so by construction —
 //! the codec reads short strings of at most 255 bytes and a content header of at most one
-//! frame ([`MAX_INBOUND_FRAME`]), `--queue` names pass [`crate::amqp::dlq::check_name`], and
+//! frame ([`MAX_INBOUND_FRAME`]), `--queue` names pass [`crate::message::dlq::check_name`], and
 //! RabbitMQ delivers no body past its `max_message_size` ([`MAX_BODY_BYTES`] by default) —
 //! and an import is held to the same by [`check`], which names the first field that is not.
 
 use super::IncomingMessage;
-use crate::amqp::dlq::{check_name, Dlq};
-use crate::amqp::wire::codec::encode_content_header;
-use crate::amqp::wire::MAX_INBOUND_FRAME;
+use crate::message::codec::encode_content_header;
+use crate::message::codec::MAX_INBOUND_FRAME;
+use crate::message::dlq::{check_name, Dlq};
 
 /// The largest body archived: RabbitMQ's default `max_message_size` (134,217,728 bytes on
 /// 3.x; 4.x's default is 16 MiB), the largest a broker with default settings delivers or
@@ -67,7 +67,7 @@ pub fn check_body(what: &str, len: usize) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+    use crate::message::headers::{AmqpValue, Bytes, MessageProperties, Table};
 
     fn message() -> IncomingMessage {
         IncomingMessage {

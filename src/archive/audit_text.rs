@@ -3,8 +3,8 @@
 use super::{
     GroupNoteChange, JobAction, JobSpec, Plan, ReplayEdit, ReplayJob, RetentionCount, Selection,
 };
-use crate::death::ReplayTarget;
-use crate::numbers::thousands;
+use crate::message::death::ReplayTarget;
+use crate::support::format::thousands;
 
 /// The most of an actor and of a summary an entry keeps (the web caps names and fields well
 /// below this; this bounds what any path can append)…
@@ -66,7 +66,7 @@ pub fn single_message(selection: &Selection) -> Option<i64> {
 
 /// The audit line of an action on a selection (`dismissed`, `purged`).
 pub fn action_summary(done: &str, count: u64, selection_text: &str, note: &str) -> String {
-    let count = crate::numbers::count(count as i64, "message", "messages");
+    let count = crate::support::format::count(count as i64, "message", "messages");
     format!("{done} {count} ({selection_text}): {note}")
 }
 

@@ -41,8 +41,8 @@ mod tests {
     use time::OffsetDateTime;
 
     use super::*;
-    use crate::amqp::headers::MessageProperties;
     use crate::archive::IncomingMessage;
+    use crate::message::headers::MessageProperties;
 
     fn delivery(body: &[u8], redelivered: bool) -> PreparedMessage {
         PreparedMessage::new(IncomingMessage {

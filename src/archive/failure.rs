@@ -5,10 +5,10 @@
 //! replay target too), else from the error headers (`--error-header`), an `--error-pointer`
 //! into the body, and the generic stack trace and exception type headers below.
 
-use crate::amqp::headers::{MessageProperties, Table};
-use crate::cause::Cause;
-use crate::conventions::{self, Convention, FrameworkFailure};
-use crate::death::ReplayTarget;
+use crate::message::cause::Cause;
+use crate::message::conventions::{self, Convention, FrameworkFailure};
+use crate::message::death::ReplayTarget;
+use crate::message::headers::{MessageProperties, Table};
 
 /// Longest error description kept (longer ones are cut at a character boundary).
 pub(super) const MAX_ERROR_LEN: usize = 300;
@@ -38,7 +38,7 @@ pub fn error_line(text: &str) -> Option<String> {
             .unwrap_or(first),
         false => first,
     };
-    Some(column_text(crate::body::prefix(line, MAX_ERROR_LEN)).into_owned())
+    Some(column_text(crate::message::body::prefix(line, MAX_ERROR_LEN)).into_owned())
 }
 
 /// Headers in which failing consumers leave their exception's stack trace, read on a message
@@ -108,7 +108,7 @@ impl Framework {
 /// A dead letter as its failure is read from it, at ingest or by the regroup.
 #[derive(Debug, Clone, Copy)]
 pub struct Source<'a> {
-    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)).
+    /// The DLQ as the archive keys it ([`Dlq::key`](crate::message::dlq::Dlq::key)).
     pub queue: &'a str,
     /// Its vhost as the archive stores it (empty: the AMQP URL's, `home_vhost`).
     pub vhost: &'a str,
@@ -125,8 +125,8 @@ pub struct Source<'a> {
 /// The failure of a dead letter: with its convention's names where it follows one, else as
 /// [`failure`] reads any message.
 pub fn read(source: &Source<'_>, error_headers: &[String]) -> Failure {
-    let dlq = crate::amqp::dlq::Dlq::from_key(source.queue, source.vhost);
-    let vhost = crate::amqp::dlq::named_vhost(source.vhost, source.home_vhost);
+    let dlq = crate::message::dlq::Dlq::from_key(source.queue, source.vhost);
+    let vhost = crate::message::dlq::named_vhost(source.vhost, source.home_vhost);
     let delivery = conventions::Delivery {
         queue: &dlq.name,
         vhost,
@@ -171,15 +171,17 @@ fn convention_failure(
         ),
     };
     if let Some(kind) = framework.message_type.as_deref().filter(|k| !k.is_empty()) {
-        out.message_type = Some(column_text(crate::body::prefix(kind, MAX_SAID_LEN)).into_owned());
+        out.message_type =
+            Some(column_text(crate::message::body::prefix(kind, MAX_SAID_LEN)).into_owned());
     }
-    let said = |text: &str| column_text(crate::body::prefix(text, MAX_SAID_LEN)).into_owned();
+    let said =
+        |text: &str| column_text(crate::message::body::prefix(text, MAX_SAID_LEN)).into_owned();
     out.framework = Some(Framework {
         convention: framework.convention,
         failed_queue: framework
             .failed_queue
             .filter(|q| !q.is_empty())
-            .map(|q| said(&crate::amqp::dlq::qualify(source.vhost, &q))),
+            .map(|q| said(&crate::message::dlq::qualify(source.vhost, &q))),
         target_from: framework
             .target
             .is_some()
@@ -231,8 +233,8 @@ fn derive(
     trace: Option<&str>,
     properties: &MessageProperties,
 ) -> Failure {
-    let text = text.map(|t| crate::body::prefix(t, MAX_PARSED));
-    let trace = trace.map(|t| crate::body::prefix(t, MAX_PARSED));
+    let text = text.map(|t| crate::message::body::prefix(t, MAX_PARSED));
+    let trace = trace.map(|t| crate::message::body::prefix(t, MAX_PARSED));
     let kind = kind.filter(|k| !k.trim().is_empty());
     let cause = match (trace, text) {
         (Some(trace), _) => Cause::from_parts(kind, text, Some(trace)),
@@ -257,7 +259,11 @@ fn derive(
             .error_type
             .as_deref()
             .map(|t| column_text(t).into_owned()),
-        cause: column_text(crate::body::prefix(&cause.signature(), MAX_CAUSE_LEN)).into_owned(),
+        cause: column_text(crate::message::body::prefix(
+            &cause.signature(),
+            MAX_CAUSE_LEN,
+        ))
+        .into_owned(),
         message_type: properties
             .kind
             .as_ref()
@@ -274,13 +280,13 @@ fn shown(cause: &Cause) -> Option<String> {
         (None, false) => cause.message.clone(),
         (None, true) => return None,
     };
-    Some(column_text(crate::body::prefix(&text, MAX_ERROR_LEN)).into_owned())
+    Some(column_text(crate::message::body::prefix(&text, MAX_ERROR_LEN)).into_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp::headers::AmqpValue;
+    use crate::message::headers::AmqpValue;
 
     fn of(pairs: &[(&str, &str)]) -> Failure {
         let headers: Table = pairs

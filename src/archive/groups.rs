@@ -10,7 +10,7 @@ use super::model::{optional_id_as_string, NO_ERROR};
 
 /// What each message counts in, as ingest, status changes, purges and the regroup count it:
 /// its DLQ, the queue it failed in (its first death's; the DLQ's without history), the reason
-/// (`none` without history), its cause ([`Cause::signature`](crate::cause::Cause::signature);
+/// (`none` without history), its cause ([`Cause::signature`](crate::message::cause::Cause::signature);
 /// until a message archived by an earlier version is regrouped, its error as written) and its
 /// message type (`""`: none). In this order, the order every writer takes the rows in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

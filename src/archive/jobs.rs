@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::{id_as_string, Actor, ArchiveError, MessageFilter, MessageStatus, Outcome};
-use crate::amqp::headers::{MessageProperties, Table};
-use crate::death::ReplayTarget;
+use crate::message::death::ReplayTarget;
+use crate::message::headers::{MessageProperties, Table};
 
 /// Which messages an action applies to.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +49,7 @@ pub struct JobSpec<'a> {
     /// `false`: only a plan (a dry run) that can be started later; `true`: queue it now.
     pub start: bool,
     /// Where replays may publish: messages bound elsewhere are skipped in the plan.
-    pub policy: &'a crate::replay::policy::ExchangePolicy,
+    pub policy: &'a crate::message::exchange_policy::ExchangePolicy,
 }
 
 /// How many messages go where, decided when the selection is frozen.
@@ -290,7 +290,7 @@ pub struct OutgoingMessage {
     pub headers: Option<Table>,
     pub body: OutgoingBody,
     /// The framework convention it follows: a replay strips its failure headers.
-    pub convention: Option<crate::conventions::Convention>,
+    pub convention: Option<crate::message::conventions::Convention>,
     /// Why the stored record could not be read; such a message is not published.
     pub unreadable: Option<String>,
 }

@@ -14,6 +14,7 @@ mod jobs;
 mod model;
 mod postgres;
 mod record;
+pub mod selection;
 mod sql;
 mod sqlite;
 mod store;
@@ -218,9 +219,9 @@ pub async fn open(database_url: &str) -> Result<Arc<dyn Archive>, ArchiveError> 
     } else if is_postgres(database_url) {
         Ok(Arc::new(PostgresArchive::open(database_url).await?))
     } else {
-        Err(ArchiveError::UnsupportedUrl(crate::secret_url::redact_url(
-            database_url,
-        )))
+        Err(ArchiveError::UnsupportedUrl(
+            crate::support::secret_url::redact_url(database_url),
+        ))
     }
 }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::amqp::headers::{MessageProperties, Table};
-use crate::death::{DeathRecord, FirstDeath, ReplayTarget};
+use crate::message::death::{DeathRecord, FirstDeath, ReplayTarget};
+use crate::message::headers::{MessageProperties, Table};
 
 /// The reason under which messages without death history are counted and filtered.
 pub const NO_REASON: &str = "none";
@@ -189,7 +189,7 @@ pub struct MessageSummary {
     /// class), else the AMQP `type` property.
     pub message_type: Option<String>,
     /// The framework error-queue convention it follows (null: none).
-    pub convention: Option<crate::conventions::Convention>,
+    pub convention: Option<crate::message::conventions::Convention>,
     /// The queue it failed in, as its framework says (null: it does not, or no framework);
     /// `vhost/name` outside the AMQP URL's vhost, as `queue`.
     pub failed_queue: Option<String>,
@@ -289,8 +289,8 @@ impl StoredBody {
         }
     }
 
-    pub fn encoding(&self) -> crate::body::Encoding<'_> {
-        crate::body::Encoding::new(
+    pub fn encoding(&self) -> crate::message::body::Encoding<'_> {
+        crate::message::body::Encoding::new(
             self.content_type.as_deref(),
             self.content_encoding.as_deref(),
         )
@@ -301,11 +301,14 @@ impl StoredBody {
 
 impl ArchivedMessage {
     /// How its body's bytes become its content.
-    pub fn encoding(&self) -> crate::body::Encoding<'_> {
+    pub fn encoding(&self) -> crate::message::body::Encoding<'_> {
         let s = &self.summary;
-        crate::body::Encoding::new(s.content_type.as_deref(), s.content_encoding.as_deref())
-            .with_headers(self.headers.as_ref())
-            .with_message_type(self.properties.kind.as_ref().and_then(|k| k.as_str()))
+        crate::message::body::Encoding::new(
+            s.content_type.as_deref(),
+            s.content_encoding.as_deref(),
+        )
+        .with_headers(self.headers.as_ref())
+        .with_message_type(self.properties.kind.as_ref().and_then(|k| k.as_str()))
     }
 }
 
@@ -335,9 +338,9 @@ pub struct MessageFilter {
     pub status: Option<StatusFilter>,
     pub content_type: Option<String>,
     /// Words, phrases and prefixes to find.
-    pub text: Option<crate::search::TextQuery>,
+    pub text: Option<crate::message::search::TextQuery>,
     /// `field:value` terms of a search (built-in or business fields), all required.
-    pub terms: Vec<crate::search::FieldTerm>,
+    pub terms: Vec<crate::message::search::FieldTerm>,
     /// Archived at or after.
     pub since: Option<OffsetDateTime>,
     /// Archived before.
@@ -373,8 +376,8 @@ impl MessageFilter {
     }
 
     /// The search's terms on business fields (`--field`), found by their words
-    /// ([`crate::field_match`]), not compared whole as [`MessageFilter::conditions`] are.
-    pub fn business_terms(&self) -> impl Iterator<Item = &crate::search::FieldTerm> {
+    /// ([`crate::message::field_match`]), not compared whole as [`MessageFilter::conditions`] are.
+    pub fn business_terms(&self) -> impl Iterator<Item = &crate::message::search::FieldTerm> {
         self.terms.iter().filter(|t| t.is_business())
     }
 
@@ -424,8 +427,7 @@ impl MessageFilter {
 /// routing key and "no error given" (also "no exception type", "no message type"); an empty
 /// filter value means no filter at all.
 pub const EMPTY_NAMES: [&str; 3] = [DEFAULT_EXCHANGE, EMPTY_KEY, NO_ERROR];
-/// The default exchange, as RabbitMQ's management UI names it.
-pub const DEFAULT_EXCHANGE: &str = "(AMQP default)";
+pub use crate::message::exchange_policy::DEFAULT_EXCHANGE;
 pub const EMPTY_KEY: &str = "(empty)";
 pub const NO_ERROR: &str = "(none)";
 
@@ -622,7 +624,7 @@ impl ExportedMessage {
     /// As a file carries it between instances: the vhost named (the archive keeps the AMQP
     /// URL's own, `home`, as empty) and the queue by its name within that vhost.
     pub fn portable(mut self, home: &str) -> Self {
-        let dlq = crate::amqp::dlq::Dlq::from_key(&self.queue, &self.vhost);
+        let dlq = crate::message::dlq::Dlq::from_key(&self.queue, &self.vhost);
         self.vhost = dlq.vhost_name(home).to_owned();
         self.queue = dlq.name;
         self
@@ -630,8 +632,8 @@ impl ExportedMessage {
 
     /// Back in the archive's form, on the instance whose AMQP URL vhost is `home`.
     pub fn stored(mut self, home: &str) -> Self {
-        self.vhost = crate::amqp::dlq::stored_vhost(&self.vhost, home);
-        self.queue = crate::amqp::dlq::qualify(&self.vhost, &self.queue);
+        self.vhost = crate::message::dlq::stored_vhost(&self.vhost, home);
+        self.queue = crate::message::dlq::qualify(&self.vhost, &self.queue);
         self
     }
 }

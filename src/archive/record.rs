@@ -4,15 +4,15 @@
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use crate::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
-use crate::death::{self, DeathHistory, DELIVERY_COUNTERS};
+use crate::message::death::{self, DeathHistory, DELIVERY_COUNTERS};
+use crate::message::headers::{AmqpValue, Bytes, MessageProperties, Table};
 
 use super::failure::{column_text, error_line};
 
 /// A message exactly as the broker delivered it from a DLQ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncomingMessage {
-    /// The DLQ as the archive keys it ([`Dlq::key`](crate::amqp::dlq::Dlq::key)): its name
+    /// The DLQ as the archive keys it ([`Dlq::key`](crate::message::dlq::Dlq::key)): its name
     /// (`/name` when it holds `/`), or `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
     /// The DLQ's vhost; empty: the AMQP URL's own.
@@ -75,7 +75,7 @@ const INDEXED_BODY_BYTES: usize = 64 * 1024;
 const FIELD_BODY_BYTES: usize = 1024 * 1024;
 /// What of a body a framework convention reads: one byte more than it takes, so that it
 /// can tell a body too long to read from one that fits.
-const CONVENTION_BODY_BYTES: usize = crate::conventions::MAX_BODY_BYTES + 1;
+const CONVENTION_BODY_BYTES: usize = crate::message::conventions::MAX_BODY_BYTES + 1;
 
 /// A business field: a name users search by (`invoice:INV-1`) and where it is in a JSON body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl std::str::FromStr for BusinessField {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("field name {name:?} must be letters, digits and _"));
         }
-        if crate::search::BUILT_IN_FIELDS.contains(&name.as_str()) {
+        if crate::message::search::BUILT_IN_FIELDS.contains(&name.as_str()) {
             return Err(format!(
                 "{name:?} is a built-in search field; choose another name"
             ));
@@ -126,9 +126,9 @@ pub struct IngestRules {
     /// JSON pointers (`--mask`) whose values stay out of the full-text index.
     pub masks: Vec<String>,
     /// Protobuf message types bodies are decoded with (`--proto-descriptors`).
-    pub schemas: Option<std::sync::Arc<crate::structured::protobuf::Schemas>>,
+    pub schemas: Option<std::sync::Arc<crate::message::structured::protobuf::Schemas>>,
     /// The AMQP URL's vhost, which the archive stores as empty: a framework's address names
-    /// it ([`crate::conventions`]).
+    /// it ([`crate::message::conventions`]).
     pub home_vhost: String,
 }
 
@@ -217,10 +217,10 @@ fn search_text(
         header_text(h, &mut headers);
     }
     let unescaped = json_unescaped(body_text.unwrap_or_default());
-    let body = crate::body::prefix(&unescaped, INDEXED_BODY_BYTES);
+    let body = crate::message::body::prefix(&unescaped, INDEXED_BODY_BYTES);
     let snippet = snippet(body);
     // CJK runs as bigrams, so that any part of one can be searched for.
-    let indexed = |text: &str| crate::cjk::bigrams(&column_text(text)).into_owned();
+    let indexed = |text: &str| crate::message::cjk::bigrams(&column_text(text)).into_owned();
     SearchText {
         body: indexed(body),
         ids: indexed(&ids.join("\n")),
@@ -275,7 +275,7 @@ pub fn error_description(headers: Option<&Table>, names: &[String]) -> Option<St
 
 /// The text, number or boolean at `pointer` in JSON `text`, parsed alone.
 fn scalar_at(text: &str, pointer: &str) -> Option<serde_json::Value> {
-    let json = crate::masking::value_at(text, pointer)?;
+    let json = crate::message::masking::value_at(text, pointer)?;
     match json.as_bytes().first()? {
         b'"' | b'-' | b'0'..=b'9' | b't' | b'f' => serde_json::from_str(json).ok(),
         _ => None,
@@ -322,11 +322,12 @@ fn derived(
     };
     let content_type = MessageProperties::text(&p.content_type);
     let content_encoding = MessageProperties::text(&p.content_encoding);
-    let encoding = crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
-        .with_headers(message.headers.as_ref())
-        .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()))
-        .with_schemas(rules.schemas.as_deref());
-    let mut text = crate::body::text(&message.body, &encoding, limit);
+    let encoding =
+        crate::message::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
+            .with_headers(message.headers.as_ref())
+            .with_message_type(p.kind.as_ref().and_then(|k| k.as_str()))
+            .with_schemas(rules.schemas.as_deref());
+    let mut text = crate::message::body::text(&message.body, &encoding, limit);
     // A framework's body (Dramatiq's, a Symfony envelope) is read further than the search
     // index's start; no other body is decoded twice.
     let cut = text.as_ref().is_some_and(|t| t.len() + 4 >= limit);
@@ -334,9 +335,9 @@ fn derived(
         && limit < CONVENTION_BODY_BYTES
         && text
             .as_deref()
-            .is_some_and(|t| crate::conventions::reads_body(&message.queue, t))
+            .is_some_and(|t| crate::message::conventions::reads_body(&message.queue, t))
     {
-        text = crate::body::text(&message.body, &encoding, CONVENTION_BODY_BYTES);
+        text = crate::message::body::text(&message.body, &encoding, CONVENTION_BODY_BYTES);
     }
     let fields = extract_fields(text.as_deref(), &rules.fields);
     let error = body_error_text(text.as_deref(), &rules.error_pointers);
@@ -358,11 +359,14 @@ fn derived(
     } else {
         // Masked values are not indexed, so no word search can reveal them: the body is
         // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
-        let masks = crate::masking::Pointers::new(&rules.masks);
-        let masked =
-            crate::body::whole_text(&message.body, &encoding, crate::masking::MAX_MASKED_BODY)
-                .ok()
-                .and_then(|t| crate::masking::mask_json(&t, &masks));
+        let masks = crate::message::masking::Pointers::new(&rules.masks);
+        let masked = crate::message::body::whole_text(
+            &message.body,
+            &encoding,
+            crate::message::masking::MAX_MASKED_BODY,
+        )
+        .ok()
+        .and_then(|t| crate::message::masking::mask_json(&t, &masks));
         let indexed: Vec<(String, String)> = fields
             .iter()
             .filter(|(name, _)| {
@@ -386,7 +390,7 @@ pub(crate) struct Stored<'a> {
     pub properties: &'a MessageProperties,
     pub headers: Option<&'a Table>,
     /// The start of its body, where a convention reads bodies ([`body_text`] of a head
-    /// answered [`crate::conventions::reads_body`]).
+    /// answered [`crate::message::conventions::reads_body`]).
     pub body: Option<&'a [u8]>,
     /// Its stored error: what an `--error-pointer` or a header no longer read gave.
     pub error: Option<&'a str>,
@@ -402,11 +406,12 @@ pub(crate) fn body_text(
 ) -> Option<String> {
     let content_type = MessageProperties::text(&properties.content_type);
     let content_encoding = MessageProperties::text(&properties.content_encoding);
-    let encoding = crate::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
-        .with_headers(headers)
-        .with_message_type(properties.kind.as_ref().and_then(|k| k.as_str()))
-        .with_schemas(rules.schemas.as_deref());
-    crate::body::text(body, &encoding, limit)
+    let encoding =
+        crate::message::body::Encoding::new(content_type.as_deref(), content_encoding.as_deref())
+            .with_headers(headers)
+            .with_message_type(properties.kind.as_ref().and_then(|k| k.as_str()))
+            .with_schemas(rules.schemas.as_deref());
+    crate::message::body::text(body, &encoding, limit)
 }
 
 /// A stored message's failure, read again as ingest reads it: its convention's target kept
@@ -478,7 +483,7 @@ impl PreparedMessage {
     /// A message the write probe ([`crate::archive::Ingest::writable`]) writes as a batch
     /// would and rolls back: nothing is ever stored under its queue name.
     pub fn probe() -> Self {
-        let properties = crate::amqp::headers::MessageProperties {
+        let properties = crate::message::headers::MessageProperties {
             message_id: Some("lazarus write probe".into()),
             ..Default::default()
         };
@@ -521,7 +526,7 @@ impl PreparedMessage {
         history.sanitize(column_text);
         if let Some(first) = history.first_death.as_mut() {
             // Two vhosts' same-named queues are different failure groups.
-            first.queue = crate::amqp::dlq::qualify(&message.vhost, &first.queue);
+            first.queue = crate::message::dlq::qualify(&message.vhost, &first.queue);
         }
         // Without a death history's target, the framework's: a replay needs none chosen.
         let framework = framework.map(|mut f| {
@@ -542,7 +547,7 @@ impl PreparedMessage {
         let replay_of = message
             .headers
             .as_ref()
-            .and_then(|h| h.get(crate::amqp::publisher::REPLAY_OF_HEADER))
+            .and_then(|h| h.get(crate::message::headers::REPLAY_OF_HEADER))
             .and_then(|v| v.as_str()?.parse().ok());
         let deaths_json = to_json(&history.deaths);
         let problems_json = (!history.problems.is_empty()).then(|| to_json(&history.problems));
@@ -573,11 +578,11 @@ impl PreparedMessage {
     }
 
     /// The keys `field:value` finds its business fields by, as (name, key): each value's
-    /// folded words from each word to the end ([`crate::field_match::keys`]).
+    /// folded words from each word to the end ([`crate::message::field_match::keys`]).
     pub fn field_keys(&self) -> Vec<(&str, String)> {
         let mut out: Vec<(&str, String)> = Vec::new();
         for (name, value) in &self.fields {
-            for key in crate::field_match::keys(value) {
+            for key in crate::message::field_match::keys(value) {
                 // The same field twice with one value would repeat a key.
                 if !out.iter().any(|(n, k)| n == name && *k == key) {
                     out.push((name, key));
@@ -876,7 +881,7 @@ mod tests {
             ("error", AmqpValue::text("later")),
             (
                 "X-Exception-Message",
-                AmqpValue::LongString(crate::amqp::headers::Bytes(
+                AmqpValue::LongString(crate::message::headers::Bytes(
                     b"  NullPointerException: invoice.customer\n\tat Billing.java:42".to_vec(),
                 )),
             ),
@@ -1081,7 +1086,7 @@ mod tests {
         let framework = p.framework.as_ref().expect("MassTransit's");
         assert_eq!(
             framework.convention,
-            crate::conventions::Convention::MassTransit
+            crate::message::conventions::Convention::MassTransit
         );
         assert_eq!(
             framework.target_from.as_deref(),
@@ -1157,7 +1162,7 @@ mod tests {
         });
         assert_eq!(
             p.framework.as_ref().map(|f| f.convention),
-            Some(crate::conventions::Convention::Dramatiq)
+            Some(crate::message::conventions::Convention::Dramatiq)
         );
         assert_eq!(p.convention_problems_json(), None);
         assert_eq!(p.error.as_deref(), Some("ValueError: card C-17 declined"));

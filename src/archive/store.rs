@@ -18,7 +18,7 @@ use super::{
     ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
     TokenRow, TokenSpec, UserRecord,
 };
-use crate::death::ReplayTarget;
+use crate::message::death::ReplayTarget;
 
 /// Storing what the consumers deliver: only the DLQ consumers hold this.
 #[async_trait]
@@ -119,7 +119,7 @@ pub trait MessageStore: Send + Sync {
         len: usize,
     ) -> Result<Option<Vec<u8>>, ArchiveError>;
     /// Values of the business field `name` with a key in `[low, high)`
-    /// ([`crate::field_match`]), at most `limit`, through the keys' index: what a search
+    /// ([`crate::message::field_match`]), at most `limit`, through the keys' index: what a search
     /// that found nothing is offered instead.
     async fn field_values_in(
         &self,

@@ -16,7 +16,7 @@ use crate::auth::{
     TOKEN_PREFIX,
 };
 use crate::config::ConnectionArgs;
-use crate::secret_url::redact_url;
+use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum UserCommand {
@@ -185,7 +185,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
             eprintln!(
                 "token {id} ({name}, {}, expires {}); it is not shown again:",
                 role.as_str(),
-                crate::web::utc(expires_at)
+                crate::support::format::utc(expires_at)
             );
             println!("{token}");
         }
@@ -205,7 +205,10 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
                     (false, true) => "expired",
                     (false, false) => "active",
                 };
-                let expires = t.expires_at.map(crate::web::utc).unwrap_or_default();
+                let expires = t
+                    .expires_at
+                    .map(crate::support::format::utc)
+                    .unwrap_or_default();
                 println!(
                     "{}\t{}\t{}\t{state}\texpires {expires}",
                     t.id,

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use clap::Args;
 
 use crate::amqp::adopt::{choose, qualify_always, Patterns};
-use crate::amqp::dlq::{self, Dlq};
 use crate::amqp::management::Management;
 use crate::config::{ConnectionArgs, DiscoverPatterns};
-use crate::secret_url::SecretUrl;
+use crate::message::dlq::{self, Dlq};
+use crate::support::secret_url::SecretUrl;
 
 /// `lazarus discover`: what `serve --discover` would archive, shown and nothing done.
 #[derive(Debug, Clone, Args)]

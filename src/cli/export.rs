@@ -6,11 +6,11 @@ use std::io::Write;
 use anyhow::Context;
 use clap::Args;
 
+use crate::archive::selection::ListParams;
 use crate::archive::BusinessField;
 use crate::archive::{self, Archive, ExportLine, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES};
 use crate::config::ConnectionArgs;
-use crate::secret_url::redact_url;
-use crate::selection::ListParams;
+use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Args)]
 pub struct ExportConfig {
@@ -72,7 +72,7 @@ fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 }
 
 pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
-    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+    let home_vhost = crate::message::dlq::home_vhost(&config.connection.amqp_url);
     let filter = config.filter.filters_only();
     let selection = match (config.ids.is_empty(), filter == ListParams::default()) {
         (false, true) => Selection::Ids(config.ids.clone()),
@@ -103,8 +103,8 @@ pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
     };
     eprintln!(
         "exported {} messages ({})",
-        crate::numbers::thousands(messages),
-        crate::web::html::human_bytes(bytes as i64)
+        crate::support::format::thousands(messages),
+        crate::support::format::human_bytes(bytes as i64)
     );
     Ok(())
 }

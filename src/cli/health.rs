@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::http::{HttpError, Target};
+use crate::support::http::{HttpError, Target};
 
 #[derive(Debug, Clone, Args)]
 pub struct HealthConfig {
@@ -38,7 +38,7 @@ async fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<u16, Str
     let target: Target = format!("http://{addr}")
         .parse()
         .map_err(|e: HttpError| e.to_string())?;
-    match crate::http::get(&target, path, 64 * 1024, timeout).await {
+    match crate::support::http::get(&target, path, 64 * 1024, timeout).await {
         Ok((answer, _)) => Ok(answer.status.as_u16()),
         Err(HttpError::Unreachable { reason, .. }) if reason.starts_with("connecting") => {
             Err(format!("cannot connect to {addr}: {reason}"))

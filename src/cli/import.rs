@@ -17,7 +17,7 @@ use crate::archive::{
     PreparedMessage,
 };
 use crate::config::{ConnectionArgs, IngestArgs};
-use crate::secret_url::redact_url;
+use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Args)]
 pub struct ImportConfig {
@@ -106,9 +106,9 @@ fn parse(line: &[u8], home_vhost: &str) -> Result<ExportedMessage, String> {
     let m: ExportedMessage =
         serde_json::from_slice(line).map_err(|e| format!("not an exported message ({e})"))?;
     if !m.vhost.is_empty() {
-        crate::amqp::dlq::check_name("vhost", &m.vhost)?;
+        crate::message::dlq::check_name("vhost", &m.vhost)?;
     }
-    crate::amqp::dlq::check_name("queue", &m.queue)?;
+    crate::message::dlq::check_name("queue", &m.queue)?;
     let m = m.stored(home_vhost);
     admit::check_body("body", m.body.len())?;
     for r in &m.replays {
@@ -332,7 +332,7 @@ fn incoming_without_body(m: &ExportedMessage) -> IncomingMessage {
 }
 
 pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
-    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+    let home_vhost = crate::message::dlq::home_vhost(&config.connection.amqp_url);
     let rules = archive::IngestRules {
         home_vhost: home_vhost.clone(),
         ..config.ingest.rules()
@@ -377,14 +377,14 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
     if imported.refused > REFUSALS_SAID {
         eprintln!(
             "… and {} more lines refused",
-            crate::numbers::thousands(imported.refused - REFUSALS_SAID)
+            crate::support::format::thousands(imported.refused - REFUSALS_SAID)
         );
     }
     eprintln!(
         "imported {} messages; {} were in the archive already; {} lines refused",
-        crate::numbers::thousands(imported.stored),
-        crate::numbers::thousands(imported.present),
-        crate::numbers::thousands(imported.refused)
+        crate::support::format::thousands(imported.stored),
+        crate::support::format::thousands(imported.present),
+        crate::support::format::thousands(imported.refused)
     );
     anyhow::ensure!(
         imported.refused == 0,

@@ -13,15 +13,15 @@ use clap::Args;
 use sha2::{Digest, Sha256};
 
 use super::import::Importer;
+use crate::archive::selection::ListParams;
 use crate::archive::{
     self, read_unread_body, Actor, Archive, ArchiveError, AuditRow, ExportLine, ExportedMessage,
     MessageStore, QueueTotals, Selection, EXPORT_BATCH, EXPORT_BATCH_BYTES,
 };
 use crate::config::IngestArgs;
-use crate::numbers::thousands;
-use crate::secret_url::redact_url;
-use crate::secret_url::SecretUrl;
-use crate::selection::ListParams;
+use crate::support::format::thousands;
+use crate::support::secret_url::redact_url;
+use crate::support::secret_url::SecretUrl;
 
 #[derive(Debug, Clone, Args)]
 pub struct MigrateConfig {

@@ -1,7 +1,9 @@
 //! The command line: `lazarus <command>`, one file per subcommand owning its arguments and
-//! its run (`serve` and `demo` are the application itself: `config` and `startup`).
+//! its run (`serve` is the application itself: `config` and `startup`; `demo` runs it beside
+//! failing traffic of its own).
 
 pub mod accounts;
+pub mod demo;
 pub mod discover;
 pub mod export;
 pub mod health;

@@ -9,16 +9,16 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use crate::archive::selection::ListParams;
 use crate::archive::BusinessField;
 use crate::archive::{self, Actor, Archive, Canary, JobState, ReplayJob, TargetCount};
 use crate::config::ConnectionArgs;
-use crate::death::ReplayTarget;
-use crate::numbers::thousands;
+use crate::message::death::ReplayTarget;
+use crate::message::exchange_policy::ExchangePolicy;
 use crate::replay::job::{run_one, RunnerSettings};
 use crate::replay::plan::{self, human_duration, IdValue, JobRequest, SelectionRequest};
-use crate::replay::policy::ExchangePolicy;
-use crate::secret_url::redact_url;
-use crate::selection::ListParams;
+use crate::support::format::thousands;
+use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayConfig {
@@ -157,7 +157,7 @@ fn target_line(t: &TargetCount) -> String {
     format!(
         "{}{}{from}",
         target.label(),
-        crate::amqp::dlq::in_vhost(&t.vhost)
+        crate::message::dlq::in_vhost(&t.vhost)
     )
 }
 
@@ -219,7 +219,7 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
     let fields: Vec<String> = config.fields.iter().map(|f| f.name.clone()).collect();
     // Mistakes are told before the archive is even opened.
     request.check()?;
-    let home_vhost = crate::amqp::dlq::home_vhost(&config.connection.amqp_url);
+    let home_vhost = crate::message::dlq::home_vhost(&config.connection.amqp_url);
     request.selection.resolve(&fields, &home_vhost)?;
     let url = &config.connection.database_url;
     let archive: Arc<dyn Archive> = archive::open(url)

@@ -8,10 +8,10 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConnectionArgs, RetentionArgs};
-use crate::numbers::thousands;
 use crate::retention::{plan, run_pass, Plan};
-use crate::secret_url::redact_url;
-use crate::web::html::human_bytes as bytes_text;
+use crate::support::format::human_bytes as bytes_text;
+use crate::support::format::thousands;
+use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Args)]
 pub struct RetentionConfig {

@@ -16,7 +16,7 @@ pub async fn run(args: &WebhookArgs) -> bool {
     let mut all = true;
     for target in webhooks {
         let body = Event::Test.body_for(target, public_url);
-        match crate::http::post_json(target, body, Duration::from_secs(10)).await {
+        match crate::support::http::post_json(target, body, Duration::from_secs(10)).await {
             Ok(answer) if answer.status.is_success() => {
                 println!("{}: took it ({})", target.redacted(), answer.status);
             }

@@ -16,8 +16,8 @@ use tokio_util::task::TaskTracker;
 use super::event::{Event, Format};
 use super::pace::{Backlog, Pace, Rate};
 use super::NotifyStatus;
-use crate::http::{post_json, Target};
-use crate::metrics::Metrics;
+use crate::runtime::metrics::Metrics;
+use crate::support::http::{post_json, Target};
 
 /// Looks' worth of events waiting for one URL's task to take them, at most; and the events
 /// its backlog keeps (failure groups beyond are counted for a digest, others dropped).
@@ -206,7 +206,10 @@ enum Try {
     Again(Duration, String),
 }
 
-fn judge(answer: Result<crate::http::Answer, crate::http::HttpError>, backoff: Duration) -> Try {
+fn judge(
+    answer: Result<crate::support::http::Answer, crate::support::http::HttpError>,
+    backoff: Duration,
+) -> Try {
     match answer {
         Ok(a) if a.status.is_success() => Try::Taken,
         Ok(a)
@@ -321,7 +324,7 @@ async fn deliver(mut inbox: Inbox, mut sender: Sender, shutdown: CancellationTok
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{Answer, HttpError};
+    use crate::support::http::{Answer, HttpError};
 
     fn answer(status: u16, retry_after: Option<u64>) -> Result<Answer, HttpError> {
         Ok(Answer {

@@ -8,9 +8,9 @@ use hyper::body::Bytes;
 use serde_json::{json, Value};
 
 use super::line::Line;
+use crate::archive::selection::{group_link, query_value};
 use crate::archive::{FailureGroup, GroupBy, JobState, ReplayJob};
-use crate::numbers::thousands;
-use crate::selection::{group_link, query_value};
+use crate::support::format::thousands;
 
 /// A link longer than this (a long `--public-url`) points to the overview instead.
 const LINK: usize = 1_000;
@@ -29,7 +29,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn of(target: &crate::http::Target) -> Self {
+    pub fn of(target: &crate::support::http::Target) -> Self {
         let host = target.host().to_ascii_lowercase();
         let teams = [
             "webhook.office.com",
@@ -186,7 +186,11 @@ impl Event {
     }
 
     /// The bytes POSTed to `target`: [`Event::payload`] in the format its host wants.
-    pub fn body_for(&self, target: &crate::http::Target, public_url: Option<&str>) -> Bytes {
+    pub fn body_for(
+        &self,
+        target: &crate::support::http::Target,
+        public_url: Option<&str>,
+    ) -> Bytes {
         Bytes::from(self.payload(public_url, Format::of(target)).to_string())
     }
 
@@ -449,18 +453,20 @@ mod tests {
 
     #[test]
     fn teams_webhooks_get_an_adaptive_card() {
-        let teams: crate::http::Target =
+        let teams: crate::support::http::Target =
             "https://prod-12.westeurope.logic.azure.com:443/workflows/abc/triggers/manual"
                 .parse()
                 .unwrap();
         assert_eq!(Format::of(&teams), Format::Teams);
-        let office: crate::http::Target = "https://contoso.webhook.office.com/webhookb2/x"
+        let office: crate::support::http::Target = "https://contoso.webhook.office.com/webhookb2/x"
             .parse()
             .unwrap();
         assert_eq!(Format::of(&office), Format::Teams);
-        let slack: crate::http::Target = "https://hooks.slack.com/services/T/B/X".parse().unwrap();
+        let slack: crate::support::http::Target =
+            "https://hooks.slack.com/services/T/B/X".parse().unwrap();
         assert_eq!(Format::of(&slack), Format::Text);
-        let lookalike: crate::http::Target = "https://notlogic.azure.com.evil/x".parse().unwrap();
+        let lookalike: crate::support::http::Target =
+            "https://notlogic.azure.com.evil/x".parse().unwrap();
         assert_eq!(Format::of(&lookalike), Format::Text);
 
         let event = Event::NewFailureGroup(group());

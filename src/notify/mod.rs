@@ -94,7 +94,7 @@ impl Thresholds {
         for spec in specs {
             match &spec.queue {
                 Some(queue) => {
-                    let key = crate::amqp::dlq::Dlq::parse(queue, home)
+                    let key = crate::message::dlq::Dlq::parse(queue, home)
                         .map_err(|e| format!("--webhook-threshold {spec}: {e}"))?
                         .key();
                     thresholds.own.entry(key).or_default().push(spec.open)

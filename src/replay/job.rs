@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::amqp::connection::Backoff;
 use crate::archive::{Archive, ArchiveError};
 use crate::replay::runner::Runner;
 pub use crate::replay::settings::{runner_name, runner_name_for, RunnerSettings};
+use crate::support::backoff::Backoff;
 
 /// Runs jobs until `shutdown`: claims one, runs it, looks for the next.
 pub async fn run(

@@ -6,12 +6,12 @@ use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use crate::archive::selection::{InvalidSelection, ListParams};
 use crate::archive::{
     Actions, Actor, ArchiveError, Canary, JobAction, JobSpec, JobStore, ReplayJob, Selection,
 };
-use crate::death::ReplayTarget;
-use crate::replay::policy::ExchangePolicy;
-use crate::selection::{InvalidSelection, ListParams};
+use crate::message::death::ReplayTarget;
+use crate::message::exchange_policy::ExchangePolicy;
 
 /// Why a request was not carried out.
 #[derive(Debug, thiserror::Error)]

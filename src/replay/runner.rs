@@ -14,11 +14,12 @@ use tokio_util::sync::CancellationToken;
 use super::bodies::{replay_body, ArchivedBodies};
 use super::settings::RunnerSettings;
 use super::step::{canary_verdict, item_outcome, not_sent, step_size, unreadable};
-use crate::amqp::connection::{connect, Backoff};
 use crate::amqp::publisher::{Publisher, ReplayMessage};
+use crate::amqp::wire::Connection;
 use crate::archive::{
     Archive, Canary, ChunkLimit, ItemOutcome, JobState, JobStep, OutgoingMessage, ReplayJob,
 };
+use crate::support::backoff::Backoff;
 
 /// Why a runner stopped working on a job.
 enum Stop {
@@ -128,11 +129,14 @@ impl<'a> Runner<'a> {
     async fn publisher(&mut self, id: i64, vhost: &str) -> Result<&mut Publisher, Stop> {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         while !self.publishers.contains_key(vhost) {
-            let opened = match connect(&self.settings.amqp_url, vhost, "lazarus replay job").await {
-                Ok(connection) => Publisher::open(connection).await,
-                Err(e) => Err(e),
-            };
-            let place = crate::amqp::dlq::in_vhost(vhost);
+            let opened =
+                match Connection::open_in(&self.settings.amqp_url, vhost, "lazarus replay job")
+                    .await
+                {
+                    Ok(connection) => Publisher::open(connection).await,
+                    Err(e) => Err(e),
+                };
+            let place = crate::message::dlq::in_vhost(vhost);
             match opened {
                 Ok(publisher) => {
                     self.publishers.insert(vhost.to_owned(), publisher);
@@ -143,7 +147,7 @@ impl<'a> Runner<'a> {
                     return Err(Stop::Refused(format!(
                         "{} ({e}), so nothing more was published. Create it or give the user \
                          access, then resume, or cancel the job.",
-                        crate::amqp::dlq::refused(vhost)
+                        crate::message::dlq::refused(vhost)
                     )));
                 }
                 Err(e) => {
@@ -184,7 +188,7 @@ impl<'a> Runner<'a> {
                     pending.remove(0);
                 }
                 Ok(false) => {
-                    let place = crate::amqp::dlq::in_vhost(vhost);
+                    let place = crate::message::dlq::in_vhost(vhost);
                     let reason = format!(
                         "exchange {exchange:?}{place} does not exist, so nothing more was \
                          published. Create it (or replay to another target), then resume, or \

@@ -7,9 +7,9 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::archive::JobState;
-use crate::instance::Identity;
-use crate::metrics::Metrics;
-use crate::replay::policy::ExchangePolicy;
+use crate::message::exchange_policy::ExchangePolicy;
+use crate::runtime::instance::Identity;
+use crate::runtime::metrics::Metrics;
 
 /// How a runner works.
 #[derive(Debug, Clone)]

@@ -10,14 +10,14 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::bodies::{replay_body, ArchivedBodies, IN_HAND_BYTES};
-use crate::amqp::connection::connect;
 use crate::amqp::publisher::{PublishOutcome, Publisher, ReplayMessage};
+use crate::amqp::wire::Connection;
 use crate::archive::{
     Actor, ArchiveError, ArchivedMessage, Console, Outcome, OutgoingBody, ReplayEdit, ReplayRecord,
     ReplayStart, StoredBody,
 };
-use crate::death::ReplayTarget;
-use crate::replay::policy::ExchangePolicy;
+use crate::message::death::ReplayTarget;
+use crate::message::exchange_policy::ExchangePolicy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -30,7 +30,7 @@ pub enum ReplayError {
     MissingExchange(String, String),
     #[error("RabbitMQ is unreachable: {0}")]
     Broker(String),
-    /// The message's vhost, refused by the broker on opening: what [`crate::amqp::dlq::refused`]
+    /// The message's vhost, refused by the broker on opening: what [`crate::message::dlq::refused`]
     /// and the broker said.
     #[error("{0} ({1}): it does not exist, or the user may not use it; nothing was published")]
     VhostRefused(String, String),
@@ -111,7 +111,7 @@ pub fn check_edit(
     let Some(body) = &edit.body else {
         return Ok(());
     };
-    if !crate::body::edits_as_text(&original.bytes, &message.encoding()) {
+    if !crate::message::body::edits_as_text(&original.bytes, &message.encoding()) {
         return Err(ReplayError::InvalidEdit(
             "only text and JSON bodies can be edited; this one is encoded or binary".into(),
         ));
@@ -143,7 +143,7 @@ pub struct SingleReplay<'a> {
     pub request_key: &'a str,
     pub actor: &'a Actor,
     /// Where the final outcome is counted (also when it comes after the answer).
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::runtime::metrics::Metrics>,
     /// Where replays may publish.
     pub policy: &'a ExchangePolicy,
 }
@@ -212,10 +212,10 @@ pub async fn replay_one(
     }
     // Back into the vhost it came from.
     let vhost = &message.summary.vhost;
-    let connection = connect(amqp_url, vhost, "lazarus replay")
+    let connection = Connection::open_in(amqp_url, vhost, "lazarus replay")
         .await
         .map_err(|e| match e.vhost_refused() {
-            true => ReplayError::VhostRefused(crate::amqp::dlq::refused(vhost), e.to_string()),
+            true => ReplayError::VhostRefused(crate::message::dlq::refused(vhost), e.to_string()),
             false => ReplayError::Broker(e.to_string()),
         })?;
     let mut publisher = Publisher::open(connection)
@@ -227,7 +227,7 @@ pub async fn replay_one(
         Err(e) => Err(ReplayError::Broker(e.to_string())),
         Ok(false) => Err(ReplayError::MissingExchange(
             target.exchange.clone(),
-            crate::amqp::dlq::in_vhost(&message.summary.vhost),
+            crate::message::dlq::in_vhost(&message.summary.vhost),
         )),
         Ok(true) => match archive
             .begin_replay(id, request.request_key, request.actor, &target, edit)

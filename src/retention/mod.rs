@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 pub use policy::{Policy, RetentionSpec, Rule, Rules};
 
 use crate::archive::{Archive, ArchiveError, QueueTotals, Retention, RetentionRun, Scan};
-use crate::metrics::Metrics;
+use crate::runtime::metrics::Metrics;
 
 /// Messages deleted per transaction: short, so that ingest and requests wait little.
 pub const BATCH: usize = 500;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::amqp::dlq::Dlq;
+use crate::message::dlq::Dlq;
 
 /// What one DLQ keeps; `None`: no such limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

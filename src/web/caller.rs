@@ -4,11 +4,11 @@
 use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 
-use super::AppError;
 use crate::archive::{Actor, Role};
+use crate::web::AppError;
 
 /// The authenticated caller of a request, put there by
-/// [`authenticate`](super::auth::authenticate).
+/// [`authenticate`](crate::web::auth::authenticate).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub name: String,

@@ -6,10 +6,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use crate::archive::selection::InvalidSelection;
 use crate::archive::ArchiveError;
 use crate::replay::plan::PlanError;
 use crate::replay::single::ReplayError;
-use crate::selection::InvalidSelection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {

@@ -9,9 +9,9 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::html::{is_htmx, PageError};
-use super::AppError;
 use crate::archive::JobAction;
+use crate::web::html::{is_htmx, PageError};
+use crate::web::AppError;
 
 /// A request part that was not what the route expects, answered as the route answers.
 #[derive(Debug)]

@@ -8,9 +8,9 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 
-use super::auth::Caller;
-use super::AppState;
-use crate::status::ConsumerState;
+use crate::runtime::status::ConsumerState;
+use crate::web::auth::Caller;
+use crate::web::AppState;
 
 /// Whether the process answers (a liveness probe): `ok`.
 #[utoipa::path(get, path = "/healthz", tag = "probes",

@@ -4,11 +4,10 @@
 use askama::Template;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
-use super::nav::Nav;
-use super::AppError;
+pub use crate::support::format::{human_bytes, utc};
+use crate::web::nav::Nav;
+use crate::web::AppError;
 
 /// Whether htmx made the request and wants a fragment, not a page. A history restore
 /// (back/forward with htmx's cache missed) wants the whole page.
@@ -75,14 +74,14 @@ impl IntoResponse for PageError {
         };
         if self.htmx {
             let body = render(&ErrorPartial { message: &message });
-            return super::error::with_retry_after((status, body).into_response(), retry);
+            return crate::web::error::with_retry_after((status, body).into_response(), retry);
         }
         let page = ErrorPageParts { title, message };
         let mut response = (status, page.render(Nav::default())).into_response();
         // The chrome is the caller's, whom only the authentication layer knows: it draws the
         // page again with their name (`with_nav`).
         response.extensions_mut().insert(page);
-        super::error::with_retry_after(response, retry)
+        crate::web::error::with_retry_after(response, retry)
     }
 }
 
@@ -132,14 +131,6 @@ pub fn flash(mut response: Response, text: &str) -> Response {
     response
 }
 
-/// RFC 3339 in UTC, second precision: what `<time datetime>` and the pages show.
-pub fn utc(t: OffsetDateTime) -> String {
-    t.replace_nanosecond(0)
-        .unwrap_or(t)
-        .format(&Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
-}
-
 /// The same instant, shorter for tables: `2026-12-02 09:30:00` (UTC).
 pub fn short(rfc3339: &str) -> String {
     rfc3339
@@ -148,10 +139,10 @@ pub fn short(rfc3339: &str) -> String {
         .to_owned()
 }
 
-pub use crate::numbers::thousands;
+pub use crate::support::format::thousands;
 
 /// Filters the templates use (`{{ t|short }}`, `{{ n|num }}`); bring into scope with
-/// `use super::html::filters`.
+/// `use crate::web::html::filters`.
 pub mod filters {
     #[askama::filter_fn]
     pub fn short<T: std::fmt::Display>(s: T, _: &dyn askama::Values) -> askama::Result<String> {
@@ -170,46 +161,12 @@ pub mod filters {
     }
 }
 
-/// A byte count for people: `512 B`, `1.5 KiB`, `16.0 MiB`.
-pub fn human_bytes(n: i64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64;
-    let mut unit = "B";
-    for u in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = u;
-    }
-    format!("{value:.1} {unit}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn byte_counts_read_well() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(16 * 1024 * 1024), "16.0 MiB");
-    }
-
-    #[test]
     fn short_times_drop_the_t_and_z() {
         assert_eq!(short("2025-12-02T10:00:00Z"), "2025-12-02 10:00:00");
-    }
-
-    #[test]
-    fn times_are_utc_seconds() {
-        let t = OffsetDateTime::from_unix_timestamp(1_764_669_600).unwrap();
-        assert_eq!(
-            utc(t + time::Duration::milliseconds(250)),
-            "2025-12-02T10:00:00Z"
-        );
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::AppError;
+use crate::web::AppError;
 
 /// Permits for one kind of work, and a bounded queue for them.
 #[derive(Debug)]

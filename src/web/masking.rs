@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use super::AppError;
 use crate::archive::{BodyStart, BusinessField, MessageFilter, Role, StoredBody};
-use crate::body::{whole_text, NotText};
-pub use crate::masking::MAX_MASKED_BODY;
-use crate::masking::{mask_json, Pointers, MASK};
-use crate::structured::protobuf::Schemas;
+use crate::message::body::{whole_text, NotText};
+pub use crate::message::masking::MAX_MASKED_BODY;
+use crate::message::masking::{mask_json, Pointers, MASK};
+use crate::message::structured::protobuf::Schemas;
+use crate::web::AppError;
 
 /// The masking rules of an instance.
 #[derive(Debug, Clone, Default)]
@@ -155,7 +155,10 @@ impl Masking {
         let Some(q) = selection.pointer_mut("/filter/q") else {
             return selection;
         };
-        let masked = match q.as_str().map(|q| crate::search::parse(q, business_fields)) {
+        let masked = match q
+            .as_str()
+            .map(|q| crate::message::search::parse(q, business_fields))
+        {
             Some(Ok(mut search)) => {
                 for term in &mut search.fields {
                     if self.fields.contains(&term.field) {

@@ -1,43 +1,22 @@
 //! The HTTP surface: router, shared state and middleware stack in one place. Pages are
 //! server-rendered (askama) with htmx partial updates; `/api` is their JSON twin.
 
-pub mod access;
-mod admin;
-mod api;
-mod api_groups;
-mod api_page;
-mod api_replays;
+pub mod api;
 mod assets;
-mod audit;
 pub mod auth;
 pub mod caller;
-mod chips;
-mod client;
-mod dlqs;
-mod download;
 mod error;
-mod export;
 mod extract;
-mod group_notes;
 mod health;
-mod highlight;
 pub mod html;
 pub mod limits;
 pub mod masking;
-mod message;
-mod message_actions;
-pub mod messages;
-mod nav;
+pub mod nav;
 mod ndjson;
-mod nearest;
 mod openapi;
-pub mod overview;
-mod overview_groups;
-mod payload;
-mod replays;
+pub mod pages;
 mod security;
 pub mod serve;
-mod signin;
 
 use std::sync::Arc;
 
@@ -49,12 +28,12 @@ use tokio::sync::Notify;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
-use self::access::{Routes, ADMIN, OPERATOR, PUBLIC, VIEWER};
+use self::auth::access::{Routes, ADMIN, OPERATOR, PUBLIC, VIEWER};
 use crate::archive::Console;
 use crate::auth::{AuthSettings, Throttle};
-use crate::metrics::Metrics;
-use crate::replay::policy::ExchangePolicy;
-use crate::status::IngestStatus;
+use crate::message::exchange_policy::ExchangePolicy;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::status::IngestStatus;
 
 pub use error::AppError;
 pub use html::utc;
@@ -87,7 +66,7 @@ pub struct AppState {
     /// What viewers may not read (`--mask`).
     pub masking: Arc<masking::Masking>,
     /// The protobuf message types bodies are decoded with (`--proto-descriptors`).
-    pub schemas: Option<Arc<crate::structured::protobuf::Schemas>>,
+    pub schemas: Option<Arc<crate::message::structured::protobuf::Schemas>>,
     /// Loading, decoding, masking and rendering bodies: a few at a time.
     pub bodies: Arc<limits::WorkLimit>,
     /// Reading lists, counts and messages (rows held while a page is built): a few at a
@@ -104,7 +83,7 @@ pub struct AppState {
     /// RabbitMQ's management API (`--management-url`): which queues a plan's targets reach.
     pub management: Option<Arc<crate::amqp::management::Management>>,
     /// The broker's DLQs as the management API last described them.
-    pub discovery: Arc<dlqs::Discovery>,
+    pub discovery: Arc<pages::dlqs::Discovery>,
     /// The retention policy (`--retention`) as the overview says it; `None`: everything kept.
     pub retention: Option<Arc<str>>,
     /// The webhooks (`--webhook`) and what became of their latest events.
@@ -114,7 +93,7 @@ pub struct AppState {
 impl AppState {
     /// A stored vhost named: the empty one is the AMQP URL's.
     pub fn vhost_name<'a>(&'a self, stored: &'a str) -> &'a str {
-        crate::amqp::dlq::named_vhost(stored, &self.home_vhost)
+        crate::message::dlq::named_vhost(stored, &self.home_vhost)
     }
 
     /// Fresh metrics, status and runner wake-up around an archive; no authentication.
@@ -125,7 +104,7 @@ impl AppState {
             status: IngestStatus::default(),
             business_fields: business_fields.into(),
             amqp_url: Arc::from(amqp_url),
-            home_vhost: Arc::from(crate::amqp::dlq::home_vhost(amqp_url)),
+            home_vhost: Arc::from(crate::message::dlq::home_vhost(amqp_url)),
             jobs_wake: Arc::new(Notify::new()),
             auth: Arc::new(AuthSettings::none()),
             throttle: Arc::new(Throttle::default()),
@@ -166,13 +145,13 @@ impl AppState {
 fn routes() -> Routes {
     Routes::default()
         // Anyone: signing in, probes, assets.
-        .get(PUBLIC, "/login", signin::login_page)
+        .get(PUBLIC, "/login", auth::signin::login_page)
         .post(
             PUBLIC,
             "/login",
-            signin::login.layer(DefaultBodyLimit::max(signin::MAX_LOGIN_FORM_BYTES)),
+            auth::signin::login.layer(DefaultBodyLimit::max(auth::signin::MAX_LOGIN_FORM_BYTES)),
         )
-        .post(PUBLIC, "/logout", signin::logout)
+        .post(PUBLIC, "/logout", auth::signin::logout)
         .get(PUBLIC, "/healthz", health::healthz)
         .get(PUBLIC, "/readyz", health::readyz)
         .get(PUBLIC, assets::HTMX, assets::htmx)
@@ -180,65 +159,97 @@ fn routes() -> Routes {
         .get(PUBLIC, assets::JS, assets::js)
         .get(PUBLIC, assets::FAVICON, assets::favicon)
         // Viewers: reading.
-        .get(VIEWER, "/", overview::overview)
-        .get(VIEWER, "/api", api_page::api_page)
+        .get(VIEWER, "/", pages::overview::overview)
+        .get(VIEWER, "/api", openapi::page::api_page)
         .get(VIEWER, "/api/openapi.json", openapi::openapi_json)
-        .get(VIEWER, "/messages", messages::list_page)
-        .get(VIEWER, "/messages/count", messages::count_fragment)
-        .get(VIEWER, "/messages/{id}", message::detail_page)
-        .get(VIEWER, "/replays", replays::list_page)
-        .get(VIEWER, "/replays/{id}", replays::job_page)
-        .get(VIEWER, "/replays/{id}/progress", replays::progress_partial)
+        .get(VIEWER, "/messages", pages::messages::list_page)
+        .get(VIEWER, "/messages/count", pages::messages::count_fragment)
+        .get(VIEWER, "/messages/{id}", pages::message::detail_page)
+        .get(VIEWER, "/replays", pages::replays::list_page)
+        .get(VIEWER, "/replays/{id}", pages::replays::job_page)
+        .get(
+            VIEWER,
+            "/replays/{id}/progress",
+            pages::replays::progress_partial,
+        )
         .get(VIEWER, "/metrics", health::metrics)
-        .get(VIEWER, "/api/messages", api::list_messages)
-        .get(VIEWER, "/api/messages/{id}", api::get_message)
-        .get(VIEWER, "/api/messages/{id}/body", api::download_body)
-        .get(VIEWER, "/api/replays", api_replays::list_jobs)
-        .get(VIEWER, "/api/replays/{id}", api_replays::get_job)
-        .get(VIEWER, "/api/replays/{id}/items", api_replays::job_items)
-        .get(VIEWER, "/api/dlqs", dlqs::list_dlqs)
-        .get(VIEWER, "/api/groups", api_groups::list_groups)
+        .get(VIEWER, "/api/messages", api::messages::list_messages)
+        .get(VIEWER, "/api/messages/{id}", api::messages::get_message)
+        .get(
+            VIEWER,
+            "/api/messages/{id}/body",
+            api::messages::download_body,
+        )
+        .get(VIEWER, "/api/replays", api::replays::list_jobs)
+        .get(VIEWER, "/api/replays/{id}", api::replays::get_job)
+        .get(VIEWER, "/api/replays/{id}/items", api::replays::job_items)
+        .get(VIEWER, "/api/dlqs", pages::dlqs::list_dlqs)
+        .get(VIEWER, "/api/groups", api::groups::list_groups)
         // Operators: replaying and dismissing.
         .post(
             OPERATOR,
             "/messages/{id}/replay",
-            message_actions::replay_form,
+            pages::message_actions::replay_form,
         )
         .post(
             OPERATOR,
             "/messages/{id}/dismiss",
-            message_actions::dismiss_form,
+            pages::message_actions::dismiss_form,
         )
-        .post(OPERATOR, "/messages/select", replays::selection_form)
-        .post(OPERATOR, "/groups/{id}/note", group_notes::note_group_form)
-        .post(OPERATOR, "/api/groups/{id}/note", group_notes::note_group)
-        .post(OPERATOR, "/replays/{id}/{action}", replays::control_form)
-        .post(OPERATOR, "/api/messages/{id}/replay", api::replay_message)
-        .post(OPERATOR, "/api/replays", api_replays::create_job)
+        .post(OPERATOR, "/messages/select", pages::replays::selection_form)
+        .post(
+            OPERATOR,
+            "/groups/{id}/note",
+            pages::group_notes::note_group_form,
+        )
+        .post(
+            OPERATOR,
+            "/api/groups/{id}/note",
+            pages::group_notes::note_group,
+        )
+        .post(
+            OPERATOR,
+            "/replays/{id}/{action}",
+            pages::replays::control_form,
+        )
+        .post(
+            OPERATOR,
+            "/api/messages/{id}/replay",
+            api::messages::replay_message,
+        )
+        .post(OPERATOR, "/api/replays", api::replays::create_job)
         .post(
             OPERATOR,
             "/api/replays/{id}/{action}",
-            api_replays::control_job,
+            api::replays::control_job,
         )
-        .post(OPERATOR, "/api/messages/dismiss", api_replays::dismiss)
+        .post(OPERATOR, "/api/messages/dismiss", api::replays::dismiss)
         .post(
             OPERATOR,
             "/api/messages/{id}/dismiss",
-            api_replays::dismiss_one,
+            api::replays::dismiss_one,
         )
         // Admins: users, tokens, purges, the audit log.
-        .get(ADMIN, "/audit", audit::audit_page)
-        .get(ADMIN, "/admin", admin::admin_page)
-        .post(ADMIN, "/admin/tokens", admin::token_form)
-        .post(ADMIN, "/admin/tokens/{id}/revoke", admin::revoke_form)
-        .get(ADMIN, "/api/audit", api_replays::audit_log)
-        .get(ADMIN, "/api/audit.ndjson", admin::audit_ndjson)
-        .get(ADMIN, "/api/export", export::export_messages)
-        .get(ADMIN, "/api/admin/users", admin::list_users)
-        .get(ADMIN, "/api/admin/tokens", admin::list_tokens)
-        .post(ADMIN, "/api/admin/tokens", admin::create_token)
-        .post(ADMIN, "/api/admin/tokens/{id}/revoke", admin::revoke_token)
-        .post(ADMIN, "/api/admin/purge", admin::purge)
+        .get(ADMIN, "/audit", pages::audit::audit_page)
+        .get(ADMIN, "/admin", pages::admin::admin_page)
+        .post(ADMIN, "/admin/tokens", pages::admin::token_form)
+        .post(
+            ADMIN,
+            "/admin/tokens/{id}/revoke",
+            pages::admin::revoke_form,
+        )
+        .get(ADMIN, "/api/audit", api::replays::audit_log)
+        .get(ADMIN, "/api/audit.ndjson", pages::admin::audit_ndjson)
+        .get(ADMIN, "/api/export", api::export::export_messages)
+        .get(ADMIN, "/api/admin/users", pages::admin::list_users)
+        .get(ADMIN, "/api/admin/tokens", pages::admin::list_tokens)
+        .post(ADMIN, "/api/admin/tokens", pages::admin::create_token)
+        .post(
+            ADMIN,
+            "/api/admin/tokens/{id}/revoke",
+            pages::admin::revoke_token,
+        )
+        .post(ADMIN, "/api/admin/purge", pages::admin::purge)
 }
 
 /// The whole application as a router: tests call it with `oneshot`, no socket needed.

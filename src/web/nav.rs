@@ -5,10 +5,10 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use super::caller::Caller;
-use super::AppState;
 use crate::archive::Role;
 use crate::auth::AuthMode;
+use crate::web::caller::Caller;
+use crate::web::AppState;
 
 /// What the header of a page shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

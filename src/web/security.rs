@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppError;
+use crate::web::AppError;
 
 /// Scripts, styles and everything else only from Lazarus itself; no inline script or
 /// style, no plugins, never inside a frame.

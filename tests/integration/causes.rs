@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use lazarus::cause::{Cause, Runtime};
+use lazarus::message::cause::{Cause, Runtime};
 
 /// Runs a program and returns what it printed on standard error (it fails, by design).
 fn stderr_of(command: &mut Command) -> String {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lazarus::demo::{DEMO_FIELDS, DEMO_QUEUES};
+use lazarus::cli::demo::{DEMO_FIELDS, DEMO_QUEUES};
 
 use crate::helpers::*;
 
@@ -14,7 +14,7 @@ async fn demo_fills_every_demo_dlq_through_real_dead_lettering() {
         c.fields = DEMO_FIELDS.iter().map(|f| f.parse().unwrap()).collect();
     })
     .await;
-    let _workers = lazarus::demo::run(&vhost.url(), 50)
+    let _workers = lazarus::cli::demo::run(&vhost.url(), 50)
         .await
         .expect("the demo runs");
     // 20 invoices rejected, 10 payments parked after three failures, 10 notifications

@@ -183,15 +183,15 @@ fn the_dashboards_queries_parse() {
 /// written at all), as `/metrics` renders them.
 fn exposition_with_every_family() -> String {
     use lazarus::archive::QueueReasonCount;
-    use lazarus::metrics::{Metrics, QueueLabels};
+    use lazarus::runtime::metrics::{Metrics, QueueLabels};
     let metrics = Metrics::default();
     let queue = QueueLabels {
         queue: "orders.dlq".into(),
     };
     metrics.ingested.get_or_create(&queue).inc();
     metrics.duplicates.get_or_create(&queue).inc();
-    metrics.set_connected(&lazarus::amqp::dlq::Dlq::home("orders.dlq"), true);
-    metrics.ingest_error(&lazarus::amqp::dlq::Dlq::home("orders.dlq"), "database");
+    metrics.set_connected(&lazarus::message::dlq::Dlq::home("orders.dlq"), true);
+    metrics.ingest_error(&lazarus::message::dlq::Dlq::home("orders.dlq"), "database");
     metrics.batch_commit_seconds.observe(0.01);
     metrics.replayed("published", 1);
     metrics.canary_paused();

@@ -708,5 +708,5 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
 }
 
 fn thousands(n: u64) -> String {
-    lazarus::numbers::thousands(n)
+    lazarus::support::format::thousands(n)
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-use lazarus::amqp::headers::MessageProperties;
 use lazarus::archive::{IncomingMessage, PreparedMessage};
+use lazarus::message::headers::MessageProperties;
 use serde_json::{json, Value};
 use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};

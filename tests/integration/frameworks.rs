@@ -19,9 +19,9 @@ mod python;
 use std::time::Duration;
 
 use lapin::options::BasicGetOptions;
-use lazarus::amqp::headers::{MessageProperties, Table};
-use lazarus::conventions::{Convention, Delivery, FrameworkFailure};
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::{Convention, Delivery, FrameworkFailure};
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::{MessageProperties, Table};
 
 use crate::helpers::*;
 
@@ -97,9 +97,9 @@ impl Taken {
         names.map(|k| k.to_text().into_owned()).collect()
     }
 
-    /// What `lazarus::conventions::read` makes of it, delivered from `queue` in `vhost`.
+    /// What `lazarus::message::conventions::read` makes of it, delivered from `queue` in `vhost`.
     pub fn convention(&self, queue: &str, vhost: &str) -> Option<FrameworkFailure> {
-        lazarus::conventions::read(&Delivery {
+        lazarus::message::conventions::read(&Delivery {
             queue,
             vhost,
             routing_key: &self.routing_key,
@@ -204,7 +204,7 @@ fn script(name: &str) -> std::path::PathBuf {
 
 /// The vhost an AMQP URL names, as the broker names it.
 fn vhost_of(url: &str) -> String {
-    lazarus::amqp::dlq::home_vhost(url)
+    lazarus::message::dlq::home_vhost(url)
 }
 
 fn names(names: &[&str]) -> Vec<String> {

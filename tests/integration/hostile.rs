@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use lapin::types::FieldTable;
 use lapin::ExchangeKind;
-use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
-use lazarus::amqp::wire::codec::{encode_value, Writer};
 use lazarus::amqp::wire::{Connection, ContentHeader, Event};
+use lazarus::message::codec::{encode_value, Writer};
+use lazarus::message::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use serde_json::{json, Value};
 
 use crate::brokers::on_both_brokers;
@@ -421,7 +421,7 @@ async fn the_deepest_table_replays_byte_for_byte() {
         // (the broker itself may reorder a table when it dead-letters).
         let detail = app.json(&format!("/api/messages/{id}"), 200).await;
         let mut archived: Table = serde_json::from_value(detail["headers"].clone()).unwrap();
-        archived.retain(|k, _| !lazarus::death::is_death_header(k));
+        archived.retain(|k, _| !lazarus::message::death::is_death_header(k));
         let (mut got, mut want) = (Vec::new(), Vec::new());
         got.put_table(&headers).unwrap();
         want.put_table(&archived).unwrap();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lazarus::archive::{Actor, JobSpec, MessageFilter, Selection};
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
@@ -51,7 +51,7 @@ impl Instance {
         let mut child = lazarus_command(amqp_url, "dlq", &db_url, flags)
             .env(
                 "RUST_LOG",
-                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::instance=info",
+                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::runtime::instance=info",
             )
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
@@ -373,7 +373,7 @@ async fn two_instances() {
             include_replayed: false,
             canary: None,
             start: true,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -407,7 +407,7 @@ async fn two_instances() {
             include_replayed: true,
             canary: None,
             start: false,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap()
@@ -661,7 +661,7 @@ async fn frozen_runner() {
             include_replayed: false,
             canary: None,
             start: true,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -784,7 +784,7 @@ async fn frozen_runner() {
 /// A dead letter of `queue` with a death history (so it has a replay target), as ingest
 /// would store it.
 fn dead_letter(queue: &str, n: usize) -> lazarus::archive::PreparedMessage {
-    use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
+    use lazarus::message::headers::{AmqpValue, Bytes, MessageProperties, Table};
     let text = |s: &str| AmqpValue::LongString(Bytes(s.as_bytes().to_vec()));
     let mut death = Table::new();
     death.insert("queue", text("work"));
@@ -864,7 +864,7 @@ async fn bulk_work_outwaits_the_lock_bound() {
                     include_replayed: false,
                     canary: None,
                     start: false,
-                    policy: &lazarus::replay::policy::ExchangePolicy::default(),
+                    policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
                 })
                 .await
                 .map(|job| (job, held.elapsed()))
@@ -1082,7 +1082,7 @@ async fn bulk_work_at_scale() {
             include_replayed: false,
             canary: None,
             start: false,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();
@@ -1191,7 +1191,7 @@ async fn archived_and_replaying(
             include_replayed: false,
             canary: None,
             start: true,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();

@@ -589,7 +589,7 @@ const JOB_SIZE: usize = 20_000;
 on_both_backends!(a_20000_message_job_survives_a_closed_connection_and_a_sigkill);
 async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     use lazarus::archive::{JobSpec, MessageFilter, Selection};
-    use lazarus::death::ReplayTarget;
+    use lazarus::message::death::ReplayTarget;
 
     let vhost = Vhost::create("jobcrash");
     let (dlq, work) = ("dlq", "work");
@@ -630,7 +630,7 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
             include_replayed: false,
             canary: None,
             start: true,
-            policy: &lazarus::replay::policy::ExchangePolicy::default(),
+            policy: &lazarus::message::exchange_policy::ExchangePolicy::default(),
         })
         .await
         .unwrap();

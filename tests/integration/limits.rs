@@ -275,8 +275,8 @@ async fn sixteen_mib_dead_letters_are_given_back_to_the_system() {
     let environ = std::fs::read(format!("/proc/{}/environ", served.pid)).unwrap();
     let threshold = format!(
         "{}={}",
-        lazarus::memory::MMAP_THRESHOLD_VAR,
-        lazarus::memory::MMAP_THRESHOLD_BYTES
+        lazarus::support::memory::MMAP_THRESHOLD_VAR,
+        lazarus::support::memory::MMAP_THRESHOLD_BYTES
     );
     assert!(
         environ

@@ -28,6 +28,7 @@ mod incident;
 mod ingest_bounds;
 mod instances;
 mod jobs;
+mod layers;
 mod limits;
 mod lost_acks;
 mod manual;

@@ -5,11 +5,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+pub(crate) fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {

@@ -4,8 +4,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use lazarus::amqp::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::archive::{IncomingMessage, IngestRules, PreparedMessage};
+use lazarus::message::headers::{AmqpValue, Bytes, MessageProperties, Table};
 use lazarus::web::{router, AppState};
 use tower::ServiceExt;
 

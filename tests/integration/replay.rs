@@ -8,13 +8,13 @@ use std::time::Duration;
 use lapin::options::BasicGetOptions;
 use lapin::types::{AMQPValue, DecimalValue, FieldTable};
 use lapin::ExchangeKind;
-use lazarus::amqp::connection::connect;
-use lazarus::amqp::headers::MessageProperties;
 use lazarus::amqp::lapin_types::table_from_lapin;
 use lazarus::amqp::publisher::{
     PublishOutcome, Publisher, ReplayBody, ReplayMessage, REPLAY_OF_HEADER,
 };
-use lazarus::death::ReplayTarget;
+use lazarus::amqp::wire::Connection;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::MessageProperties;
 
 use crate::helpers::*;
 
@@ -80,9 +80,13 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
     );
     assert!(archived.headers.as_ref().unwrap().get("x-death").is_some());
 
-    let mut publisher = Publisher::open(connect(&amqp_url(), "", "replay test").await.unwrap())
-        .await
-        .unwrap();
+    let mut publisher = Publisher::open(
+        Connection::open_in(&amqp_url(), "", "replay test")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     let mut outcomes = Vec::new();
     let message = ReplayMessage {
         archive_id: id,
@@ -111,10 +115,10 @@ async fn a_replayed_dead_letter_arrives_as_published_minus_death_headers_plus_it
     let mut expected = table_from_lapin(&headers);
     expected.insert(
         REPLAY_OF_HEADER,
-        lazarus::amqp::headers::AmqpValue::text(&id.to_string()),
+        lazarus::message::headers::AmqpValue::text(&id.to_string()),
     );
     // lapin's tables are sorted by name: compare the entries, not their order.
-    let sorted = |t: &lazarus::amqp::headers::Table| {
+    let sorted = |t: &lazarus::message::headers::Table| {
         t.iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<std::collections::BTreeMap<_, _>>()
@@ -136,9 +140,13 @@ async fn unroutable_targets_and_missing_exchanges_are_reported_not_published() {
     t.exchange(&fanout, ExchangeKind::Fanout).await;
     t.queue(&queue, Default::default()).await;
     t.bind(&queue, &fanout, "").await;
-    let mut publisher = Publisher::open(connect(&amqp_url(), "", "replay test").await.unwrap())
-        .await
-        .unwrap();
+    let mut publisher = Publisher::open(
+        Connection::open_in(&amqp_url(), "", "replay test")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     assert!(publisher.exchange_exists(&fanout).await.unwrap());
     assert!(publisher.exchange_exists("").await.unwrap());
     assert!(!publisher

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use lapin::{BasicProperties, ExchangeKind};
 use lazarus::archive::{Actor, JobSpec, Selection};
-use lazarus::replay::policy::ExchangePolicy;
+use lazarus::message::exchange_policy::ExchangePolicy;
 use serde_json::json;
 
 use crate::helpers::*;

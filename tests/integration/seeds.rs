@@ -9,8 +9,8 @@ use lapin::types::AMQPValue;
 use lapin::{BasicProperties, ExchangeKind};
 use serde_json::{json, Value};
 
-use lazarus::amqp::headers::MessageProperties;
-use lazarus::death::is_death_header;
+use lazarus::message::death::is_death_header;
+use lazarus::message::headers::MessageProperties;
 
 use crate::brokers::{on_both_brokers, Broker};
 use crate::helpers::*;

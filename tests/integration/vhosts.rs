@@ -425,8 +425,8 @@ on_both_backends!(an_archive_of_an_earlier_version_gets_one_key_per_dlq);
 /// messages, first-death queue, totals, counts and failure group read `/x/y`; the queue `b`
 /// of vhost `a` keeps `a/b`.
 async fn an_archive_of_an_earlier_version_gets_one_key_per_dlq() {
-    use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
     use lazarus::archive::{IncomingMessage, PreparedMessage};
+    use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
     let dir = tempfile::tempdir().unwrap();
     let url = archive_url(dir.path()).await;
     let message = |vhost: &str, queue: &str, first_died_in: &str| {

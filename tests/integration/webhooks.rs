@@ -803,7 +803,7 @@ fn adaptive_cards_say(card: &Value) -> (bool, String) {
 #[test]
 fn the_teams_card_is_read_by_the_adaptive_cards_library_without_a_word() {
     use lazarus::notify::event::{Event, Format};
-    let teams: lazarus::http::Target =
+    let teams: lazarus::support::http::Target =
         "https://prod-12.westeurope.logic.azure.com:443/workflows/abc/triggers/manual"
             .parse()
             .unwrap();

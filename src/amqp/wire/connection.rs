@@ -14,12 +14,12 @@ use lapin::uri::{AMQPUri, SASLMechanism};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::codec::{decode_content_header, ContentHeader, EncodeError};
 use super::method::{
     self, put_frame, CloseReason, Incoming, Method, FRAME_BODY, FRAME_END, FRAME_HEADER,
     FRAME_HEARTBEAT, FRAME_METHOD,
 };
-use crate::amqp::headers::{AmqpValue, Bytes, Table};
+use crate::message::codec::{decode_content_header, ContentHeader, EncodeError, MAX_INBOUND_FRAME};
+use crate::message::headers::{AmqpValue, Bytes, Table};
 
 /// What can go wrong talking to the broker.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -48,6 +48,12 @@ impl From<io::Error> for WireError {
 }
 
 impl WireError {
+    /// Whether the broker answered NOT_FOUND (a passive declare of a queue or exchange that
+    /// does not exist).
+    pub fn is_not_found(&self) -> bool {
+        self.reply_code() == Some(404)
+    }
+
     /// The broker's reply code, when it closed a channel or the connection.
     pub fn reply_code(&self) -> Option<u16> {
         match self {
@@ -95,7 +101,7 @@ pub struct Delivery {
     /// Why part of the content header could not be decoded (its bytes are kept).
     pub problem: Option<String>,
     pub body: Vec<u8>,
-    /// This body's share of what the process holds ([`crate::memory::hold_bodies`]), given
+    /// This body's share of what the process holds ([`crate::support::memory::hold_bodies`]), given
     /// back when the delivery is dropped, or by whoever takes it ([`Delivery::take_hold`]).
     held: Option<OwnedSemaphorePermit>,
 }
@@ -140,9 +146,6 @@ impl ServerInfo {
     }
 }
 
-/// Frames larger than this are refused. RabbitMQ does not split a content header, and
-/// dead-lettering can grow one past the negotiated frame size.
-pub const MAX_INBOUND_FRAME: usize = 64 * 1024 * 1024;
 /// Frame size asked for when the broker sets no limit.
 const DEFAULT_FRAME_MAX: u32 = 128 * 1024;
 /// Heartbeat asked for when the URL says nothing: a dead broker is noticed within a minute.
@@ -524,7 +527,7 @@ impl Channel {
             .short_string("routing key", routing_key)?
             .bits(&[mandatory, false]);
         let mut header = Vec::with_capacity(256);
-        super::codec::encode_content_header(
+        crate::message::codec::encode_content_header(
             &mut header,
             content.body_size,
             &content.properties,
@@ -907,7 +910,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     // Wait for room before reading the body: the broker is held back
                     // meanwhile. Then it arrives into a buffer of its size, not one that
                     // grows (and copies) as frames come.
-                    p.held = Some(crate::memory::hold_bodies(size).await);
+                    p.held = Some(crate::support::memory::hold_bodies(size).await);
                     p.body.reserve_exact(size);
                 }
                 p.content = Some((content, problem));

@@ -1,8 +1,8 @@
 //! The AMQP 0-9-1 frames and methods Lazarus exchanges with RabbitMQ, to and from bytes
 //! (pure). Only what a DLQ consumer and a confirming publisher need.
 
-use super::codec::{DecodeError, EncodeError, Reader, Writer};
-use crate::amqp::headers::{Bytes, Table};
+use crate::message::codec::{DecodeError, EncodeError, Reader, Writer};
+use crate::message::headers::{Bytes, Table};
 
 pub const FRAME_METHOD: u8 = 1;
 pub const FRAME_HEADER: u8 = 2;
@@ -267,7 +267,7 @@ impl Method {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp::headers::AmqpValue;
+    use crate::message::headers::AmqpValue;
 
     #[test]
     fn deliver_with_a_routing_key_that_is_not_utf8_parses() {

@@ -5,16 +5,14 @@
 //! (amq-protocol 10) refuses a message-id, header name or content-type that is not UTF-8
 //! (the connection drops and the message comes back, forever) and parses nested tables
 //! recursively on a 2 MiB thread (a header nested ~2,000 deep aborts the process). Here
-//! short strings are bytes, nesting is bounded ([`crate::amqp::headers::MAX_DEPTH`], deeper
+//! short strings are bytes, nesting is bounded ([`crate::message::headers::MAX_DEPTH`], deeper
 //! parts kept encoded) and a replay writes back exactly the bytes that came. lapin still
 //! opens the TCP/TLS stream and parses the URL, and the demo and tests use it as a producer.
 
-pub mod codec;
 mod connection;
 pub mod method;
 
-pub use codec::ContentHeader;
+pub use crate::message::codec::{ContentHeader, MAX_INBOUND_FRAME};
 pub use connection::{
     Channel, Connection, Delivery, Event, Publishing, Returned, ServerInfo, WireError,
-    MAX_INBOUND_FRAME,
 };

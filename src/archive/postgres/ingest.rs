@@ -13,7 +13,7 @@ use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
     PreparedMessage, StoreOutcome,
 };
-use crate::death::ReplayTarget;
+use crate::message::death::ReplayTarget;
 
 /// How many rows are archived (by any instance) with each fingerprint that a possible copy in
 /// the batch has, by queue: one query, through the `messages_fingerprint` hash index.
@@ -52,7 +52,7 @@ async fn insert_batch(
     conn: &mut PgConnection,
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
-    fn first(m: &PreparedMessage) -> Option<&crate::death::FirstDeath> {
+    fn first(m: &PreparedMessage) -> Option<&crate::message::death::FirstDeath> {
         m.history.first_death.as_ref()
     }
     fn target(m: &PreparedMessage) -> Option<&ReplayTarget> {

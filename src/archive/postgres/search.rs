@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::archive::SearchText;
-use crate::search::TextQuery;
+use crate::message::search::TextQuery;
 
 /// PostgreSQL keeps positions up to this; later tokens share it (phrases there may not match).
 const MAX_POSITION: u32 = 16_383;
@@ -25,8 +25,8 @@ pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 fn fold(token: &str) -> String {
-    let mut out = crate::search::fold(token);
-    out.truncate(crate::body::prefix(&out, MAX_LEXEME_BYTES).len());
+    let mut out = crate::message::search::fold(token);
+    out.truncate(crate::message::body::prefix(&out, MAX_LEXEME_BYTES).len());
     out
 }
 
@@ -102,7 +102,7 @@ pub fn query(text: &TextQuery) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search;
+    use crate::message::search;
 
     fn text(body: &str) -> SearchText {
         SearchText {

@@ -11,10 +11,10 @@ use super::bodies::{self, CHUNK_BYTES};
 use super::columns::{summary_columns, DETAIL_COLUMNS, REPLAY_COLUMNS};
 use super::rows::{message_from_row, replay_from_row};
 use super::{args, corrupt, from_millis, ArchiveRow, SqlArchive};
-use crate::amqp::wire::codec::table_from_stored_json;
 use crate::archive::{
     ArchiveError, Export, ExportedMessage, ExportedReplay, Selection, UnreadBody,
 };
+use crate::message::codec::table_from_stored_json;
 
 #[async_trait]
 impl<T: SqlArchive> Export for T {

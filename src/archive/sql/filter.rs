@@ -227,12 +227,12 @@ pub fn push_condition<'a, DB: sqlx::Database>(
 }
 
 /// `AND <a business field holds the term's words>`: its keys in the term's range
-/// ([`crate::field_match`]: folded words, a phrase in order, a prefix), or its exact value —
+/// ([`crate::message::field_match`]: folded words, a phrase in order, a prefix), or its exact value —
 /// which also finds values whose keys are still to be written (archived before they existed,
 /// until the background reindex reaches them).
 fn push_business_term<'a, DB: sqlx::Database>(
     q: &mut QueryBuilder<'a, DB>,
-    term: &'a crate::search::FieldTerm,
+    term: &'a crate::message::search::FieldTerm,
 ) where
     &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
@@ -241,7 +241,7 @@ fn push_business_term<'a, DB: sqlx::Database>(
         .push_bind(term.field.as_str())
         .push(" AND value = ")
         .push_bind(term.value.as_str());
-    if let Some((low, high)) = crate::field_match::term_range(&term.value, term.prefix) {
+    if let Some((low, high)) = crate::message::field_match::term_range(&term.value, term.prefix) {
         q.push(" UNION SELECT message_id FROM message_field_keys WHERE name = ")
             .push_bind(term.field.as_str())
             .push(" AND folded >= ")

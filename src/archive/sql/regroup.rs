@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use super::lifecycle::{group_of, GroupKeyOwned, GROUP_COLUMNS};
 use super::{args, corrupt, ArchiveRow, Conn, Dialect, Pool};
-use crate::amqp::headers::{MessageProperties, Table};
 use crate::archive::record::{body_text, stored_failure, Stored};
 use crate::archive::{ArchiveError, Failure, IngestRules, MessageStatus, ReindexProgress};
+use crate::message::headers::{MessageProperties, Table};
 
 /// What a batch moves into (positive) or out of (negative) one group.
 #[derive(Debug, Default)]
@@ -72,7 +72,7 @@ async fn read_bodies(
         let Some(m) = stored.iter().find(|m| m.id == id) else {
             continue;
         };
-        let name = crate::amqp::dlq::Dlq::from_key(&m.queue, &m.vhost).name;
+        let name = crate::message::dlq::Dlq::from_key(&m.queue, &m.vhost).name;
         let text = head.and_then(|h| {
             body_text(
                 &m.properties,
@@ -82,7 +82,7 @@ async fn read_bodies(
                 HEAD_BYTES as usize,
             )
         });
-        if text.is_some_and(|t| crate::conventions::reads_body(&name, &t)) {
+        if text.is_some_and(|t| crate::message::conventions::reads_body(&name, &t)) {
             wanted.push(id);
         }
     }
@@ -333,7 +333,7 @@ fn failed_queue(f: &Failure) -> Option<&str> {
     f.framework.as_ref()?.failed_queue.as_deref()
 }
 
-fn target(f: &Failure) -> Option<&crate::death::ReplayTarget> {
+fn target(f: &Failure) -> Option<&crate::message::death::ReplayTarget> {
     f.framework.as_ref()?.target.as_ref()
 }
 

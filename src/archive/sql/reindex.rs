@@ -6,7 +6,7 @@
 //! runs as bigrams, and reads compressed (kombu), MessagePack, CBOR and AMQP 1.0 bodies and
 //! JSON's `\u` escapes; version 2 reads bzip2, lzma/xz, zstd and brotli bodies and protobuf.
 //! Version 3 gives stored business field values the keys `field:value` finds them by
-//! ([`crate::field_match`]), from the values alone: no body is read.
+//! ([`crate::message::field_match`]), from the values alone: no body is read.
 //! The regroup of failures by cause walks a cursor of its own (`regroup`).
 
 use async_trait::async_trait;
@@ -89,7 +89,7 @@ impl<T: SqlArchive> Reindex for T {
                 bytes += size;
                 group.push(stored.next().expect("peeked"));
             }
-            let _held = crate::memory::hold_bodies(bytes).await;
+            let _held = crate::support::memory::hold_bodies(bytes).await;
             let ids: Vec<i64> = group.iter().map(|m| m.summary.id).collect();
             let mut body_of = bodies::whole(self, &ids).await?;
             for message in group {
@@ -165,7 +165,7 @@ async fn field_keys_batch<T: SqlArchive>(
     for row in &rows {
         let (id, name): (i64, String) = (row.column("message_id")?, row.column("name")?);
         let value: String = row.column("value")?;
-        for key in crate::field_match::keys(&value) {
+        for key in crate::message::field_match::keys(&value) {
             keys.push((id, name.clone(), key));
         }
     }
@@ -236,7 +236,7 @@ fn search_text(
     }
     let has_cjk = [&text.body, &text.ids, &text.headers]
         .iter()
-        .any(|part| part.chars().any(crate::cjk::is_cjk));
+        .any(|part| part.chars().any(crate::message::cjk::is_cjk));
     (decoded_now || has_cjk).then_some(text)
 }
 
@@ -250,7 +250,7 @@ fn newly_decoded(
 ) -> bool {
     let encoding = stored.encoding().with_schemas(rules.schemas.as_deref());
     encoding.compression.is_some()
-        || crate::structured::Format::of(&encoding).is_some()
+        || crate::message::structured::Format::of(&encoding).is_some()
         || body.windows(2).any(|w| w == b"\\u")
 }
 
@@ -258,7 +258,7 @@ fn newly_decoded(
 /// with gzip or zlib (a bzip2, lzma, zstd or brotli `compression` header, a `br` or `zstd`
 /// content-encoding), or protobuf.
 fn decoded_since_version_2(stored: &crate::archive::ArchivedMessage, rules: &IngestRules) -> bool {
-    use crate::structured::Format;
+    use crate::message::structured::Format;
     let encoding = stored.encoding().with_schemas(rules.schemas.as_deref());
     let new_encoding = encoding
         .content_encoding

@@ -12,7 +12,7 @@ use crate::archive::PUBLISHING;
 use crate::archive::{
     Actor, ArchiveError, Outcome, ReplayEdit, ReplayLog, ReplayRecord, ReplayStart,
 };
-use crate::death::ReplayTarget;
+use crate::message::death::ReplayTarget;
 
 #[async_trait]
 impl<T: SqlArchive> ReplayLog for T {

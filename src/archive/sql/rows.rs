@@ -8,7 +8,6 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 
 use super::{corrupt, from_millis};
-use crate::amqp::wire::codec::table_from_stored_json;
 use crate::archive::accounts::SessionTimes;
 use crate::archive::audit_text::{PAGE_ACTOR_CHARS, PAGE_SUMMARY_CHARS};
 use crate::archive::jobs::{
@@ -19,7 +18,8 @@ use crate::archive::{
     MessageStatus, MessageSummary, OutgoingBody, OutgoingMessage, Plan, QueueReasonCount,
     ReplayJob, ReplayRecord, Role, TargetCount, TokenRecord, UserRecord,
 };
-use crate::death::{FirstDeath, ReplayTarget};
+use crate::message::codec::table_from_stored_json;
+use crate::message::death::{FirstDeath, ReplayTarget};
 
 /// A column type both backends decode (integers, text, flags, bytes and their `Option`s).
 pub trait Column:
@@ -98,7 +98,7 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
         message_type: row.column("message_type")?,
         convention: row
             .column::<Option<String>>("convention")?
-            .and_then(|c| crate::conventions::Convention::parse(&c)),
+            .and_then(|c| crate::message::conventions::Convention::parse(&c)),
         failed_queue: row.column("failed_queue")?,
         replay_target_from: row.column("replay_target_from")?,
         convention_problems,
@@ -312,7 +312,7 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
         },
         convention: row
             .column::<Option<String>>("convention")?
-            .and_then(|c| crate::conventions::Convention::parse(&c)),
+            .and_then(|c| crate::message::conventions::Convention::parse(&c)),
         unreadable,
     })
 }
@@ -333,7 +333,7 @@ pub fn plan_from_rows<R: ArchiveRow>(
             messages: row.column("n")?,
             target_from: match (
                 row.column::<Option<String>>("convention")?
-                    .and_then(|c| crate::conventions::Convention::parse(&c)),
+                    .and_then(|c| crate::message::conventions::Convention::parse(&c)),
                 row.column::<Option<String>>("target_from")?,
             ) {
                 (Some(convention), Some(from)) => {

@@ -11,13 +11,13 @@ use std::collections::BTreeSet;
 use sqlx::SqliteConnection;
 
 use crate::archive::SearchText;
-use crate::search::TextQuery;
+use crate::message::search::TextQuery;
 
 /// More words than this behind a prefix: FTS5's own prefix query is as fast as the `OR`.
 const MAX_EXPANSION: usize = 64;
 
-/// Shortest ASCII word a prefix query can reach ([`crate::search::MIN_PREFIX_CHARS`]).
-const MIN_ASCII_TERM: usize = crate::search::MIN_PREFIX_CHARS;
+/// Shortest ASCII word a prefix query can reach ([`crate::message::search::MIN_PREFIX_CHARS`]).
+const MIN_ASCII_TERM: usize = crate::message::search::MIN_PREFIX_CHARS;
 
 /// The words of search entries as FTS5 indexes them: ASCII words here (lowercased, at least
 /// [`MIN_ASCII_TERM`] long), and the text of every other word for FTS5 to split.
@@ -151,7 +151,7 @@ fn expandable(piece: &str) -> Option<String> {
     }
     let mut chars = piece.chars();
     match (chars.next(), chars.next()) {
-        (Some(c), None) if crate::cjk::is_cjk(c) => Some(piece.to_owned()),
+        (Some(c), None) if crate::message::cjk::is_cjk(c) => Some(piece.to_owned()),
         _ => None,
     }
 }

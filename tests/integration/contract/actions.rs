@@ -1,7 +1,7 @@
 //! Bulk actions: dismissing and purging a selection, and what an unfinished job holds.
 
 use lazarus::archive::{Actor, JobAction, MessageStatus, Outcome, ReplayStart};
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
 
 use crate::helpers::*;
 

@@ -1,8 +1,8 @@
 //! Ingest and reading: a stored batch, the totals it adds to, redeliveries not stored twice.
 
-use lazarus::amqp::headers::AmqpValue;
 use lazarus::archive::{MessageStatus, MessageSummary, QueueReasonCount};
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::AmqpValue;
 
 use crate::helpers::*;
 

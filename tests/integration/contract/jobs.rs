@@ -5,7 +5,7 @@ use lazarus::archive::{
     Actor, ArchiveError, JobAction, JobSpec, JobState, JobStep, MessageStatus, Outcome,
     ReplayStart, TargetCount,
 };
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
 
 use crate::helpers::*;
 

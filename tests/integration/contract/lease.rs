@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use lazarus::amqp::headers::AmqpValue;
 use lazarus::archive::{
     Actor, Canary, ChunkLimit, ItemOutcome, JobAction, JobSpec, JobState, JobStep, MessageStatus,
     Outcome, OutgoingBody, OutgoingMessage,
 };
+use lazarus::message::headers::AmqpValue;
 use time::OffsetDateTime;
 
 use crate::helpers::*;

@@ -2,10 +2,10 @@
 //! or stays open (settling, replay failed), and the open counts of its queue and group kept
 //! equal to a recount after every step — purges and a copy that beats its outcome included.
 
-use lazarus::amqp::headers::AmqpValue;
-use lazarus::amqp::publisher::REPLAY_OF_HEADER;
 use lazarus::archive::{Actor, MessageStatus, Outcome, ReplayStart, StatusFilter};
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::AmqpValue;
+use lazarus::message::headers::REPLAY_OF_HEADER;
 
 use super::*;
 

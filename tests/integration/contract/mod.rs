@@ -20,13 +20,13 @@ mod search_terms;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
 use lazarus::archive::{
     Actor, Archive, ArchiveError, ChunkLimit, IncomingMessage, ItemOutcome, JobItem, JobSpec,
     JobStep, MessageFilter, MessageStatus, MessageSummary, Outcome, PageRequest, PreparedMessage,
     ReplayJob, Selection,
 };
-use lazarus::replay::policy::ExchangePolicy;
+use lazarus::message::exchange_policy::ExchangePolicy;
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 use time::OffsetDateTime;
 
 use crate::helpers::*;
@@ -42,7 +42,7 @@ pub(super) async fn archive() -> (tempfile::TempDir, Arc<dyn Archive>) {
 
 /// The message-ids `q` finds (at most 500), sorted.
 pub(super) async fn found(archive: &dyn Archive, q: &str) -> Vec<String> {
-    let search = lazarus::search::parse(q, &[]).unwrap();
+    let search = lazarus::message::search::parse(q, &[]).unwrap();
     let filter = MessageFilter {
         text: search.text_query(),
         ..Default::default()

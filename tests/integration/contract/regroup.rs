@@ -5,9 +5,9 @@
 //! batch at a time: every open and settling count — per group, per DLQ — exact at every batch
 //! boundary and at the end, and the lifecycle's invariants still holding afterwards.
 
-use lazarus::amqp::headers::AmqpValue;
-use lazarus::amqp::publisher::REPLAY_OF_HEADER;
 use lazarus::archive::{Actor, GroupQuery, IngestRules, Outcome, StatusFilter};
+use lazarus::message::headers::AmqpValue;
+use lazarus::message::headers::REPLAY_OF_HEADER;
 
 use super::lifecycle::{assert_open_counts_exact, replay};
 use super::*;

@@ -143,7 +143,7 @@ async fn bodies_read_since_version_2_are_reindexed_and_no_others() {
     let mut headers = compressed.headers.take().unwrap_or_default();
     headers.insert(
         "compression",
-        lazarus::amqp::headers::AmqpValue::LongString("application/x-bz2".into()),
+        lazarus::message::headers::AmqpValue::LongString("application/x-bz2".into()),
     );
     compressed.headers = Some(headers);
     // Field 1 = "pinecone" in protobuf, no schema known: read by field number.

@@ -1,7 +1,7 @@
 //! Single replays: once per request key, and the status their outcome sets.
 
 use lazarus::archive::{Actor, MessageStatus, Outcome, ReplayEdit, ReplayStart};
-use lazarus::death::ReplayTarget;
+use lazarus::message::death::ReplayTarget;
 
 use crate::helpers::*;
 

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 
+use lazarus::archive::selection::ListParams;
 use lazarus::archive::Archive;
-use lazarus::selection::ListParams;
 
 use super::*;
 
@@ -115,9 +115,9 @@ fn words(text: &str) -> Vec<String> {
             cjk.clear();
         };
         for c in token.chars() {
-            if lazarus::cjk::is_cjk(c) {
+            if lazarus::message::cjk::is_cjk(c) {
                 if !latin.is_empty() {
-                    out.push(lazarus::search::fold(&std::mem::take(&mut latin)));
+                    out.push(lazarus::message::search::fold(&std::mem::take(&mut latin)));
                 }
                 cjk.push(c);
             } else {
@@ -127,7 +127,7 @@ fn words(text: &str) -> Vec<String> {
         }
         flush_cjk(&mut cjk, &mut out);
         if !latin.is_empty() {
-            out.push(lazarus::search::fold(&latin));
+            out.push(lazarus::message::search::fold(&latin));
         }
     }
     out
@@ -150,7 +150,8 @@ fn occurs(hay: &[String], needle: &[String], prefix: bool) -> bool {
 
 /// What the search language says `query` finds among the messages.
 fn expected(query: &str, messages: &[Stored]) -> BTreeSet<String> {
-    let search = lazarus::search::parse(query, &[]).expect("the battery's queries are valid");
+    let search =
+        lazarus::message::search::parse(query, &[]).expect("the battery's queries are valid");
     messages
         .iter()
         .filter(|m| {
@@ -159,7 +160,8 @@ fn expected(query: &str, messages: &[Stored]) -> BTreeSet<String> {
             let has = |piece: &str, prefix: bool| {
                 let needle = words(piece);
                 // One CJK letter typed alone is asked for as the start of a bigram.
-                let lone = !prefix && needle.len() == 1 && lazarus::cjk::is_lone_letter(piece);
+                let lone =
+                    !prefix && needle.len() == 1 && lazarus::message::cjk::is_lone_letter(piece);
                 parts.iter().any(|p| occurs(p, &needle, prefix || lone))
             };
             search.words.iter().all(|w| has(w, false))

@@ -88,7 +88,7 @@ async fn the_word_list_holds_every_word_the_index_holds_and_prefixes_find_the_sa
         .collect();
     let reachable: Vec<&String> = indexed
         .iter()
-        .filter(|t| !t.is_ascii() || t.len() >= lazarus::search::MIN_PREFIX_CHARS)
+        .filter(|t| !t.is_ascii() || t.len() >= lazarus::message::search::MIN_PREFIX_CHARS)
         .collect();
     let missing: Vec<&&String> = reachable.iter().filter(|t| !listed.contains(**t)).collect();
     assert!(missing.is_empty(), "not in the word list: {missing:?}");
@@ -100,7 +100,10 @@ async fn the_word_list_holds_every_word_the_index_holds_and_prefixes_find_the_sa
         .iter()
         .filter_map(|t| {
             let p: String = t.chars().take(3).collect();
-            let cjk = t.chars().next().filter(|c| lazarus::cjk::is_cjk(*c));
+            let cjk = t
+                .chars()
+                .next()
+                .filter(|c| lazarus::message::cjk::is_cjk(*c));
             match (p.bytes().all(|b| b.is_ascii_alphanumeric()), cjk) {
                 (true, _) if p.len() == 3 => Some(p),
                 (_, Some(c)) => Some(c.to_string()),

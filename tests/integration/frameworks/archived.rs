@@ -350,7 +350,7 @@ async fn malformed_convention_headers_are_archived_and_said() {
         let id = m["id"].as_str().unwrap();
         // What the convention reads of it, said on the message as it is.
         let stored = serde_json::from_value::<Table>(m["headers"].clone()).unwrap();
-        let read = lazarus::conventions::read(&lazarus::conventions::Delivery {
+        let read = lazarus::message::conventions::read(&lazarus::message::conventions::Delivery {
             queue,
             vhost: &vhost,
             routing_key: queue,

@@ -4,9 +4,9 @@
 //! Dramatiq) without the convention's failure headers lands in the queue that failed, as a
 //! plain lapin or amqplib consumer sees it.
 
-use lazarus::cause::Cause;
-use lazarus::conventions::FrameworkFailure;
-use lazarus::death::ReplayTarget;
+use lazarus::message::cause::Cause;
+use lazarus::message::conventions::FrameworkFailure;
+use lazarus::message::death::ReplayTarget;
 
 use super::*;
 
@@ -59,12 +59,12 @@ async fn republish(url: &str, taken: &Taken, f: &FrameworkFailure) -> ReplayTarg
     let target = f
         .target
         .clone()
-        .or_else(|| lazarus::death::decode(taken.headers.as_ref()).replay_target);
+        .or_else(|| lazarus::message::death::decode(taken.headers.as_ref()).replay_target);
     let target = target.expect("the convention or x-death gives the target");
     let mut headers = taken.headers.clone().unwrap_or_default();
     headers.retain(|k, _| {
         let name = k.to_text();
-        !f.convention.is_failure_header(&name) && !lazarus::death::is_death_header(k)
+        !f.convention.is_failure_header(&name) && !lazarus::message::death::is_death_header(k)
     });
     let t = Topology::on(url).await;
     let properties = taken.properties.to_lapin(Some(&headers));

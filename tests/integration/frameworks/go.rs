@@ -3,9 +3,9 @@
 //! every metadata value a long string plus `_watermill_message_uuid`, persistent, no content
 //! type — when a handler returns an error.
 
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
-use lazarus::conventions::Convention;
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::Convention;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 
 use super::{names, publish, Produced};
 use crate::helpers::*;

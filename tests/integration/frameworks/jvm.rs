@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
-use lazarus::conventions::Convention;
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::Convention;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 
 use super::{names, publish, script, Produced};
 use crate::helpers::*;

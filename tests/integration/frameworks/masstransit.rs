@@ -3,9 +3,9 @@
 //! as the .NET client writes strings (the retry count an int), and the base exception's
 //! stack trace in the shape `Exception.StackTrace` prints after MassTransit's cleanup.
 
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
-use lazarus::conventions::Convention;
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::Convention;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 use serde_json::json;
 
 use super::{endpoint, names, publish, vhost_of, Produced};

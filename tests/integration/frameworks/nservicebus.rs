@@ -2,9 +2,9 @@
 //! here): `MoveToError`'s headers, every one a long string, with the handler's exception as
 //! `Exception.ToString()` prints it.
 
-use lazarus::amqp::headers::{AmqpValue, MessageProperties, Table};
-use lazarus::conventions::Convention;
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::Convention;
+use lazarus::message::death::ReplayTarget;
+use lazarus::message::headers::{AmqpValue, MessageProperties, Table};
 use serde_json::json;
 
 use super::{endpoint, names, publish, Produced};

@@ -4,8 +4,8 @@
 //! on to the AMQP failure transport — with the Symfony (JSON) serializer or the default
 //! PhpSerializer.
 
-use lazarus::conventions::Convention;
-use lazarus::death::ReplayTarget;
+use lazarus::message::conventions::Convention;
+use lazarus::message::death::ReplayTarget;
 
 use super::{names, script, Produced};
 

@@ -2,7 +2,7 @@
 //! `scripts/test` installs them): an actor fails with a chained exception, its one retry fails
 //! too, and the broker dead-letters the message into `<queue>.XQ`.
 
-use lazarus::conventions::Convention;
+use lazarus::message::conventions::Convention;
 
 use super::{script, Produced};
 
