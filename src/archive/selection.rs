@@ -149,28 +149,26 @@ impl ListParams {
     /// The same filters with empty values left out, and without the page (limit, cursor):
     /// what a selection is, and what links and the audit log show.
     pub fn filters_only(&self) -> ListParams {
-        let keep = |v: &Option<String>| given(v).map(str::to_owned);
-        ListParams {
-            q: keep(&self.q),
-            queue: keep(&self.queue),
-            vhost: keep(&self.vhost),
-            reason: keep(&self.reason),
-            first_death_queue: keep(&self.first_death_queue),
-            error: keep(&self.error),
-            group: keep(&self.group),
-            error_type: keep(&self.error_type),
-            message_type: keep(&self.message_type),
-            exchange: keep(&self.exchange),
-            routing_key: keep(&self.routing_key),
-            status: keep(&self.status),
-            content_type: keep(&self.content_type),
-            since: keep(&self.since),
-            until: keep(&self.until),
-            job: keep(&self.job),
-            copies_of_job: keep(&self.copies_of_job),
-            limit: None,
-            cursor: None,
-        }
+        let kept: serde_json::Map<String, serde_json::Value> = self
+            .given_params()
+            .filter(|(name, _)| !matches!(name.as_str(), "limit" | "cursor"))
+            .map(|(name, v)| (name, v.into()))
+            .collect();
+        serde_json::from_value(kept.into()).expect("its own parameters read back")
+    }
+
+    /// The parameters given, by their names in the query string (serde's, so that no list of
+    /// them is written again here), trimmed, empty ones left out.
+    fn given_params(&self) -> impl Iterator<Item = (String, String)> {
+        let serde_json::Value::Object(params) =
+            serde_json::to_value(self).expect("strings always serialize")
+        else {
+            unreachable!("a struct serializes as an object")
+        };
+        params.into_iter().filter_map(|(name, v)| {
+            let v = v.as_str()?.trim();
+            (!v.is_empty()).then(|| (name, v.to_owned()))
+        })
     }
 
     /// The query string of these filters (empty ones left out), with a page size and cursor.
@@ -184,31 +182,7 @@ impl ListParams {
     /// No stored text holds NUL, and PostgreSQL refuses it in a parameter: a 400 that says
     /// so, not a database error.
     fn refuse_nul(&self) -> Result<(), InvalidSelection> {
-        let named = [
-            ("q", &self.q),
-            ("queue", &self.queue),
-            ("vhost", &self.vhost),
-            ("reason", &self.reason),
-            ("first_death_queue", &self.first_death_queue),
-            ("error", &self.error),
-            ("group", &self.group),
-            ("error_type", &self.error_type),
-            ("message_type", &self.message_type),
-            ("exchange", &self.exchange),
-            ("routing_key", &self.routing_key),
-            ("status", &self.status),
-            ("content_type", &self.content_type),
-            ("since", &self.since),
-            ("until", &self.until),
-            ("job", &self.job),
-            ("copies_of_job", &self.copies_of_job),
-            ("limit", &self.limit),
-            ("cursor", &self.cursor),
-        ];
-        match named
-            .iter()
-            .find(|(_, v)| v.as_deref().is_some_and(|v| v.contains('\0')))
-        {
+        match self.given_params().find(|(_, v)| v.contains('\0')) {
             Some((name, _)) => Err(InvalidSelection(format!(
                 "{name} contains a NUL character (%00), which no archived value holds"
             ))),
@@ -328,6 +302,40 @@ impl ListParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The list's filters, as clap knows them (a list not written by hand).
+    fn every_parameter() -> Vec<String> {
+        use clap::Args;
+        ListParams::augment_args(clap::Command::new("list"))
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect()
+    }
+
+    fn with(name: &str, value: &str) -> ListParams {
+        serde_json::from_value(serde_json::json!({ name: value })).unwrap()
+    }
+
+    #[test]
+    fn every_parameter_is_checked_for_nul_and_kept_as_a_filter() {
+        let mut names = every_parameter();
+        assert!(names.len() >= 17, "the parameters are read: {names:?}");
+        // The page is no flag of `lazarus replay` (clap skips it), but a parameter of the list.
+        names.extend(["limit".to_owned(), "cursor".to_owned()]);
+        for name in &names {
+            let refused = with(name, "a\0b").parse(&[], "/").unwrap_err();
+            assert!(
+                refused.0.starts_with(&format!("{name} contains a NUL")),
+                "{name}: {refused}"
+            );
+            let kept = with(name, " 7 ").filters_only();
+            let expected = match name.as_str() {
+                "limit" | "cursor" => ListParams::default(),
+                _ => with(name, "7"),
+            };
+            assert_eq!(kept, expected, "{name}");
+        }
+    }
 
     #[test]
     fn list_links_encode_every_value() {

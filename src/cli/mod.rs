@@ -84,10 +84,100 @@ pub enum Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The manual's flag table (docs/configuration.md), one row per flag: the flag, its
+    /// environment variable and the default the table gives (code spans; prose when none).
+    fn manual_rows() -> Vec<(String, String, Vec<String>)> {
+        let manual = include_str!("../../docs/configuration.md");
+        let spans = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let mut rows = Vec::new();
+        for line in manual.lines().filter(|l| l.starts_with("| `--")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let starting = |cell: &str, with: &str| -> Vec<String> {
+                spans(cell)
+                    .into_iter()
+                    .filter(|s| s.starts_with(with))
+                    .collect()
+            };
+            let (flags, envs) = (starting(cells[0], "--"), starting(cells[1], "LAZARUS_"));
+            let defaults = spans(cells[2]);
+            assert_eq!(flags.len(), envs.len(), "one variable per flag: {line}");
+            let defaults = if flags.len() == 1 {
+                defaults
+            } else {
+                Vec::new()
+            };
+            for (flag, env) in flags.into_iter().zip(envs) {
+                rows.push((flag, env, defaults.clone()));
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn the_manuals_flag_table_is_the_command_lines() {
+        let rows = manual_rows();
+        assert!(rows.len() > 30, "the table is read: {} rows", rows.len());
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").expect("serve");
+        let args: Vec<_> = serve
+            .get_arguments()
+            .filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version"))
+            .collect();
+        assert!(args.len() > 30, "serve's flags are read");
+        let mut wrong = Vec::new();
+        for arg in &args {
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let Some((_, env, default)) = rows.iter().find(|(f, _, _)| *f == flag) else {
+                wrong.push(format!("{flag}: not in the table"));
+                continue;
+            };
+            let real_env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            if real_env.as_deref() != Some(env.as_str()) {
+                wrong.push(format!("{flag}: the table says {env}, clap {real_env:?}"));
+            }
+            let real_default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            // A default clap applies is written in the table as code; where clap has none,
+            // the table says in words what happens (off, none, derived).
+            if !real_default.is_empty() && real_default != *default {
+                wrong.push(format!(
+                    "{flag}: the table's default is {default:?}, clap's {real_default:?}"
+                ));
+            }
+        }
+        for (flag, _, _) in &rows {
+            if !args
+                .iter()
+                .any(|a| format!("--{}", a.get_long().unwrap()) == *flag)
+            {
+                wrong.push(format!("{flag}: in the table, not a flag of serve"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "docs/configuration.md against `lazarus serve`:\n{}",
+            wrong.join("\n")
+        );
+    }
 
     #[test]
     fn replay_window_help_tells_how_much_a_crash_can_publish_twice() {
-        use clap::CommandFactory;
         let mut cli = Cli::command();
         let serve = cli.find_subcommand_mut("serve").expect("serve");
         let window = serve
