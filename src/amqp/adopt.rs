@@ -15,14 +15,10 @@ use super::consumer::{self, ConsumerContext};
 use super::discovery::DiscoveredDlq;
 use super::management::Management;
 use crate::archive::Actor;
-use crate::message::dlq::Dlq;
-use crate::message::exchange_policy::glob;
+use crate::message::dlq::{pattern_matches, Dlq};
 
-/// Which discovered DLQs to archive (`*` matches any run of characters): a pattern without
-/// `/` matches names in the AMQP URL's vhost, one with `/` is `VHOST/NAME` — what comes
-/// before its first `/` matches the vhost (written as `--queue` takes it: `%2F` for `/`),
-/// the rest the name. Vhost and name are matched apart: `*/orders.dlq` is `orders.dlq` of
-/// any vhost, never a home queue named `x/orders.dlq`.
+/// Which discovered DLQs to archive, by patterns read as
+/// [`pattern_matches`](crate::message::dlq::pattern_matches) reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Patterns {
     pub include: Vec<String>,
@@ -32,14 +28,9 @@ pub struct Patterns {
 impl Patterns {
     /// Whether `dlq` is to be archived; `home` is the AMQP URL's vhost.
     fn admits(&self, dlq: &Dlq, home: &str) -> bool {
-        let vhost = crate::message::dlq::escape(dlq.vhost_name(home));
-        let at_home = dlq.vhost.is_empty();
-        let matches = |p: &String| match p.split_once('/') {
-            Some((v, name)) => glob(v, &vhost) && glob(name, &dlq.name),
-            None => at_home && glob(p, &dlq.name),
-        };
+        let matches = |p: &String| pattern_matches(p, dlq, home);
         let included = match self.include.is_empty() {
-            true => at_home,
+            true => dlq.vhost.is_empty(),
             false => self.include.iter().any(matches),
         };
         included && !self.exclude.iter().any(matches)

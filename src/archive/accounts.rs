@@ -1,8 +1,10 @@
-//! Who may do what, as every backend stores it: roles, users, API tokens, the actor an
-//! audit entry names, and when a session ends (pure).
+//! Who may do what, as every backend stores it: roles, grants of a role on some DLQs,
+//! users, API tokens, the actor an audit entry names, and when a session ends (pure).
 
 use serde::Serialize;
 use time::OffsetDateTime;
+
+use crate::message::dlq::{check_pattern, pattern_matches, Dlq};
 
 /// What a caller may do. Each role includes the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, utoipa::ToSchema)]
@@ -40,6 +42,204 @@ impl std::str::FromStr for Role {
     }
 }
 
+/// A role on the DLQs a pattern names (`operator of billing.*`, `viewer of tenant-a/*`; the
+/// pattern read as [`pattern_matches`] reads it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Grant {
+    pub role: Role,
+    /// `NAME` in the AMQP URL's vhost or `VHOST/NAME`, `*` for any run of characters.
+    pub on: String,
+}
+
+impl Grant {
+    /// Reads `ROLE:PATTERN` (`viewer:tenant-a/*`); admin is no role of some DLQs only (it
+    /// manages users, tokens and the audit log of the whole archive).
+    pub fn parse(text: &str) -> Result<Grant, String> {
+        let (role, on) = text
+            .split_once(':')
+            .ok_or_else(|| format!("{text:?}: a grant is ROLE:PATTERN, e.g. viewer:tenant-a/*"))?;
+        let role: Role = role.trim().parse()?;
+        if role == Role::Admin {
+            return Err(format!(
+                "{text:?}: admin is granted on the whole archive (--role admin), not on DLQs"
+            ));
+        }
+        check_pattern(on)?;
+        Ok(Grant {
+            role,
+            on: on.to_owned(),
+        })
+    }
+}
+
+impl Grant {
+    /// `role` on each of `patterns` (none: no grants, the role everywhere).
+    pub fn on_each(role: Role, patterns: &[String]) -> Result<Vec<Grant>, String> {
+        patterns
+            .iter()
+            .map(|p| Grant::parse(&format!("{}:{p}", role.as_str())))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {}", self.role.as_str(), self.on)
+    }
+}
+
+/// One principal's grants: a role on every DLQ, or roles on the DLQs some patterns name
+/// (and none elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grants {
+    Everywhere(Role),
+    On(Vec<Grant>),
+}
+
+impl Grants {
+    /// A user's or token's, from its role and its grants (none: the role everywhere).
+    pub fn of(role: Role, grants: &[Grant]) -> Grants {
+        match grants.is_empty() {
+            true => Grants::Everywhere(role),
+            false => Grants::On(grants.to_vec()),
+        }
+    }
+
+    /// The role held on `dlq` (`home`: the AMQP URL's vhost), if any.
+    pub fn role_on(&self, dlq: &Dlq, home: &str) -> Option<Role> {
+        match self {
+            Grants::Everywhere(role) => Some(*role),
+            Grants::On(grants) => grants
+                .iter()
+                .filter(|g| pattern_matches(&g.on, dlq, home))
+                .map(|g| g.role)
+                .max(),
+        }
+    }
+
+    /// The highest role held on some DLQ.
+    pub fn highest(&self) -> Option<Role> {
+        match self {
+            Grants::Everywhere(role) => Some(*role),
+            Grants::On(grants) => grants.iter().map(|g| g.role).max(),
+        }
+    }
+
+    /// `viewer`, or `viewer of tenant-a/*, operator of billing.*`.
+    pub fn describe(&self) -> String {
+        match self {
+            Grants::Everywhere(role) => role.as_str().to_owned(),
+            Grants::On(grants) => grants
+                .iter()
+                .map(Grant::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// The grants column as stored: `ROLE:PATTERN` lines (a pattern holds no line break).
+pub fn stored_grants(grants: &[Grant]) -> Option<String> {
+    (!grants.is_empty()).then(|| {
+        grants
+            .iter()
+            .map(|g| format!("{}:{}", g.role.as_str(), g.on))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
+/// The grants column read back.
+pub fn grants_from_stored(stored: Option<&str>) -> Result<Vec<Grant>, String> {
+    stored
+        .into_iter()
+        .flat_map(str::lines)
+        .filter(|l| !l.is_empty())
+        .map(Grant::parse)
+        .collect()
+}
+
+/// What a caller may do on each DLQ: every layer's grants at once — a token's own, capped by
+/// its owner's as they are now. A route needs [`Rights::highest`] of its role; what it shows
+/// or changes, each DLQ's own role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rights {
+    layers: Vec<Grants>,
+}
+
+impl Rights {
+    pub fn new(grants: Grants) -> Rights {
+        Rights {
+            layers: vec![grants],
+        }
+    }
+
+    pub fn everywhere(role: Role) -> Rights {
+        Rights::new(Grants::Everywhere(role))
+    }
+
+    /// These rights, never more than `cap`'s.
+    pub fn capped_by(mut self, cap: Grants) -> Rights {
+        self.layers.push(cap);
+        self
+    }
+
+    /// The role held on `dlq`: the least of the layers'.
+    pub fn role_on(&self, dlq: &Dlq, home: &str) -> Option<Role> {
+        self.layers
+            .iter()
+            .map(|l| l.role_on(dlq, home))
+            .min()
+            .flatten()
+    }
+
+    /// At most the role held on any DLQ (exact but for layers whose patterns do not meet):
+    /// what a route's role is checked against; each DLQ's is checked where it is used.
+    pub fn highest(&self) -> Option<Role> {
+        self.layers.iter().map(Grants::highest).min().flatten()
+    }
+
+    /// Whether `role` is held on every DLQ, so that nothing needs to be left out.
+    pub fn everywhere_at(&self, role: Role) -> bool {
+        self.layers
+            .iter()
+            .all(|l| matches!(l, Grants::Everywhere(r) if *r >= role))
+    }
+
+    /// The DLQs (keys) among `keys` on which `role` is held; `None` when it is held on every
+    /// DLQ (nothing to leave out).
+    pub fn dlqs_at<'a>(
+        &self,
+        role: Role,
+        keys: impl IntoIterator<Item = &'a str>,
+        home: &str,
+    ) -> Option<Vec<String>> {
+        if self.everywhere_at(role) {
+            return None;
+        }
+        Some(
+            keys.into_iter()
+                .filter(|key| {
+                    Dlq::parse(key, home)
+                        .ok()
+                        .and_then(|dlq| self.role_on(&dlq, home))
+                        .is_some_and(|r| r >= role)
+                })
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    /// `viewer`, `operator of billing.*`, or the layers joined with "within".
+    pub fn describe(&self) -> String {
+        self.layers
+            .iter()
+            .map(Grants::describe)
+            .collect::<Vec<_>>()
+            .join(", within ")
+    }
+}
+
 /// Who did something, and from where, as the audit log records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Actor {
@@ -64,9 +264,18 @@ pub struct UserRecord {
     /// An argon2id PHC string; `None` for users who only come through the trusted proxy.
     #[serde(skip)]
     pub password_hash: Option<String>,
+    /// The highest role of `grants` when there are grants.
     pub role: Role,
+    /// The DLQs the role is held on; none: every DLQ.
+    pub grants: Vec<Grant>,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+}
+
+impl UserRecord {
+    pub fn grants(&self) -> Grants {
+        Grants::of(self.role, &self.grants)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -75,7 +284,10 @@ pub struct TokenRecord {
     #[schema(value_type = String)]
     pub id: i64,
     pub name: String,
+    /// The highest role of `grants` when there are grants.
     pub role: Role,
+    /// The DLQs the role is held on; none: every DLQ.
+    pub grants: Vec<Grant>,
     pub created_by: String,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
@@ -88,6 +300,10 @@ pub struct TokenRecord {
 }
 
 impl TokenRecord {
+    pub fn grants(&self) -> Grants {
+        Grants::of(self.role, &self.grants)
+    }
+
     pub fn expired(&self, now: OffsetDateTime) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
     }
@@ -99,6 +315,8 @@ pub struct TokenSpec<'a> {
     pub name: &'a str,
     pub token_hash: &'a str,
     pub role: Role,
+    /// The DLQs the role is held on; none: every DLQ.
+    pub grants: &'a [Grant],
     /// The user it belongs to (revoked with them); `None` for one made on the command line.
     pub owner: Option<&'a str>,
     pub expires_at: OffsetDateTime,
@@ -143,7 +361,7 @@ pub fn session_use(times: SessionTimes, idle_ms: u64, max_ms: u64, now: i64) -> 
 pub enum AccountChange<'a> {
     UserPut {
         name: &'a str,
-        role: Role,
+        grants: Grants,
     },
     Password {
         name: &'a str,
@@ -155,7 +373,7 @@ pub enum AccountChange<'a> {
     TokenCreate {
         id: i64,
         name: &'a str,
-        role: Role,
+        grants: Grants,
         expires_at: OffsetDateTime,
     },
     TokenRevoke {
@@ -167,8 +385,8 @@ impl AccountChange<'_> {
     /// The audit action and line.
     pub fn entry(&self) -> (&'static str, String) {
         match *self {
-            AccountChange::UserPut { name, role } => {
-                ("user_put", format!("user {name} is {}", role.as_str()))
+            AccountChange::UserPut { name, ref grants } => {
+                ("user_put", format!("user {name} is {}", grants.describe()))
             }
             AccountChange::Password { name } => (
                 "user_password",
@@ -181,13 +399,13 @@ impl AccountChange<'_> {
             AccountChange::TokenCreate {
                 id,
                 name,
-                role,
+                ref grants,
                 expires_at,
             } => (
                 "token_create",
                 format!(
                     "API token {id} ({name}) created as {}, expires {}",
-                    role.as_str(),
+                    grants.describe(),
                     expires_at
                         .format(&time::format_description::well_known::Rfc3339)
                         .unwrap_or_default()

@@ -59,7 +59,7 @@ pub fn replay_audit(
 /// The message an action on a selection names in its audit entry: the one selected by id.
 pub fn single_message(selection: &Selection) -> Option<i64> {
     match selection {
-        Selection::Ids(ids) if ids.len() == 1 => Some(ids[0]),
+        Selection::Ids(ids) | Selection::IdsWithin(ids, _) if ids.len() == 1 => Some(ids[0]),
         _ => None,
     }
 }

@@ -91,6 +91,9 @@ pub struct GroupQuery {
     pub group: Option<i64>,
     /// `Some(true)`: groups with open messages; `Some(false)`: with resolved ones.
     pub open: Option<bool>,
+    /// Only groups of these DLQs (keys): the DLQs a caller's rights reach (`None`: every
+    /// DLQ; empty: none). Their counts are of these DLQs' messages only.
+    pub dlqs: Option<Vec<String>>,
     pub limit: u32,
 }
 
@@ -106,6 +109,7 @@ impl GroupQuery {
             message_type: None,
             group: None,
             open: None,
+            dlqs: None,
             limit,
         }
     }

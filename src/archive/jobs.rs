@@ -14,8 +14,26 @@ use crate::message::headers::{MessageProperties, Table};
 pub enum Selection {
     /// These archive ids (unknown ones are ignored).
     Ids(Vec<i64>),
+    /// These archive ids, of these DLQs (keys) only: the DLQs a caller's rights reach.
+    IdsWithin(Vec<i64>, Vec<String>),
     /// Every message the list shows for this filter at the moment the action is taken.
     Filter(Box<MessageFilter>),
+}
+
+impl Selection {
+    /// The same selection, of the DLQs (keys) `dlqs` names only; `None`: every DLQ.
+    pub fn within(self, dlqs: Option<Vec<String>>) -> Selection {
+        let Some(dlqs) = dlqs else {
+            return self;
+        };
+        match self {
+            Selection::Ids(ids) | Selection::IdsWithin(ids, _) => Selection::IdsWithin(ids, dlqs),
+            Selection::Filter(mut filter) => {
+                filter.dlqs = Some(dlqs);
+                Selection::Filter(filter)
+            }
+        }
+    }
 }
 
 /// Replay only the first `count` messages, wait `wait_secs`, and go on only if at most

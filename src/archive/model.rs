@@ -349,6 +349,9 @@ pub struct MessageFilter {
     pub job: Option<i64>,
     /// Copies that died again (archived back) of the messages this replay job published.
     pub copies_of_job: Option<i64>,
+    /// Only messages of these DLQs (keys): the DLQs a caller's rights reach (`None`: every
+    /// DLQ; empty: none).
+    pub dlqs: Option<Vec<String>>,
 }
 
 impl MessageFilter {
@@ -371,6 +374,7 @@ impl MessageFilter {
             && self.until.is_none()
             && self.job.is_none()
             && self.copies_of_job.is_none()
+            && self.dlqs.is_none()
             && self.status == Some(StatusFilter::Open);
         self.group.as_deref().filter(|_| only_group)
     }
@@ -759,6 +763,8 @@ pub struct TokenRow {
     pub name: String,
     pub token_hash: String,
     pub role: String,
+    /// `ROLE:PATTERN` lines; `None`: the role on every DLQ.
+    pub grants: Option<String>,
     pub created_by: String,
     /// Unix milliseconds, as every time column.
     pub created_at: i64,

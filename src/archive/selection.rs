@@ -294,6 +294,7 @@ impl ListParams {
             terms: search.fields,
             job: job("job", &self.job)?,
             copies_of_job: job("copies_of_job", &self.copies_of_job)?,
+            dlqs: None,
         };
         Ok((filter, PageRequest { limit, before }))
     }

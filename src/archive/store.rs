@@ -18,6 +18,7 @@ use super::{
     ReplayStart, RetentionRun, Role, Scan, Selection, StoreOutcome, StoredBody, TokenRecord,
     TokenRow, TokenSpec, UserRecord,
 };
+use crate::archive::Grant;
 use crate::message::death::ReplayTarget;
 
 /// Storing what the consumers deliver: only the DLQ consumers hold this.
@@ -169,6 +170,15 @@ pub trait MessageSearch: Send + Sync {
     /// How many messages the filter finds, counted up to `cap` (a count of `cap` means at
     /// least that many): the list's "1,234 match".
     async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError>;
+    /// How many messages an action's selection holds, exactly.
+    async fn count_selection(&self, selection: &Selection) -> Result<u64, ArchiveError> {
+        match selection {
+            Selection::Filter(filter) => self.count_messages(filter, i64::MAX as u64).await,
+            ids => self.count_ids(ids).await,
+        }
+    }
+    /// How many of a selection's ids are archived (and of its DLQs).
+    async fn count_ids(&self, selection: &Selection) -> Result<u64, ArchiveError>;
     /// Other records of the same message: the same message-id, the record it is a replayed
     /// copy of, and the copies of it that died again; newest first.
     async fn related(&self, message: &MessageSummary) -> Result<Vec<MessageSummary>, ArchiveError>;
@@ -341,6 +351,7 @@ pub trait Accounts: Send + Sync {
         name: &str,
         password_hash: Option<&str>,
         role: Role,
+        grants: &[Grant],
         by: &Actor,
     ) -> Result<(), ArchiveError>;
     /// `false` when there is no such user.

@@ -8,8 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use super::replay::cli_actor;
-use crate::archive::Role;
-use crate::archive::TokenSpec;
+use crate::archive::{Grant, Grants, Role, TokenSpec};
 use crate::archive::{self, Archive};
 use crate::auth::{
     check_name, check_password, hash_password, new_secret, secret_hash, MAX_TOKEN_DAYS,
@@ -26,6 +25,11 @@ pub enum UserCommand {
         name: String,
         #[arg(long, default_value = "viewer")]
         role: Role,
+        /// The role only on the DLQs this pattern names (repeatable; none: every DLQ):
+        /// NAME in the AMQP URL's vhost or VHOST/NAME, `*` for any run of characters
+        /// (`tenant-a/*`, `billing.*`). Not for admins.
+        #[arg(long, value_parser = check_on)]
+        on: Vec<String>,
         #[arg(long)]
         no_password: bool,
         #[command(flatten)]
@@ -58,6 +62,10 @@ pub enum TokenCommand {
         name: String,
         #[arg(long, default_value = "viewer")]
         role: Role,
+        /// The role only on the DLQs this pattern names (repeatable, as `lazarus user add
+        /// --on`; none: every DLQ).
+        #[arg(long, value_parser = check_on)]
+        on: Vec<String>,
         /// It stops working this many days from now (1 to 366).
         #[arg(long, default_value_t = crate::auth::TOKEN_DAYS)]
         expires_in_days: u32,
@@ -82,6 +90,10 @@ async fn open(connection: &ConnectionArgs) -> anyhow::Result<Arc<dyn Archive>> {
     archive::open(url)
         .await
         .with_context(|| format!("opening the archive {}", redact_url(url)))
+}
+
+fn check_on(pattern: &str) -> Result<String, String> {
+    crate::message::dlq::check_pattern(pattern).map(|()| pattern.to_owned())
 }
 
 /// The password from LAZARUS_PASSWORD, or the first line of standard input.
@@ -109,9 +121,11 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
         UserCommand::Add {
             name,
             role,
+            on,
             no_password,
             connection,
         } => {
+            let grant = Grant::on_each(role, &on).map_err(anyhow::Error::msg)?;
             check_name(name.trim()).map_err(anyhow::Error::msg)?;
             let password_hash = if no_password {
                 None
@@ -120,9 +134,15 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
             };
             open(&connection)
                 .await?
-                .put_user(name.trim(), password_hash.as_deref(), role, &cli_actor())
+                .put_user(
+                    name.trim(),
+                    password_hash.as_deref(),
+                    role,
+                    &grant,
+                    &cli_actor(),
+                )
                 .await?;
-            println!("user {} is {}", name.trim(), role.as_str());
+            println!("user {} is {}", name.trim(), Grants::of(role, &grant).describe());
         }
         UserCommand::Passwd { name, connection } => {
             let password_hash = hash(&read_password()?, &name)?;
@@ -148,7 +168,7 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                 } else {
                     "proxy"
                 };
-                println!("{}\t{}\t{with}", u.name, u.role.as_str());
+                println!("{}\t{}\t{with}", u.name, u.grants().describe());
             }
         }
     }
@@ -160,9 +180,11 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Create {
             name,
             role,
+            on,
             expires_in_days,
             connection,
         } => {
+            let grant = Grant::on_each(role, &on).map_err(anyhow::Error::msg)?;
             anyhow::ensure!(
                 (1..=MAX_TOKEN_DAYS).contains(&expires_in_days),
                 "--expires-in-days is 1 to {MAX_TOKEN_DAYS}"
@@ -175,6 +197,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
                 name: &name,
                 token_hash: &hash,
                 role,
+                grants: &grant,
                 owner: None,
                 expires_at,
             };
@@ -184,7 +207,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
                 .await?;
             eprintln!(
                 "token {id} ({name}, {}, expires {}); it is not shown again:",
-                role.as_str(),
+                Grants::of(role, &grant).describe(),
                 crate::support::format::utc(expires_at)
             );
             println!("{token}");
@@ -213,7 +236,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
                     "{}\t{}\t{}\t{state}\texpires {expires}",
                     t.id,
                     t.name,
-                    t.role.as_str()
+                    t.grants().describe()
                 );
             }
         }

@@ -88,6 +88,34 @@ impl std::fmt::Display for Dlq {
     }
 }
 
+/// Whether `pattern` names `dlq` (`*` matches any run of characters): a pattern without `/`
+/// matches names in the AMQP URL's vhost, one with `/` is `VHOST/NAME` — what comes before
+/// its first `/` matches the vhost (written as a key writes it: `%2F` for `/`; the home vhost
+/// by its name, `home`), the rest the name. Vhost and name are matched apart: `*/orders.dlq`
+/// is `orders.dlq` of any vhost, never a home queue named `x/orders.dlq`. Discovery
+/// (`--discover-include`) and rights (`viewer of tenant-a/*`) read patterns so.
+pub fn pattern_matches(pattern: &str, dlq: &Dlq, home: &str) -> bool {
+    use super::exchange_policy::glob;
+    match pattern.split_once('/') {
+        Some((vhost, name)) => glob(vhost, &escape(dlq.vhost_name(home))) && glob(name, &dlq.name),
+        None => dlq.vhost.is_empty() && glob(pattern, &dlq.name),
+    }
+}
+
+/// Whether `pattern` can name DLQs: not empty, and no control characters.
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    let (vhost, name) = pattern.split_once('/').unwrap_or(("*", pattern));
+    if vhost.is_empty() || name.is_empty() {
+        return Err(format!(
+            "{pattern:?} names no DLQs: give NAME or VHOST/NAME (`*` for any run of characters)"
+        ));
+    }
+    match pattern.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!("the pattern {pattern:?} holds the control character {c:?}")),
+        None => Ok(()),
+    }
+}
+
 /// Every `--queue`, each once.
 pub fn parse_all(specs: &[String], home: &str) -> Result<Vec<Dlq>, String> {
     let mut dlqs: Vec<Dlq> = Vec::new();

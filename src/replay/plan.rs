@@ -56,6 +56,10 @@ pub struct SelectionRequest {
     /// Required with an empty filter: yes, the whole archive.
     #[serde(default)]
     pub all: bool,
+    /// Only messages of these DLQs (keys): those the caller may act on, set by whoever
+    /// takes the request (`None`: every DLQ). Never read from the request.
+    #[serde(skip)]
+    pub within: Option<Vec<String>>,
 }
 
 impl SelectionRequest {
@@ -89,7 +93,7 @@ impl SelectionRequest {
                 } else {
                     json!({ "ids": ids.len() })
                 };
-                Ok((Selection::Ids(ids), text.to_string()))
+                Ok((Selection::Ids(ids).within(self.within.clone()), text.to_string()))
             }
             (None, Some(filter)) => {
                 let filter = filter.filters_only();
@@ -100,7 +104,8 @@ impl SelectionRequest {
                 }
                 let (parsed, _) = filter.parse(business_fields, home_vhost)?;
                 let text = json!({ "filter": filter }).to_string();
-                Ok((Selection::Filter(Box::new(parsed)), text))
+                let selection = Selection::Filter(Box::new(parsed)).within(self.within.clone());
+                Ok((selection, text))
             }
             _ => Err(PlanError::Invalid(
                 "give either \"ids\" or \"filter\" (the list's filters) to select messages".into(),

@@ -8,6 +8,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 
+use crate::archive::Role;
 use crate::runtime::status::ConsumerState;
 use crate::web::auth::Caller;
 use crate::web::AppState;
@@ -84,7 +85,7 @@ pub(super) async fn readyz(
 /// Lazarus' metrics in Prometheus' text format: ingest, replays, archive totals.
 #[utoipa::path(get, path = "/metrics", tag = "probes",
     responses((status = 200, description = "The metrics", content_type = "text/plain", body = String)))]
-pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> impl IntoResponse {
     // Archive totals are best effort: a scrape during a database outage still reports ingest.
     let counts = match state.archive.counts().await {
         Ok(counts) => Some(counts),
@@ -94,11 +95,81 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         }
     };
     let consumed: Vec<String> = state.status.dlqs().iter().map(|d| d.key()).collect();
+    let mut text = state.metrics.render(counts.as_deref(), &consumed);
+    // A scrape by a caller whose rights are of some DLQs: those DLQs' series only (the
+    // instance's own series count every DLQ's messages).
+    if !caller.rights.everywhere_at(Role::Viewer) {
+        let visible = caller
+            .dlqs_at(Role::Viewer, &state)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        text = only_queues(&text, |queue| visible.iter().any(|v| v == queue));
+    }
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(counts.as_deref(), &consumed),
+        text,
     )
+}
+
+/// The samples of Prometheus text whose `queue` label `keep` keeps; samples without one are
+/// left out, `# HELP` and `# TYPE` lines kept.
+fn only_queues(text: &str, keep: impl Fn(&str) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let kept = line.starts_with('#') || queue_label(line).is_some_and(|q| keep(&q));
+        if kept {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The `queue` label's value of a sample line, unescaped as the text format escapes it.
+fn queue_label(line: &str) -> Option<String> {
+    let labels = line.split_once('{')?.1;
+    let mut rest = labels;
+    loop {
+        let (name, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        if name.trim_start_matches(',').trim() == "queue" {
+            return Some(value);
+        }
+        rest = &after[end + 1..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scrape_keeps_the_series_of_the_queues_it_may_see() {
+        let text = "# HELP lazarus_archived Archived.\n\
+                    # TYPE lazarus_archived gauge\n\
+                    lazarus_archived{queue=\"tenant-a%2Fx/orders\",reason=\"rejected\"} 3\n\
+                    lazarus_archived{reason=\"expired\",queue=\"tenant-b/orders\"} 4\n\
+                    lazarus_archived{queue=\"odd \\\"q\\\\\"} 5\n\
+                    lazarus_ingested_total 7\n";
+        let kept = only_queues(text, |q| q == "tenant-a%2Fx/orders" || q == "odd \"q\\");
+        assert!(kept.contains("# TYPE lazarus_archived gauge"));
+        assert!(kept.contains("} 3\n") && kept.contains("} 5\n"), "{kept}");
+        assert!(!kept.contains("tenant-b") && !kept.contains("ingested"), "{kept}");
+    }
 }

@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
-use self::auth::access::{Routes, ADMIN, OPERATOR, PUBLIC, VIEWER};
+use self::auth::access::{Routes, ADMIN, DLQ_OPERATOR, DLQ_VIEWER, PUBLIC, VIEWER};
 use crate::archive::Console;
 use crate::auth::{AuthSettings, Throttle};
 use crate::message::exchange_policy::ExchangePolicy;
@@ -158,74 +158,74 @@ fn routes() -> Routes {
         .get(PUBLIC, assets::CSS, assets::css)
         .get(PUBLIC, assets::JS, assets::js)
         .get(PUBLIC, assets::FAVICON, assets::favicon)
-        // Viewers: reading.
-        .get(VIEWER, "/", pages::overview::overview)
-        .get(VIEWER, "/api", openapi::page::api_page)
-        .get(VIEWER, "/api/openapi.json", openapi::openapi_json)
-        .get(VIEWER, "/messages", pages::messages::list_page)
-        .get(VIEWER, "/messages/count", pages::messages::count_fragment)
-        .get(VIEWER, "/messages/{id}", pages::message::detail_page)
-        .get(VIEWER, "/replays", pages::replays::list_page)
-        .get(VIEWER, "/replays/{id}", pages::replays::job_page)
+        // Viewers: reading — of the DLQs their rights reach, but the broker's DLQs.
+        .get(DLQ_VIEWER, "/", pages::overview::overview)
+        .get(DLQ_VIEWER, "/api", openapi::page::api_page)
+        .get(DLQ_VIEWER, "/api/openapi.json", openapi::openapi_json)
+        .get(DLQ_VIEWER, "/messages", pages::messages::list_page)
+        .get(DLQ_VIEWER, "/messages/count", pages::messages::count_fragment)
+        .get(DLQ_VIEWER, "/messages/{id}", pages::message::detail_page)
+        .get(DLQ_VIEWER, "/replays", pages::replays::list_page)
+        .get(DLQ_VIEWER, "/replays/{id}", pages::replays::job_page)
         .get(
-            VIEWER,
+            DLQ_VIEWER,
             "/replays/{id}/progress",
             pages::replays::progress_partial,
         )
-        .get(VIEWER, "/metrics", health::metrics)
-        .get(VIEWER, "/api/messages", api::messages::list_messages)
-        .get(VIEWER, "/api/messages/{id}", api::messages::get_message)
+        .get(DLQ_VIEWER, "/metrics", health::metrics)
+        .get(DLQ_VIEWER, "/api/messages", api::messages::list_messages)
+        .get(DLQ_VIEWER, "/api/messages/{id}", api::messages::get_message)
         .get(
-            VIEWER,
+            DLQ_VIEWER,
             "/api/messages/{id}/body",
             api::messages::download_body,
         )
-        .get(VIEWER, "/api/replays", api::replays::list_jobs)
-        .get(VIEWER, "/api/replays/{id}", api::replays::get_job)
-        .get(VIEWER, "/api/replays/{id}/items", api::replays::job_items)
+        .get(DLQ_VIEWER, "/api/replays", api::replays::list_jobs)
+        .get(DLQ_VIEWER, "/api/replays/{id}", api::replays::get_job)
+        .get(DLQ_VIEWER, "/api/replays/{id}/items", api::replays::job_items)
         .get(VIEWER, "/api/dlqs", pages::dlqs::list_dlqs)
-        .get(VIEWER, "/api/groups", api::groups::list_groups)
-        // Operators: replaying and dismissing.
+        .get(DLQ_VIEWER, "/api/groups", api::groups::list_groups)
+        // Operators: replaying and dismissing, on the DLQs their rights reach.
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/messages/{id}/replay",
             pages::message_actions::replay_form,
         )
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/messages/{id}/dismiss",
             pages::message_actions::dismiss_form,
         )
-        .post(OPERATOR, "/messages/select", pages::replays::selection_form)
+        .post(DLQ_OPERATOR, "/messages/select", pages::replays::selection_form)
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/groups/{id}/note",
             pages::group_notes::note_group_form,
         )
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/api/groups/{id}/note",
             pages::group_notes::note_group,
         )
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/replays/{id}/{action}",
             pages::replays::control_form,
         )
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/api/messages/{id}/replay",
             api::messages::replay_message,
         )
-        .post(OPERATOR, "/api/replays", api::replays::create_job)
+        .post(DLQ_OPERATOR, "/api/replays", api::replays::create_job)
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/api/replays/{id}/{action}",
             api::replays::control_job,
         )
-        .post(OPERATOR, "/api/messages/dismiss", api::replays::dismiss)
+        .post(DLQ_OPERATOR, "/api/messages/dismiss", api::replays::dismiss)
         .post(
-            OPERATOR,
+            DLQ_OPERATOR,
             "/api/messages/{id}/dismiss",
             api::replays::dismiss_one,
         )

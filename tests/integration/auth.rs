@@ -35,7 +35,7 @@ pub(crate) async fn users_app(
         ("ada", Role::Admin),
     ] {
         app.archive
-            .put_user(name, Some(&hash), role, &Actor::system("test"))
+            .put_user(name, Some(&hash), role, &[], &Actor::system("test"))
             .await
             .unwrap();
     }
@@ -506,7 +506,7 @@ async fn proxy_headers_count_only_from_the_trusted_proxy() {
     .await;
     trusted
         .archive
-        .put_user("otto", None, Role::Operator, &Actor::system("test"))
+        .put_user("otto", None, Role::Operator, &[], &Actor::system("test"))
         .await
         .unwrap();
     let as_proxy = |app: &TestApp, user: &'static str, method: &'static str, path: &'static str| {
@@ -922,7 +922,7 @@ async fn a_token_has_at_most_its_owners_rights_now() {
         let hash = hash.clone();
         async move {
             archive
-                .put_user("ada", Some(&hash), role, &Actor::system("test"))
+                .put_user("ada", Some(&hash), role, &[], &Actor::system("test"))
                 .await
                 .unwrap()
         }

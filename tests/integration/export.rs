@@ -533,6 +533,7 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             "mira",
             Some(&hash),
             lazarus::archive::Role::Admin,
+            &[],
             &lazarus::archive::Actor::system("test"),
         )
         .await

@@ -87,7 +87,7 @@ async fn with_users(app: &TestApp) {
         ("ada", Role::Admin),
     ] {
         app.archive
-            .put_user(name, Some(&hash), role, &Actor::system("test"))
+            .put_user(name, Some(&hash), role, &[], &Actor::system("test"))
             .await
             .unwrap();
     }

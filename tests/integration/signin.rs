@@ -458,6 +458,7 @@ async fn tokens_expire_and_end_with_the_admin_who_made_them() {
     let hash = lazarus::auth::secret_hash(secret);
     let spec = lazarus::archive::TokenSpec {
         name: "old",
+        grants: &[],
         token_hash: &hash,
         role: Role::Viewer,
         owner: None,

@@ -7,7 +7,7 @@ use sqlx::{Postgres, QueryBuilder};
 use super::search;
 use super::PostgresArchive;
 use crate::archive::sql::columns::SUMMARY_WITH_STATUS_TABLE as SUMMARY;
-use crate::archive::sql::filter::{push_conditions, StatusIn};
+use crate::archive::sql::filter::{push_conditions, push_dlqs, StatusIn};
 use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
 use crate::archive::sql::{lifecycle, SqlArchive};
@@ -43,6 +43,12 @@ pub(super) fn push_selection<'a>(q: &mut QueryBuilder<'a, Postgres>, selection: 
                 .push_bind(ids)
                 .push(")");
         }
+        Selection::IdsWithin(ids, dlqs) => {
+            q.push(" FROM messages WHERE messages.id = ANY(")
+                .push_bind(ids)
+                .push(")");
+            push_dlqs(q, dlqs);
+        }
         Selection::Filter(filter) => push_filter(q, filter),
     }
 }
@@ -75,6 +81,17 @@ fn push_open_group<'a>(q: &mut QueryBuilder<'a, Postgres>, group: &'a str) {
 
 #[async_trait]
 impl MessageSearch for PostgresArchive {
+    async fn count_ids(&self, selection: &Selection) -> Result<u64, ArchiveError> {
+        let mut q = QueryBuilder::<Postgres>::new("SELECT count(*)");
+        push_selection(&mut q, selection);
+        let n: i64 = q
+            .build_query_scalar()
+            .persistent(false)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
     async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError> {
         let mut q = QueryBuilder::<Postgres>::new("SELECT count(*) FROM (");
         match filter.open_group() {

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use super::columns::{SESSION_QUERY, TOKEN_COLUMNS, USER_COLUMNS};
 use super::rows::{session_times, token_from_row, user_from_row};
 use super::{args, audit, millis, now, SqlArchive};
-use crate::archive::accounts::{session_use, AccountChange, SessionUse};
+use crate::archive::accounts::{
+    session_use, stored_grants, AccountChange, Grant, Grants, SessionUse,
+};
 use crate::archive::{Accounts, Actor, ArchiveError, Role, TokenRecord, TokenSpec, UserRecord};
 
 #[async_trait]
@@ -16,18 +18,22 @@ impl<T: SqlArchive> Accounts for T {
         name: &str,
         password_hash: Option<&str>,
         role: Role,
+        grants: &[Grant],
         by: &Actor,
     ) -> Result<(), ArchiveError> {
+        let stored = stored_grants(grants);
         let mut tx = self.db().begin().await?;
         tx.conn()
             .execute(
-                "INSERT INTO users (name, password_hash, role, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (name) DO UPDATE SET role = excluded.role, \
+                "INSERT INTO users (name, password_hash, role, grants, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (name) DO UPDATE SET role = excluded.role, grants = excluded.grants, \
                  password_hash = coalesce(excluded.password_hash, users.password_hash)",
-                args![name, password_hash, role.as_str(), now()],
+                args![name, password_hash, role.as_str(), stored.as_deref(), now()],
             )
             .await?;
-        let (action, summary) = AccountChange::UserPut { name, role }.entry();
+        let grants = Grants::of(role, grants);
+        let (action, summary) = AccountChange::UserPut { name, grants }.entry();
         audit(tx.conn(), by, action, None, None, &summary).await?;
         tx.commit().await?;
         Ok(())
@@ -159,16 +165,19 @@ impl<T: SqlArchive> Accounts for T {
     }
 
     async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError> {
+        let stored = stored_grants(token.grants);
         let mut tx = self.db().begin().await?;
         let row = tx
             .conn()
             .fetch_one(
-                "INSERT INTO api_tokens (name, token_hash, role, created_by, created_at, owner, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO api_tokens \
+                 (name, token_hash, role, grants, created_by, created_at, owner, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 args![
                     token.name,
                     token.token_hash,
                     token.role.as_str(),
+                    stored.as_deref(),
                     &by.name,
                     now(),
                     token.owner,
@@ -180,7 +189,7 @@ impl<T: SqlArchive> Accounts for T {
         let (action, summary) = AccountChange::TokenCreate {
             id,
             name: token.name,
-            role: token.role,
+            grants: Grants::of(token.role, token.grants),
             expires_at: token.expires_at,
         }
         .entry();

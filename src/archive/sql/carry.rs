@@ -3,6 +3,7 @@
 //! and the audit log in its order. Carried again, nothing is added twice: users by name, tokens
 //! by hash, jobs by request key, audit entries by multiplicity of their content.
 
+use crate::archive::accounts::stored_grants;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -11,7 +12,7 @@ use super::{args, ArchiveRow, SqlArchive};
 use crate::archive::{ArchiveError, AuditRow, Carry, ItemRow, JobRow, TokenRow};
 
 const TOKEN_ROW: &str =
-    "name, token_hash, role, created_by, created_at, revoked_at, expires_at, owner";
+    "name, token_hash, role, grants, created_by, created_at, revoked_at, expires_at, owner";
 const AUDIT_ROW: &str = "id, at, actor, action, job_id, message_id, summary, source";
 const JOB_ROW: &str = "request_key, actor, created_at, selection, target_exchange, \
     target_routing_key, rate_per_sec, include_replayed, canary_count, canary_wait_ms, \
@@ -58,6 +59,7 @@ impl<T: SqlArchive> Carry for T {
                     name: r.column("name")?,
                     token_hash: r.column("token_hash")?,
                     role: r.column("role")?,
+                    grants: r.column("grants")?,
                     created_by: r.column("created_by")?,
                     created_at: r.column("created_at")?,
                     revoked_at: r.column("revoked_at")?,
@@ -272,14 +274,16 @@ impl<T: SqlArchive> Carry for T {
         let mut conn = tx.conn();
         let (mut added_users, mut added_tokens) = (0, 0);
         for u in users {
+            let grants = stored_grants(&u.grants);
             added_users += conn
                 .execute(
-                    "INSERT INTO users (name, password_hash, role, created_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+                    "INSERT INTO users (name, password_hash, role, grants, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING",
                     args![
                         &u.name,
                         u.password_hash.as_deref(),
                         u.role.as_str(),
+                        grants.as_deref(),
                         super::millis(u.created_at)
                     ],
                 )
@@ -290,12 +294,14 @@ impl<T: SqlArchive> Carry for T {
                 .execute(
                     &format!(
                         "INSERT INTO api_tokens ({TOKEN_ROW}) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (token_hash) DO NOTHING"
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                         ON CONFLICT (token_hash) DO NOTHING"
                     ),
                     args![
                         &t.name,
                         &t.token_hash,
                         &t.role,
+                        t.grants.as_deref(),
                         &t.created_by,
                         t.created_at,
                         t.revoked_at,

@@ -47,11 +47,11 @@ pub const JOB_COLUMNS: &str = "id, state, detail, actor, created_at, started_at,
     canary_max_deaths, plan, published, unroutable, nacked, failed, skipped, cancelled, total";
 
 /// What [`user_from_row`](super::rows::user_from_row) reads.
-pub const USER_COLUMNS: &str = "name, password_hash, role, created_at";
+pub const USER_COLUMNS: &str = "name, password_hash, role, grants, created_at";
 
 /// What [`token_from_row`](super::rows::token_from_row) reads.
 pub const TOKEN_COLUMNS: &str =
-    "id, name, role, created_by, created_at, revoked_at, expires_at, owner";
+    "id, name, role, grants, created_by, created_at, revoked_at, expires_at, owner";
 
 /// What a session lookup selects, both backends.
 pub const SESSION_QUERY: &str = "SELECT u.name, u.password_hash, u.role, u.created_at, \

@@ -72,7 +72,9 @@ impl GroupParts {
     ) -> Result<Option<GroupParts>, sqlx::Error> {
         match selection {
             crate::archive::Selection::Filter(filter) => Self::of(conn, filter).await,
-            crate::archive::Selection::Ids(_) => Ok(None),
+            crate::archive::Selection::Ids(_) | crate::archive::Selection::IdsWithin(..) => {
+                Ok(None)
+            }
         }
     }
 }
@@ -123,12 +125,32 @@ pub fn push_conditions<'a, DB: sqlx::Database>(
         .push_bind(job)
         .push(")");
     }
+    if let Some(dlqs) = &filter.dlqs {
+        push_dlqs(q, dlqs);
+    }
     if let Some(since) = filter.since {
         q.push(" AND archived_at >= ").push_bind(millis(since));
     }
     if let Some(until) = filter.until {
         q.push(" AND archived_at < ").push_bind(millis(until));
     }
+}
+
+/// ` AND` the message is of one of `dlqs` (keys): none when it is empty.
+pub fn push_dlqs<'a, DB: sqlx::Database>(q: &mut QueryBuilder<'a, DB>, dlqs: &'a [String])
+where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    if dlqs.is_empty() {
+        q.push(" AND 1 = 0");
+        return;
+    }
+    q.push(" AND queue IN (");
+    let mut list = q.separated(", ");
+    for dlq in dlqs {
+        list.push_bind(dlq.as_str());
+    }
+    list.push_unseparated(")");
 }
 
 /// `AND <field matches value>`, with the archive column each search field stands for.

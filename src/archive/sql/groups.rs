@@ -96,6 +96,16 @@ pub async fn read(
             conditions.push(format!("{expression} = {n}"));
         }
     }
+    if let Some(dlqs) = &query.dlqs {
+        let binds: Vec<String> = dlqs
+            .iter()
+            .map(|dlq| bind(&mut args, Arg::Text(Some(dlq))))
+            .collect();
+        conditions.push(match binds.is_empty() {
+            true => "1 = 0".to_owned(),
+            false => format!("dlq IN ({})", binds.join(", ")),
+        });
+    }
     if let Some(id) = query.group {
         let n = bind(&mut args, Arg::Int(Some(id)));
         for column in ["dlq", "queue", "reason", "cause"] {

@@ -8,7 +8,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 
 use super::{corrupt, from_millis};
-use crate::archive::accounts::SessionTimes;
+use crate::archive::accounts::{grants_from_stored, Grant, SessionTimes};
 use crate::archive::audit_text::{PAGE_ACTOR_CHARS, PAGE_SUMMARY_CHARS};
 use crate::archive::jobs::{
     Step, ALREADY_REPLAYED, DISMISSED, MAX_ATTEMPTS, NOT_ALLOWED, NO_TARGET,
@@ -408,12 +408,18 @@ fn role_of<R: ArchiveRow>(row: &R) -> Result<Role, ArchiveError> {
     })
 }
 
+fn grants_of<R: ArchiveRow>(row: &R) -> Result<Vec<Grant>, ArchiveError> {
+    let stored: Option<String> = row.column("grants")?;
+    grants_from_stored(stored.as_deref()).map_err(|reason| ArchiveError::Corrupt { id: 0, reason })
+}
+
 /// A user, from a row of either backend.
 pub fn user_from_row<R: ArchiveRow>(row: &R) -> Result<UserRecord, ArchiveError> {
     Ok(UserRecord {
         name: row.column("name")?,
         password_hash: row.column("password_hash")?,
         role: role_of(row)?,
+        grants: grants_of(row)?,
         created_at: from_millis(row.column("created_at")?),
     })
 }
@@ -432,6 +438,7 @@ pub fn token_from_row<R: ArchiveRow>(row: &R) -> Result<TokenRecord, ArchiveErro
         id: row.column("id")?,
         name: row.column("name")?,
         role: role_of(row)?,
+        grants: grants_of(row)?,
         created_by: row.column("created_by")?,
         created_at: from_millis(row.column("created_at")?),
         expires_at: row.column::<Option<i64>>("expires_at")?.map(from_millis),

@@ -5,7 +5,7 @@ use sqlx::{QueryBuilder, Sqlite};
 
 use super::SqliteArchive;
 use crate::archive::sql::columns::SUMMARY_COLUMNS;
-use crate::archive::sql::filter::{push_conditions, GroupParts, StatusIn};
+use crate::archive::sql::filter::{push_conditions, push_dlqs, GroupParts, StatusIn};
 use crate::archive::sql::page_of;
 use crate::archive::sql::rows::summary_from_row;
 use crate::archive::sql::Conn;
@@ -57,10 +57,13 @@ pub(super) fn push_selection<'a>(
     group: Option<&'a GroupParts>,
 ) {
     match selection {
-        Selection::Ids(ids) => {
+        Selection::Ids(ids) | Selection::IdsWithin(ids, _) => {
             q.push(" FROM messages WHERE messages.id IN (SELECT value FROM json_each(")
                 .push_bind(serde_json::to_string(ids).expect("ids serialize"))
                 .push("))");
+            if let Selection::IdsWithin(_, dlqs) = selection {
+                push_dlqs(q, dlqs);
+            }
         }
         Selection::Filter(filter) => push_filter(q, filter, group),
     }
@@ -68,6 +71,13 @@ pub(super) fn push_selection<'a>(
 
 #[async_trait]
 impl MessageSearch for SqliteArchive {
+    async fn count_ids(&self, selection: &Selection) -> Result<u64, ArchiveError> {
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT count(*)");
+        push_selection(&mut q, selection, None);
+        let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+        Ok(n as u64)
+    }
+
     async fn count_messages(&self, filter: &MessageFilter, cap: u64) -> Result<u64, ArchiveError> {
         let mut conn = self.pool.acquire().await?;
         let fts5 = match &filter.text {

@@ -7,7 +7,8 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use crate::archive::{filter_value, FailureGroup, GroupBy, GroupNote, GroupQuery};
+use crate::archive::{filter_value, FailureGroup, GroupBy, GroupNote, GroupQuery, Role};
+use crate::web::auth::Caller;
 use crate::web::extract::AppQuery;
 use crate::web::{AppError, AppState};
 
@@ -144,6 +145,7 @@ impl GroupParams {
             message_type: named(&self.message_type),
             group,
             open,
+            dlqs: None,
             limit,
         })
     }
@@ -177,11 +179,15 @@ fn refuse_unknown(query: Option<&str>) -> Result<(), AppError> {
     responses((status = 200, description = "The failure groups", body = GroupList)))]
 pub(crate) async fn list_groups(
     State(state): State<AppState>,
+    caller: Caller,
     RawQuery(raw): RawQuery,
     AppQuery(params): AppQuery<GroupParams>,
 ) -> Result<Json<GroupList>, AppError> {
     refuse_unknown(raw.as_deref())?;
-    let query = params.query()?;
+    let query = GroupQuery {
+        dlqs: caller.dlqs_at(Role::Viewer, &state).await?,
+        ..params.query()?
+    };
     let _reading = state.reads.acquire().await?;
     let groups = state.archive.groups(&query).await?;
     let ids: Vec<i64> = groups.iter().filter_map(|g| g.id).collect();

@@ -8,13 +8,14 @@ use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 use serde::{Deserialize, Serialize};
 
 use crate::archive::selection::ListParams;
-use crate::archive::{ArchivedMessage, BodyStart, MessagePage, ReplayEdit, ReplayRecord};
+use crate::archive::{ArchivedMessage, BodyStart, MessagePage, ReplayEdit, ReplayRecord, Role};
 use crate::message::death::ReplayTarget;
 use crate::message::headers::Table;
 use crate::replay::plan::{check_request_key, check_target, new_request_key};
 use crate::replay::single::{replay_one, ReplayAnswer, SingleReplay};
 use crate::web::api::download;
 use crate::web::auth::Caller;
+use crate::web::caller::not_found;
 use crate::web::extract::{AppJson, AppQuery, MessageId};
 use crate::web::masking::MAX_MASKED_BODY;
 use crate::web::{AppError, AppState};
@@ -30,19 +31,16 @@ pub(crate) async fn list_messages(
     caller: Caller,
     AppQuery(params): AppQuery<ListParams>,
 ) -> Result<Json<MessagePage>, AppError> {
-    let (filter, page) = params.parse(&state.business_fields, &state.home_vhost)?;
-    state.masking.check_search(caller.role, &filter)?;
+    let (filter, page) = caller.filter(&state, &params).await?;
     let _reading = state.reads.acquire().await?;
     let mut page = state.archive.list_messages(&filter, page).await?;
     for m in &mut page.messages {
-        state.masking.summary(caller.role, m);
+        let role = caller.role_on(&m.queue, &m.vhost, &state);
+        let role = role.unwrap_or(Role::Viewer);
+        state.masking.summary(role, m);
         m.vhost = state.vhost_name(&m.vhost).to_owned();
     }
     Ok(Json(page))
-}
-
-fn not_found(id: &str) -> AppError {
-    AppError::NotFound(format!("no archived message with id {id:?}"))
 }
 
 /// The most of a body the JSON detail holds; the download has it all.
@@ -110,15 +108,14 @@ pub(crate) async fn get_message(
     }: MessageId,
 ) -> Result<impl IntoResponse, AppError> {
     let _reading = state.reads.acquire().await?;
-    let mut message = state
-        .archive
-        .get_message(numeric)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let mut message = caller.message(&state, numeric, &id, Role::Viewer).await?;
+    let role = caller
+        .role_on(&message.summary.queue, &message.summary.vhost, &state)
+        .unwrap_or(Role::Viewer);
     // A few bodies at a time are loaded and decoded; the rest wait, or hear 503. Only the
     // start of a large one is read: what the answer holds, or what masking may decode.
     let permit = state.bodies.acquire().await?;
-    let read = match state.masking.applies(caller.role) {
+    let read = match state.masking.applies(role) {
         true => MAX_MASKED_BODY,
         false => DETAIL_BODY_BYTES,
     };
@@ -128,14 +125,14 @@ pub(crate) async fn get_message(
         .await?
         .ok_or_else(|| not_found(&id))?
         .of_message(&message);
-    let (masking, schemas, role) = (state.masking.clone(), state.schemas.clone(), caller.role);
+    let (masking, schemas) = (state.masking.clone(), state.schemas.clone());
     let body = state
         .bodies
         .run_with(permit, move || {
             BodyJson::new(&masking.start(role, start, schemas.as_deref()))
         })
         .await?;
-    state.masking.summary(caller.role, &mut message.summary);
+    state.masking.summary(role, &mut message.summary);
     message.summary.vhost = state.vhost_name(&message.summary.vhost).to_owned();
     let replays = state.archive.replays_of(numeric).await?;
     let died_again_as = state
@@ -144,6 +141,7 @@ pub(crate) async fn get_message(
         .await?
         .into_iter()
         .filter(|r| r.replay_of == Some(numeric))
+        .filter(|r| caller.role_on(&r.queue, &r.vhost, &state).is_some())
         .map(|r| r.id.to_string())
         .collect();
     Ok(Json(MessageDetail {
@@ -175,22 +173,35 @@ pub(crate) async fn download_body(
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
     ];
-    if state.masking.applies(caller.role) {
+    // A caller whose rights are of some DLQs sees only theirs, with their role there.
+    let (role, message) = match caller.rights.everywhere_at(Role::Viewer) {
+        true => (caller.role, None),
+        false => {
+            let message = caller.message(&state, numeric, &id, Role::Viewer).await?;
+            let s = &message.summary;
+            let role = caller.role_on(&s.queue, &s.vhost, &state);
+            (role.unwrap_or(Role::Viewer), Some(message))
+        }
+    };
+    if state.masking.applies(role) {
         // Masking decodes the body whole (at most 8 MiB of it) and needs what the message
         // says of its bytes.
         let permit = state.bodies.acquire().await?;
-        let message = state
-            .archive
-            .get_message(numeric)
-            .await?
-            .ok_or_else(|| not_found(&id))?;
+        let message = match message {
+            Some(message) => message,
+            None => state
+                .archive
+                .get_message(numeric)
+                .await?
+                .ok_or_else(|| not_found(&id))?,
+        };
         let start = state
             .archive
             .body_start(numeric, MAX_MASKED_BODY)
             .await?
             .ok_or_else(|| not_found(&id))?
             .of_message(&message);
-        let (masking, schemas, role) = (state.masking.clone(), state.schemas.clone(), caller.role);
+        let (masking, schemas) = (state.masking.clone(), state.schemas.clone());
         let masked = state
             .bodies
             .run_with(permit, move || {
@@ -247,9 +258,10 @@ pub struct ReplayRequest {
 pub(crate) async fn replay_message(
     State(state): State<AppState>,
     caller: Caller,
-    MessageId { id: numeric, .. }: MessageId,
+    MessageId { id: numeric, raw }: MessageId,
     AppJson(request): AppJson<ReplayRequest>,
 ) -> Result<(axum::http::StatusCode, Json<ReplayRecord>), AppError> {
+    caller.may_act_on(&state, numeric, &raw).await?;
     let key = request.request_key.unwrap_or_else(new_request_key);
     check_request_key(&key)?;
     if let Some(target) = &request.target {

@@ -6,68 +6,116 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::archive::selection::given;
-use crate::archive::{Actor, AuditEntry, CopyCounts, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
+use crate::archive::{AuditEntry, CopyCounts, JobItem, ReplayJob, Role, MAX_PAGE_SIZE};
 use crate::replay::plan::{self, IdValue, JobRequest, SelectionRequest};
 use crate::web::auth::Caller;
+use crate::web::caller::archived_dlqs;
 use crate::web::error::ErrorBody;
 use crate::web::extract::{AppJson, AppQuery, JobActionPath, JobId, MessageId};
 use crate::web::{AppError, AppState};
 
-/// Freezes a selection into a plan or job, and wakes the local runner for a job.
+/// A plan or job, and what of the selection the caller may see but not replay: left out.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Planned {
+    #[serde(flatten)]
+    pub job: ReplayJob,
+    /// Messages of the selection on DLQs the caller may view but not replay, left out of
+    /// it (0 for a caller who is operator of every DLQ).
+    pub left_out: u64,
+}
+
+/// Freezes a selection into a plan or job of the messages the caller may replay, and wakes
+/// the local runner for a job.
 pub async fn create(
     state: &AppState,
-    request: JobRequest,
-    actor: &Actor,
-) -> Result<ReplayJob, AppError> {
+    mut request: JobRequest,
+    caller: &Caller,
+) -> Result<Planned, AppError> {
+    request.selection.within = caller.dlqs_at(Role::Operator, state).await?;
+    let left_out = left_out(state, caller, &request.selection).await?;
     let job = plan::create_job(
         &*state.archive,
         &request,
-        actor,
+        &caller.actor(),
         &state.business_fields,
         &state.home_vhost,
         &state.replay_policy,
     )
     .await?;
     state.jobs_wake.notify_one();
-    Ok(job)
+    Ok(Planned { job, left_out })
 }
 
-/// Starts, pauses, resumes or cancels a job, and wakes the local runner.
+/// How many messages of `selection` (already kept to the DLQs the caller may act on) are
+/// of DLQs the caller may see but not act on: what an action left out, said to them.
+async fn left_out(
+    state: &AppState,
+    caller: &Caller,
+    selection: &SelectionRequest,
+) -> Result<u64, AppError> {
+    let Some(acted_on) = &selection.within else {
+        return Ok(0);
+    };
+    let seen = match caller.dlqs_at(Role::Viewer, state).await? {
+        Some(seen) => seen,
+        None => archived_dlqs(state).await?,
+    };
+    let only_seen: Vec<String> = seen.into_iter().filter(|d| !acted_on.contains(d)).collect();
+    if only_seen.is_empty() {
+        return Ok(0);
+    }
+    let only_seen = SelectionRequest {
+        within: Some(only_seen),
+        ..selection.clone()
+    };
+    let (only_seen, _) = only_seen.resolve(&state.business_fields, &state.home_vhost)?;
+    Ok(state.archive.count_selection(&only_seen).await?)
+}
+
+/// Starts, pauses, resumes or cancels a job the caller sees, and wakes the local runner.
 pub async fn control(
     state: &AppState,
     id: i64,
     action: &str,
-    actor: &Actor,
+    caller: &Caller,
 ) -> Result<ReplayJob, AppError> {
-    let job = plan::control_job(&*state.archive, id, action, actor).await?;
+    find_job(state, caller, id).await?;
+    let job = plan::control_job(&*state.archive, id, action, &caller.actor()).await?;
     state.jobs_wake.notify_one();
     Ok(job)
 }
 
-/// Dismisses the selection with a note (required: it says why, later).
+/// Dismisses the messages of the selection the caller may act on, with a note (required:
+/// it says why, later).
 pub async fn dismiss_selection(
     state: &AppState,
     selection: &SelectionRequest,
     note: &str,
-    actor: &Actor,
+    caller: &Caller,
 ) -> Result<u64, AppError> {
+    let selection = SelectionRequest {
+        within: caller.dlqs_at(Role::Operator, state).await?,
+        ..selection.clone()
+    };
     Ok(plan::dismiss(
         &*state.archive,
-        selection,
+        &selection,
         note,
-        actor,
+        &caller.actor(),
         &state.business_fields,
         &state.home_vhost,
     )
     .await?)
 }
 
-/// The job, or a 404 that says which id was not found.
-pub async fn find_job(state: &AppState, id: i64) -> Result<ReplayJob, AppError> {
+/// The job, or a 404 that says which id was not found. A caller whose rights are of some
+/// DLQs only sees the jobs they made (each made of the messages they may replay).
+pub async fn find_job(state: &AppState, caller: &Caller, id: i64) -> Result<ReplayJob, AppError> {
     state
         .archive
         .job(id)
         .await?
+        .filter(|job| caller.sees_job(job))
         .ok_or_else(|| AppError::NotFound(format!("no replay job with id {id}")))
 }
 
@@ -86,7 +134,7 @@ pub fn shown(state: &AppState, role: Role, mut job: ReplayJob) -> ReplayJob {
 /// makes a second job.
 #[utoipa::path(post, path = "/api/replays", tag = "replays", request_body = JobRequest,
     responses(
-        (status = 200, description = "The plan or job", body = ReplayJob),
+        (status = 200, description = "The plan or job", body = Planned),
         (status = 404, description = "An id of the selection is not archived", body = ErrorBody),
         (status = 409, description = "The request key was used for another request", body = ErrorBody),
     ))]
@@ -94,8 +142,8 @@ pub(crate) async fn create_job(
     State(state): State<AppState>,
     caller: Caller,
     AppJson(request): AppJson<JobRequest>,
-) -> Result<Json<ReplayJob>, AppError> {
-    Ok(Json(create(&state, request, &caller.actor()).await?))
+) -> Result<Json<Planned>, AppError> {
+    Ok(Json(create(&state, request, &caller).await?))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -115,6 +163,7 @@ pub(crate) async fn list_jobs(
     Ok(Json(JobList {
         replays: jobs
             .into_iter()
+            .filter(|job| caller.sees_job(job))
             .map(|job| shown(&state, caller.role, job))
             .collect(),
     }))
@@ -147,7 +196,7 @@ pub(crate) async fn get_job(
     caller: Caller,
     JobId { id, .. }: JobId,
 ) -> Result<Json<JobDetail>, AppError> {
-    let job = find_job(&state, id).await?;
+    let job = find_job(&state, &caller, id).await?;
     let copies = state.archive.job_copies(id).await?;
     let fix_held = copies.fix_held(job.state);
     Ok(Json(JobDetail {
@@ -232,12 +281,13 @@ pub(crate) struct ItemPage {
     responses((status = 200, description = "A page of items", body = ItemPage)))]
 pub(crate) async fn job_items(
     State(state): State<AppState>,
+    caller: Caller,
     JobId { id, .. }: JobId,
     AppQuery(params): AppQuery<ItemParams>,
 ) -> Result<Json<ItemPage>, AppError> {
     let (outcome, after, limit) = params.parse()?;
     let _reading = state.reads.acquire().await?;
-    find_job(&state, id).await?;
+    find_job(&state, &caller, id).await?;
     let items = state.archive.job_items(id, outcome, after, limit).await?;
     let next_after = (items.len() == limit as usize)
         .then(|| items.last().map(|i| i.message_id.to_string()))
@@ -256,7 +306,7 @@ pub(crate) async fn control_job(
     caller: Caller,
     JobActionPath { id, action }: JobActionPath,
 ) -> Result<Json<ReplayJob>, AppError> {
-    Ok(Json(control(&state, id, &action, &caller.actor()).await?))
+    Ok(Json(control(&state, id, &action, &caller).await?))
 }
 
 /// `POST /api/messages/dismiss`: `{"ids": [...]}` or `{"filter": {...}}`, and a `note`.
@@ -285,8 +335,7 @@ pub(crate) async fn dismiss(
     caller: Caller,
     AppJson(request): AppJson<DismissRequest>,
 ) -> Result<Json<Dismissed>, AppError> {
-    let dismissed =
-        dismiss_selection(&state, &request.selection, &request.note, &caller.actor()).await?;
+    let dismissed = dismiss_selection(&state, &request.selection, &request.note, &caller).await?;
     Ok(Json(Dismissed { dismissed }))
 }
 
@@ -311,16 +360,12 @@ pub(crate) async fn dismiss_one(
     }: MessageId,
     AppJson(request): AppJson<NoteRequest>,
 ) -> Result<Json<Dismissed>, AppError> {
-    state
-        .archive
-        .get_message(numeric)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no archived message with id {id:?}")))?;
+    caller.message(&state, numeric, &id, Role::Operator).await?;
     let selection = SelectionRequest {
         ids: Some(vec![IdValue::Number(numeric)]),
         ..Default::default()
     };
-    let dismissed = dismiss_selection(&state, &selection, &request.note, &caller.actor()).await?;
+    let dismissed = dismiss_selection(&state, &selection, &request.note, &caller).await?;
     Ok(Json(Dismissed { dismissed }))
 }
 

@@ -18,14 +18,32 @@ use crate::web::AppState;
 pub enum Access {
     /// Anyone, signed in or not: sign-in, health probes, static assets.
     Public,
-    /// A signed-in caller with at least this role.
+    /// A signed-in caller with at least this role on every DLQ: the route shows or changes
+    /// the whole archive.
     Role(Role),
+    /// A signed-in caller with at least this role on some DLQ: the route shows and changes
+    /// only the DLQs on which the caller holds it (its handler leaves the others out).
+    OnDlqs(Role),
+}
+
+impl Access {
+    /// The role it needs, if any.
+    pub fn role(self) -> Option<Role> {
+        match self {
+            Access::Public => None,
+            Access::Role(role) | Access::OnDlqs(role) => Some(role),
+        }
+    }
 }
 
 pub const PUBLIC: Access = Access::Public;
+/// The whole archive: callers whose rights are of some DLQs only are refused.
 pub const VIEWER: Access = Access::Role(Role::Viewer);
 pub const OPERATOR: Access = Access::Role(Role::Operator);
 pub const ADMIN: Access = Access::Role(Role::Admin);
+/// Some DLQs: what the caller's rights reach is shown or changed.
+pub const DLQ_VIEWER: Access = Access::OnDlqs(Role::Viewer);
+pub const DLQ_OPERATOR: Access = Access::OnDlqs(Role::Operator);
 
 /// The access each declared route needs, by method and route pattern (as axum's
 /// `MatchedPath` names it).
@@ -130,17 +148,19 @@ mod tests {
         assert_eq!(table.needed(&post, "/login"), Some(PUBLIC));
         assert_eq!(table.needed(&get, "/healthz"), Some(PUBLIC));
         assert_eq!(table.needed(&Method::HEAD, "/healthz"), Some(PUBLIC));
-        assert_eq!(table.needed(&get, "/"), Some(VIEWER));
-        assert_eq!(table.needed(&get, "/api/messages/{id}"), Some(VIEWER));
-        assert_eq!(table.needed(&get, "/metrics"), Some(VIEWER));
+        assert_eq!(table.needed(&get, "/"), Some(DLQ_VIEWER));
+        assert_eq!(table.needed(&get, "/api/messages/{id}"), Some(DLQ_VIEWER));
+        assert_eq!(table.needed(&get, "/metrics"), Some(DLQ_VIEWER));
+        // The broker's DLQs are of the whole instance.
+        assert_eq!(table.needed(&get, "/api/dlqs"), Some(VIEWER));
         assert_eq!(
             table.needed(&post, "/api/messages/{id}/replay"),
-            Some(OPERATOR)
+            Some(DLQ_OPERATOR)
         );
-        assert_eq!(table.needed(&post, "/messages/select"), Some(OPERATOR));
+        assert_eq!(table.needed(&post, "/messages/select"), Some(DLQ_OPERATOR));
         assert_eq!(
             table.needed(&post, "/replays/{id}/{action}"),
-            Some(OPERATOR)
+            Some(DLQ_OPERATOR)
         );
         assert_eq!(table.needed(&get, "/audit"), Some(ADMIN));
         assert_eq!(table.needed(&get, "/api/audit"), Some(ADMIN));

@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use crate::archive::Role;
+use crate::archive::{Grants, Rights, Role};
 use crate::auth::{check_name, secret_hash, AuthMode, TOKEN_PREFIX};
 use crate::web::auth::access::{Access, AccessTable};
 use crate::web::auth::client::{client_ip, from_trusted_proxy};
@@ -54,11 +54,8 @@ async fn identify(
     let source = client_ip(settings, headers, peer).map(|ip| ip.to_string());
     if settings.mode == AuthMode::None {
         return Ok(Some(Caller {
-            name: "anonymous".into(),
-            role: Role::Admin,
             source,
-            session: false,
-            owner: None,
+            ..Caller::everywhere("anonymous".into(), Role::Admin)
         }));
     }
     // Only our own bearer tokens count; any other Authorization (a proxy's, a probe's
@@ -85,10 +82,11 @@ async fn identify(
             )));
         }
         // A token acts for its owner: it never has more rights than they have now.
-        let role = match &record.owner {
-            None => record.role,
-            Some(owner) => match owner_role(state, owner).await? {
-                Some(now) => record.role.min(now),
+        let rights = Rights::new(record.grants());
+        let rights = match &record.owner {
+            None => rights,
+            Some(owner) => match owner_grants(state, owner).await? {
+                Some(now) => rights.capped_by(now),
                 None => {
                     return Err(AppError::Unauthorized(format!(
                         "this API token's owner {owner} has no access any more"
@@ -97,11 +95,9 @@ async fn identify(
             },
         };
         return Ok(Some(Caller {
-            name: format!("token:{}", record.name),
-            role,
             source,
-            session: false,
             owner: record.owner,
+            ..caller_with(format!("token:{}", record.name), rights)
         }));
     }
     match settings.mode {
@@ -119,10 +115,9 @@ async fn identify(
                 .await?
                 .map(|user| Caller {
                     owner: Some(user.name.clone()),
-                    name: user.name,
-                    role: user.role,
                     source,
                     session: true,
+                    ..caller_with(user.name.clone(), Rights::new(user.grants()))
                 }))
         }
         AuthMode::Proxy => {
@@ -138,11 +133,11 @@ async fn identify(
                 return Ok(None);
             };
             check_name(user).map_err(|e| AppError::BadRequest(format!("X-Forwarded-User: {e}")))?;
-            let role = state
+            let grants = state
                 .archive
                 .user(user)
                 .await?
-                .map_or(settings.proxy_default_role, |u| u.role);
+                .map_or(Grants::Everywhere(settings.proxy_default_role), |u| u.grants());
             let email = text("x-forwarded-email")
                 .filter(|e| e.chars().count() <= MAX_EMAIL_CHARS && !e.contains(char::is_control));
             let name = match email {
@@ -150,24 +145,31 @@ async fn identify(
                 _ => user.to_owned(),
             };
             Ok(Some(Caller {
-                name,
-                role,
                 source,
-                session: false,
                 owner: Some(user.to_owned()),
+                ..caller_with(name, Rights::new(grants))
             }))
         }
         AuthMode::None => unreachable!("answered above"),
     }
 }
 
-/// A user's role now: their row's, or for a user of the trusted proxy without one, the
-/// proxy's default; `None` for a user who may not sign in at all.
-async fn owner_role(state: &AppState, name: &str) -> Result<Option<Role>, AppError> {
+/// A caller with `rights`, their route role the highest those hold.
+fn caller_with(name: String, rights: Rights) -> Caller {
+    let role = rights.highest().unwrap_or(Role::Viewer);
+    Caller {
+        rights,
+        ..Caller::everywhere(name, role)
+    }
+}
+
+/// A user's grants now: their row's, or for a user of the trusted proxy without one, the
+/// proxy's default role everywhere; `None` for a user who may not sign in at all.
+async fn owner_grants(state: &AppState, name: &str) -> Result<Option<Grants>, AppError> {
     let user = state.archive.user(name).await?;
     Ok(match (user, state.auth.mode) {
-        (Some(user), _) => Some(user.role),
-        (None, AuthMode::Proxy) => Some(state.auth.proxy_default_role),
+        (Some(user), _) => Some(user.grants()),
+        (None, AuthMode::Proxy) => Some(Grants::Everywhere(state.auth.proxy_default_role)),
         (None, _) => None,
     })
 }
@@ -254,17 +256,17 @@ pub async fn authenticate(
             )
         }
     };
-    let needed = match needed {
-        Access::Public => None,
-        Access::Role(role) => Some(role),
-    };
+    let whole = matches!(needed, Access::Role(_));
+    let needed = needed.role();
     match (needed, caller) {
         (None, caller) => {
             if let Some(caller) = caller {
                 request.extensions_mut().insert(caller);
             }
         }
-        (Some(role), Some(caller)) if caller.role >= role => {
+        (Some(role), Some(caller))
+            if caller.role >= role && (!whole || caller.rights.everywhere_at(role)) =>
+        {
             request.extensions_mut().insert(caller);
         }
         (Some(_), None)
@@ -293,12 +295,13 @@ pub async fn authenticate(
             )
         }
         (Some(role), Some(caller)) => {
+            let of_every = if whole { " on every DLQ" } else { "" };
             return refuse(
                 AppError::Forbidden(format!(
-                    "this needs the {} role; {} is {}",
+                    "this needs the {} role{of_every}; {} is {}",
                     role.as_str(),
                     caller.name,
-                    caller.role.as_str()
+                    caller.rights.describe()
                 )),
                 &nav,
             )

@@ -210,8 +210,18 @@ fn complete(operation: &mut Operation, path: &str, access: Option<Access>) {
         errors.push((404, "No such record (or not an id at all)"));
     }
     match access {
-        Some(Access::Role(role)) => {
-            let needs = format!("Needs the {} role (or a higher one).", role.as_str());
+        Some(access @ (Access::Role(_) | Access::OnDlqs(_))) => {
+            let needs = match access {
+                Access::OnDlqs(role) => format!(
+                    "Needs the {} role (or a higher one) on a DLQ; what the caller's rights \
+                     do not reach is left out.",
+                    role.as_str()
+                ),
+                _ => format!(
+                    "Needs the {} role (or a higher one) on every DLQ.",
+                    access.role().map_or("", |r| r.as_str())
+                ),
+            };
             operation.description = Some(match operation.description.take() {
                 Some(description) => format!("{description}\n\n{needs}"),
                 None => needs,
@@ -275,8 +285,7 @@ pub fn endpoints(table: &AccessTable) -> Vec<Endpoint> {
         for (method, operation) in [(Method::GET, &item.get), (Method::POST, &item.post)] {
             let Some(operation) = operation else { continue };
             let role = match table.needed(&method, path) {
-                Some(Access::Public) => "anyone",
-                Some(Access::Role(role)) => role.as_str(),
+                Some(access) => access.role().map_or("anyone", |r| r.as_str()),
                 None => "nobody",
             };
             let described = &full["paths"][path][method.as_str().to_lowercase()];

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use crate::archive::Grant;
 use crate::archive::{AuditEntry, Role, TokenRecord, TokenSpec, UserRecord};
 use crate::auth::{new_secret, secret_hash, MAX_TOKEN_DAYS, TOKEN_DAYS, TOKEN_PREFIX};
 use crate::replay::plan::{SelectionRequest, MAX_NOTE_CHARS};
@@ -24,10 +25,33 @@ pub struct TokenRequest {
     name: String,
     #[schema(value_type = Role)]
     role: String,
+    /// The role only on the DLQs these patterns name (`tenant-a/*`, `billing.*`; none:
+    /// every DLQ). A form sends them one per line.
+    #[serde(default, deserialize_with = "patterns")]
+    on: Vec<String>,
     /// Days until it stops working (default 90, at most 366). A form sends it as text.
     #[serde(default, deserialize_with = "days")]
     #[schema(minimum = 1, maximum = 366)]
     expires_in_days: Option<u32>,
+}
+
+/// Patterns, as JSON sends them (a list) or a form does (one per line).
+fn patterns<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Patterns {
+        List(Vec<String>),
+        Lines(String),
+    }
+    Ok(match Patterns::deserialize(d)? {
+        Patterns::List(list) => list,
+        Patterns::Lines(text) => text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
 }
 
 /// A number, as JSON sends it or a form does (an empty field is none).
@@ -81,6 +105,7 @@ async fn make_token(
         ));
     }
     let role = request.role.parse::<Role>().map_err(AppError::BadRequest)?;
+    let grants = Grant::on_each(role, &request.on).map_err(AppError::BadRequest)?;
     let days = request.expires_in_days.unwrap_or(TOKEN_DAYS);
     if !(1..=MAX_TOKEN_DAYS).contains(&days) {
         return Err(AppError::BadRequest(format!(
@@ -94,6 +119,7 @@ async fn make_token(
         name,
         token_hash: &hash,
         role,
+        grants: &grants,
         // The caller's user owns it (a token made with a token, that token's owner):
         // removing them revokes it.
         owner: caller.owner.as_deref(),

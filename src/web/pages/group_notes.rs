@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use time::{Duration, OffsetDateTime};
 
-use crate::archive::{Actor, GroupNote, GroupNoteChange, GroupQuery, GroupStatus};
+use crate::archive::{GroupNote, GroupNoteChange, GroupQuery, GroupStatus, Role};
 use crate::web::auth::Caller;
 use crate::web::extract::{AppJson, GroupId};
 use crate::web::html::{flash, PageError};
@@ -79,15 +79,16 @@ fn change_of(
 }
 
 /// Sets the note of cause group `id` (any id of its rows names it; the note is kept under
-/// the group's own).
+/// the group's own), when the caller is operator of its DLQ.
 async fn set_note(
     state: &AppState,
     id: i64,
     change: &GroupNoteChange,
-    by: &Actor,
+    caller: &Caller,
 ) -> Result<GroupNote, AppError> {
     let query = GroupQuery {
         group: Some(id),
+        dlqs: caller.dlqs_at(Role::Operator, state).await?,
         ..GroupQuery::by_cause(1)
     };
     let group = state
@@ -98,7 +99,10 @@ async fn set_note(
         .next()
         .and_then(|g| g.id)
         .ok_or_else(|| AppError::NotFound(format!("no failure group with id \"{id}\"")))?;
-    Ok(state.archive.set_group_note(group, change, by).await?)
+    Ok(state
+        .archive
+        .set_group_note(group, change, &caller.actor())
+        .await?)
 }
 
 /// Sets a failure group's note and status (replacing the last), as shown on the overview and
@@ -119,7 +123,7 @@ pub(crate) async fn note_group(
         request.snoozed_until,
         OffsetDateTime::now_utc(),
     )?;
-    Ok(Json(set_note(&state, id, &change, &caller.actor()).await?))
+    Ok(Json(set_note(&state, id, &change, &caller).await?))
 }
 
 /// `POST /groups/{id}/note`: the overview's "Note…" form (`status`, `note`, and
@@ -153,7 +157,7 @@ pub async fn note_group_form(
     };
     let change =
         change_of(status, form.get("note").unwrap_or_default(), until, now).map_err(page_error)?;
-    let note = set_note(&state, id, &change, &caller.actor())
+    let note = set_note(&state, id, &change, &caller)
         .await
         .map_err(page_error)?;
     let said = match note.status {

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
 
-use crate::archive::{ArchivedMessage, MessageStatus, MessageSummary, ReplayRecord};
+use crate::archive::{ArchivedMessage, MessageStatus, MessageSummary, ReplayRecord, Role};
 use crate::message::death::ReplayTarget;
 use crate::message::headers::{AmqpValue, Table};
 use crate::replay::plan::new_request_key;
@@ -406,17 +406,19 @@ pub async fn detail_page(
         )))
     };
     let _reading = state.reads.acquire().await.map_err(page_error)?;
-    let mut message = state
-        .archive
-        .get_message(numeric)
+    let mut message = caller
+        .message(&state, numeric, &id, Role::Viewer)
         .await
-        .map_err(|e| page_error(e.into()))?
-        .ok_or_else(not_found)?;
-    state.masking.summary(caller.role, &mut message.summary);
+        .map_err(page_error)?;
+    // Their role on this message's DLQ: what they see of it and may do with it.
+    let role = caller
+        .role_on(&message.summary.queue, &message.summary.vhost, &state)
+        .unwrap_or(Role::Viewer);
+    state.masking.summary(role, &mut message.summary);
     // A few bodies at a time are loaded, decoded and rendered, off the async threads; of a
     // large one, only what the page can show (or what masking may decode) is read.
     let permit = state.bodies.acquire().await.map_err(page_error)?;
-    let read = match state.masking.applies(caller.role) {
+    let read = match state.masking.applies(role) {
         true => crate::message::masking::MAX_MASKED_BODY,
         false => payload::READ_LIMIT,
     };
@@ -426,7 +428,7 @@ pub async fn detail_page(
         .await
         .map_err(|e| page_error(e.into()))?
         .ok_or_else(not_found)?;
-    let (masking, role, archived) = (state.masking.clone(), caller.role, message.clone());
+    let (masking, archived) = (state.masking.clone(), message.clone());
     let vhost = state.vhost_name(&message.summary.vhost).to_owned();
     let schemas = state.schemas.clone();
     // A search that does not parse (edited by hand) marks nothing.
@@ -457,11 +459,14 @@ pub async fn detail_page(
         .replays_of(numeric)
         .await
         .map_err(|e| page_error(e.into()))?;
-    let related = state
+    let related: Vec<MessageSummary> = state
         .archive
         .related(&message.summary)
         .await
-        .map_err(|e| page_error(e.into()))?;
+        .map_err(|e| page_error(e.into()))?
+        .into_iter()
+        .filter(|m| caller.role_on(&m.queue, &m.vhost, &state).is_some())
+        .collect();
     let s = &message.summary;
     let headers = message.headers.as_ref().map(header_rows);
     let error_text = error_text(s.error.as_deref(), headers.as_deref())
@@ -554,7 +559,7 @@ pub async fn detail_page(
             ),
             None => "no death history: a replay needs a target chosen by hand".to_owned(),
         }),
-        can_act: caller.role >= crate::archive::Role::Operator,
+        can_act: role >= Role::Operator,
         summary: s.clone(),
     };
     Ok(render(&page))

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use crate::archive::ReplayEdit;
+use crate::archive::{ReplayEdit, Role};
 use crate::message::death::ReplayTarget;
 use crate::message::headers::Table;
 use crate::replay::plan::{check_request_key, check_target, IdValue, SelectionRequest};
@@ -71,6 +71,10 @@ pub async fn replay_form(
     AppForm(form): AppForm<ReplayForm>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
+    caller
+        .may_act_on(&state, numeric, &id)
+        .await
+        .map_err(page_error)?;
     let target = ReplayTarget {
         exchange: form.exchange.trim().to_owned(),
         routing_key: form.routing_key.trim().to_owned(),
@@ -134,21 +138,15 @@ pub async fn dismiss_form(
     AppForm(form): AppForm<DismissForm>,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    state
-        .archive
-        .get_message(numeric)
+    caller
+        .message(&state, numeric, &id, Role::Operator)
         .await
-        .map_err(|e| page_error(e.into()))?
-        .ok_or_else(|| {
-            page_error(AppError::NotFound(format!(
-                "no archived message with id {id:?}"
-            )))
-        })?;
+        .map_err(page_error)?;
     let selection = SelectionRequest {
         ids: Some(vec![IdValue::Number(numeric)]),
         ..Default::default()
     };
-    let dismissed = dismiss_selection(&state, &selection, &form.note, &caller.actor())
+    let dismissed = dismiss_selection(&state, &selection, &form.note, &caller)
         .await
         .map_err(page_error)?;
     Ok(flash(

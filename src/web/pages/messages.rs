@@ -6,7 +6,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::archive::selection::ListParams;
-use crate::archive::{MessageFilter, MessageSummary};
+use crate::archive::{MessageFilter, MessageSummary, Role};
 use crate::message::death::ReplayTarget;
 use crate::web::auth::Caller;
 use crate::web::extract::AppQuery;
@@ -14,7 +14,7 @@ use crate::web::html::{filters, human_bytes, is_htmx, render, thousands, utc, Pa
 use crate::web::nav::Nav;
 use crate::web::pages::chips::{filter_pairs, removable, Chip};
 use crate::web::pages::nearest::{self, Hint};
-use crate::web::{AppError, AppState};
+use crate::web::AppState;
 
 pub struct Row {
     pub id: String,
@@ -172,12 +172,9 @@ pub async fn count_fragment(
     caller: Caller,
     AppQuery(form): AppQuery<ListParams>,
 ) -> Result<Response, PageError> {
-    let (filter, _) = form
-        .parse(&state.business_fields, &state.home_vhost)
-        .map_err(|e| PageError::new(AppError::from(e), &headers))?;
-    state
-        .masking
-        .check_search(caller.role, &filter)
+    let (filter, _) = caller
+        .filter(&state, &form)
+        .await
         .map_err(|e| PageError::new(e, &headers))?;
     let _reading = state
         .reads
@@ -198,22 +195,10 @@ pub async fn count_fragment(
     Ok(([(header::CACHE_CONTROL, "no-store")], text).into_response())
 }
 
-/// The names of the archived DLQs, from the kept totals (no table scan).
-async fn dlq_names(state: &AppState) -> Result<Vec<String>, AppError> {
-    let mut queues: Vec<String> = state
-        .archive
-        .counts()
-        .await?
-        .into_iter()
-        .map(|c| c.queue)
-        .collect();
-    queues.dedup();
-    Ok(queues)
-}
-
 /// The failure group `filter` selects by, as its chip names it: `cause (reason in queue)`.
 async fn group_named(
     state: &AppState,
+    caller: &Caller,
     filter: &crate::archive::MessageFilter,
 ) -> Result<Option<String>, crate::archive::ArchiveError> {
     let Some(id) = filter.group.as_deref().and_then(|g| g.parse().ok()) else {
@@ -223,7 +208,11 @@ async fn group_named(
         group: Some(id),
         ..crate::archive::GroupQuery::by_cause(1)
     };
-    Ok(state.archive.groups(&query).await?.first().map(|g| {
+    let groups = state.archive.groups(&query).await?;
+    let seen = groups
+        .first()
+        .filter(|g| caller.sees_group(g, state));
+    Ok(seen.map(|g| {
         let cause = g.cause();
         format!(
             "{} ({} in {})",
@@ -255,13 +244,7 @@ pub async fn list_page(
         };
         return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response());
     }
-    let parsed = form
-        .parse(&state.business_fields, &state.home_vhost)
-        .map_err(AppError::from)
-        .and_then(|(filter, page)| {
-            state.masking.check_search(caller.role, &filter)?;
-            Ok((filter, page))
-        });
+    let parsed = caller.filter(&state, &form).await;
     let mut found_nothing: Option<MessageFilter> = None;
     let mut group = None;
     let (rows, next_link, error) = match parsed {
@@ -271,7 +254,7 @@ pub async fn list_page(
                 .acquire()
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
-            group = group_named(&state, &filter)
+            group = group_named(&state, &caller, &filter)
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
             let mut page = state
@@ -280,7 +263,8 @@ pub async fn list_page(
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
             for m in &mut page.messages {
-                state.masking.summary(caller.role, m);
+                let role = caller.role_on(&m.queue, &m.vhost, &state);
+                state.masking.summary(role.unwrap_or(Role::Viewer), m);
             }
             let next = page
                 .next_cursor
@@ -304,7 +288,8 @@ pub async fn list_page(
     let count_link = (error.is_none() && !rows.is_empty())
         .then(|| format!("/messages/count?{}", form.to_query(None)));
     let queues = match found_nothing.is_some() || !is_htmx(&headers) {
-        true => dlq_names(&state)
+        true => caller
+            .visible_dlqs(&state)
             .await
             .map_err(|e| PageError::new(e, &headers))?,
         false => Vec::new(),

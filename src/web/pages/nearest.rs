@@ -76,7 +76,14 @@ pub async fn offers(
         return Vec::new();
     };
     let mut out = Vec::new();
-    for term in search.fields.iter().filter(|t| t.is_business()) {
+    // Values are offered from the whole archive's field index: not to a caller whose rights
+    // are of some DLQs only (the list's filter then names them).
+    let whole_archive = filter.dlqs.is_none();
+    for term in search
+        .fields
+        .iter()
+        .filter(|t| t.is_business() && whole_archive)
+    {
         if let Some(hint) = business_offer(state, &search, term).await {
             out.push(hint);
         }

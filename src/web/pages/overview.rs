@@ -12,7 +12,10 @@ use time::{Duration, OffsetDateTime};
 
 use crate::amqp::discovery::Risk;
 use crate::archive::selection::{fields_query, group_filters, group_link};
-use crate::archive::{FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount};
+use crate::archive::{
+    FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount, Role,
+};
+use crate::web::caller::Caller;
 use crate::runtime::status::ConsumerState;
 use crate::web::html::{filters, render, utc};
 use crate::web::nav::Nav;
@@ -170,12 +173,24 @@ pub struct OverviewPage {
 pub async fn overview(
     State(state): State<AppState>,
     nav: Nav,
+    caller: Caller,
     RawQuery(query): RawQuery,
 ) -> Response {
     let now = OffsetDateTime::now_utc();
-    let consumers = state.status.snapshot();
+    // A caller whose rights are of some DLQs sees those, and nothing of the others: not their
+    // names, counts, consumers or warnings, nor the instance-wide cards.
+    let scope = caller.dlqs_at(Role::Viewer, &state).await.ok().flatten();
+    let whole = scope.is_none() && caller.rights.everywhere_at(Role::Viewer);
+    let visible = |queue: &str| whole || scope.as_ref().is_some_and(|s| s.iter().any(|d| d == queue));
+    let mut consumers = state.status.snapshot();
+    consumers.retain(|queue, _| visible(queue));
     let mut outages = outages(&consumers);
-    let mut warnings: Vec<(String, String)> = state.status.warnings().into_iter().collect();
+    let mut warnings: Vec<(String, String)> = state
+        .status
+        .warnings()
+        .into_iter()
+        .filter(|(queue, _)| visible(queue))
+        .collect();
     let sort = match requested(query.as_deref(), "sort", GroupSort::parse) {
         Ok(sort) => sort.unwrap_or_default(),
         Err(asked) => {
@@ -206,31 +221,41 @@ pub async fn overview(
     };
     // The page says the database is down (and keeps refreshing) rather than being an error.
     let read = async {
-        let counts = state.archive.counts().await?;
-        let hourly = state
+        let mut counts = state.archive.counts().await?;
+        counts.retain(|c| visible(&c.queue));
+        let mut hourly = state
             .archive
             .hourly_counts(now - Duration::hours(23))
             .await?;
+        hourly.retain(|h| visible(&h.queue));
         let groups = state
             .archive
             .groups(&GroupQuery {
                 by: group_by,
+                dlqs: (!whole).then(|| scope.clone().unwrap_or_default()),
                 ..GroupQuery::by_cause(GROUPS_SHOWN)
             })
             .await?;
         // Whole minutes: the current one and the four before it.
-        let recent = state
+        let mut recent = state
             .archive
             .recent_counts(now - Duration::minutes(RECENT_MINUTES - 1))
             .await?;
+        recent.retain(|(queue, _)| visible(queue));
         let last_pass = match state.retention {
             Some(_) => state.archive.last_retention().await?,
             None => None,
         };
         let now_minute = now.unix_timestamp().div_euclid(60);
         let since = now_minute - shaped::BINS as i64 * shaped::BIN_MINUTES + 1;
-        let minutes = state.archive.group_minutes(group_by, since).await?;
-        let settling = state.archive.settling_by_dlq().await?;
+        // A cause group is of one DLQ; the other groupings' trends count every DLQ's
+        // messages, so a caller who sees some DLQs gets none.
+        let minutes = match whole || group_by == GroupBy::Cause {
+            true => state.archive.group_minutes(group_by, since).await?,
+            false => Vec::new(),
+        };
+        let mut settling = state.archive.settling_by_dlq().await?;
+        settling.retain(|(queue, _)| visible(queue));
         let ids: Vec<i64> = groups.iter().filter_map(|g| g.id).collect();
         let notes = state.archive.group_notes(&ids).await?;
         let extra = GroupReads {
@@ -254,20 +279,20 @@ pub async fn overview(
             }
         },
     };
-    let dlqs = state.management.as_ref().map(|management| {
+    let dlqs = state.management.as_ref().filter(|_| whole).map(|management| {
         let found = state
             .discovery
             .latest(management, crate::web::pages::dlqs::archived_queues(&state));
         dlqs_card(found, &mut warnings)
     });
-    let retention = state.retention.as_ref().map(|policy| RetentionLine {
+    let retention = state.retention.as_ref().filter(|_| whole).map(|policy| RetentionLine {
         policy: policy.to_string(),
         last: last_pass
             .as_ref()
             .and_then(|r| Some((utc(r.finished_at?), r.deleted))),
         next: last_pass.as_ref().and_then(|r| r.next_at).map(utc),
     });
-    let notifications = (!state.notifications.targets.is_empty()).then(|| {
+    let notifications = (whole && !state.notifications.targets.is_empty()).then(|| {
         let latest = state.notifications.latest();
         NotificationsLine {
             targets: state.notifications.targets.to_vec(),

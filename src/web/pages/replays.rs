@@ -136,7 +136,7 @@ pub async fn selection_form(
     match form.get("action") {
         Some("dismiss") => {
             let note = form.get("note").unwrap_or_default();
-            let dismissed = dismiss_selection(&state, &selection, note, &caller.actor())
+            let dismissed = dismiss_selection(&state, &selection, note, &caller)
                 .await
                 .map_err(page_error)?;
             let said = dismissed_said(dismissed);
@@ -151,10 +151,20 @@ pub async fn selection_form(
         }
         _ => {
             let request = job_request_of(&form, selection).map_err(page_error)?;
-            let job = api::replays::create(&state, request, &caller.actor())
+            let planned = api::replays::create(&state, request, &caller)
                 .await
                 .map_err(page_error)?;
-            Ok(see_other(&headers, &format!("/replays/{}", job.id)))
+            let to = see_other(&headers, &format!("/replays/{}", planned.job.id));
+            Ok(match planned.left_out {
+                0 => to,
+                n => flash(
+                    to,
+                    &format!(
+                        "{} left out: their DLQs are yours to view, not to replay.",
+                        crate::support::format::count(n as i64, "message was", "messages were")
+                    ),
+                ),
+            })
         }
     }
 }
@@ -543,7 +553,7 @@ pub async fn job_page(
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
     let (outcome, after, limit) = params.parse().map_err(page_error)?;
-    let job = find_job(&state, id).await.map_err(page_error)?;
+    let job = find_job(&state, &caller, id).await.map_err(page_error)?;
     let job = api::replays::shown(&state, caller.role, job);
     let items = state
         .archive
@@ -590,10 +600,11 @@ pub async fn job_page(
 pub async fn progress_partial(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     JobId { id, .. }: JobId,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    let job = find_job(&state, id).await.map_err(page_error)?;
+    let job = find_job(&state, &caller, id).await.map_err(page_error)?;
     let copies = state
         .archive
         .job_copies(id)
@@ -612,7 +623,7 @@ pub async fn control_form(
     JobActionPath { id, action }: JobActionPath,
 ) -> Result<Response, PageError> {
     let page_error = |e: AppError| PageError::new(e, &headers);
-    api::replays::control(&state, id, &action, &caller.actor())
+    api::replays::control(&state, id, &action, &caller)
         .await
         .map_err(page_error)?;
     // The whole page again: its heading, bar and messages follow the new state.
@@ -643,6 +654,7 @@ pub async fn list_page(
         .await
         .map_err(|e| PageError::new(e, &headers))?
         .into_iter()
+        .filter(|job| caller.sees_job(job))
         .map(|job| api::replays::shown(&state, caller.role, job))
         .collect();
     Ok(render(&JobsPage {

@@ -18,15 +18,15 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
 
     // Users: added, changed (the password kept unless given), listed by name.
     archive
-        .put_user("zoe", Some("hash-1"), Role::Operator, &admin)
+        .put_user("zoe", Some("hash-1"), Role::Operator, &[], &admin)
         .await
         .unwrap();
     archive
-        .put_user("bob", None, Role::Viewer, &admin)
+        .put_user("bob", None, Role::Viewer, &[], &admin)
         .await
         .unwrap();
     archive
-        .put_user("zoe", None, Role::Admin, &admin)
+        .put_user("zoe", None, Role::Admin, &[], &admin)
         .await
         .unwrap();
     let zoe = archive.user("zoe").await.unwrap().unwrap();
@@ -112,6 +112,7 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
         .create_token(
             &TokenSpec {
                 name: "ci",
+                grants: &[],
                 token_hash: "t-bob",
                 role: Role::Operator,
                 owner: Some("bob"),
@@ -125,6 +126,7 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
         .create_token(
             &TokenSpec {
                 name: "cron",
+                grants: &[],
                 token_hash: "t-cli",
                 role: Role::Viewer,
                 owner: None,
