@@ -35,14 +35,6 @@ async fn memory_alarm(broker: &PrivateBroker, on: bool) {
         .await;
 }
 
-async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn a_single_replay_held_back_by_an_alarm_says_so_and_settles() {
     let (broker, t, app, work, dlq) = archived_dead_letters(1).await;
     let id = app.all_messages(&dlq).await[0]["id"]
@@ -85,7 +77,7 @@ async fn a_single_replay_held_back_by_an_alarm_says_so_and_settles() {
     assert_eq!(same["id"], record["id"]);
 
     memory_alarm(&broker, false).await;
-    eventually(
+    wait_until(
         "the record to settle",
         Duration::from_secs(30),
         async || {

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::helpers::unique;
+use crate::helpers::{unique, wait_showing, wait_until, Patience};
 
 /// The script that installs and runs a private RabbitMQ 4.x (see its header).
 const RABBITMQ4_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rabbitmq4.sh");
@@ -131,23 +131,22 @@ impl Broker {
 /// The `messages` of `queue` in what `list` (a `rabbitmqctl list_queues`) prints, waiting
 /// until it lists the queue with a count.
 async fn queue_messages(list: impl Fn() -> Command, queue: &str) -> u64 {
-    let start = Instant::now();
-    loop {
-        let listing = run_async(list()).await;
-        let messages = listing
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .find(|(name, _)| *name == queue)
-            .and_then(|(_, n)| n.trim().parse().ok());
-        if let Some(messages) = messages {
-            return messages;
-        }
-        assert!(
-            start.elapsed() < BOOT_TIMEOUT,
-            "{queue} not listed by rabbitmqctl: {listing}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Each look runs rabbitmqctl: every 200 ms.
+    let patience = Patience::within(BOOT_TIMEOUT).every(Duration::from_millis(200));
+    wait_showing(
+        &format!("rabbitmqctl to list {queue}"),
+        patience,
+        async || {
+            let listing = run_async(list()).await;
+            let messages = listing
+                .lines()
+                .filter_map(|l| l.split_once('\t'))
+                .find(|(name, _)| *name == queue)
+                .and_then(|(_, n)| n.trim().parse().ok());
+            messages.ok_or(listing)
+        },
+    )
+    .await
 }
 
 fn list_queues(vhost: &str) -> [&str; 7] {
@@ -376,15 +375,16 @@ impl PrivateBroker {
                     .stdout(log.try_clone().unwrap())
                     .stderr(log);
                 self.server = Some(command.spawn().expect("RabbitMQ 3.10's rabbitmq-server"));
-                let start = Instant::now();
-                while !self.try_ctl(&["-q", "await_startup"]).await {
-                    assert!(
-                        start.elapsed() < BOOT_TIMEOUT,
-                        "the private RabbitMQ did not start: see {}",
-                        self.dir.join("log").display()
-                    );
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+                let what = format!(
+                    "the private RabbitMQ to start (see {})",
+                    self.dir.join("log").display()
+                );
+                // Each look runs rabbitmqctl: every 500 ms.
+                let patience = Patience::within(BOOT_TIMEOUT).every(Duration::from_millis(500));
+                wait_until(&what, patience, async || {
+                    self.try_ctl(&["-q", "await_startup"]).await
+                })
+                .await;
             }
             Broker::Rabbitmq4 => {
                 let mut command = Command::new(RABBITMQ4_SH);
@@ -395,20 +395,13 @@ impl PrivateBroker {
                 run_async(command).await;
             }
         }
-        let start = Instant::now();
-        loop {
-            match lapin::Connection::connect(&self.url(), Default::default()).await {
-                Ok(c) => {
-                    let _ = c.close(200, "the node is up".into()).await;
-                    return;
-                }
-                Err(e) => assert!(
-                    start.elapsed() < BOOT_TIMEOUT,
-                    "the private RabbitMQ takes no connections: {e}"
-                ),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let patience = Patience::within(BOOT_TIMEOUT).every(Duration::from_millis(200));
+        let what = "the private RabbitMQ to take connections";
+        let connection = wait_showing(what, patience, async || {
+            lapin::Connection::connect(&self.url(), Default::default()).await
+        })
+        .await;
+        let _ = connection.close(200, "the node is up".into()).await;
     }
 
     /// SIGKILLs the node, as a crash or the OOM killer would, and waits until it is gone.
@@ -498,14 +491,12 @@ impl PrivateBroker {
     }
 
     async fn wait_until_gone(&mut self, pid: u32) {
-        let start = Instant::now();
-        while alive(pid) {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "RabbitMQ {pid} does not stop"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until(
+            &format!("RabbitMQ {pid} to stop"),
+            Duration::from_secs(60),
+            async || !alive(pid),
+        )
+        .await;
         // Its script ends with it.
         if let Some(mut server) = self.server.take() {
             let _ = server.wait();

@@ -2,7 +2,7 @@
 //! dead-lettered through RabbitMQ: search for an invoice, open it, see its death timeline
 //! and pretty JSON, check that a `<script>` in a body never runs, and replay it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::options::BasicRejectOptions;
 use lapin::ExchangeKind;
@@ -271,18 +271,17 @@ async fn wait_live(
     secs: u64,
     check: impl Fn(&str) -> bool,
 ) {
-    let start = Instant::now();
-    loop {
+    // Each look asks the browser: every 250 ms.
+    let patience = Patience::within(Duration::from_secs(secs)).every(Duration::from_millis(250));
+    wait_showing(&format!("{css} to show {what}"), patience, async || {
         let text = browser.text(css).await;
         if check(&text) {
-            return;
+            Ok(())
+        } else {
+            Err(text)
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "{css} never showed {what}: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -670,21 +669,20 @@ async fn a_broker_outage_is_a_banner_on_the_overview() {
     let browser = Browser::start().await;
     browser.go(&format!("http://{}/", app.addr)).await;
     // It appears by itself once the consumer has tried (the page refreshes every 5 s).
-    let start = Instant::now();
-    loop {
+    // Each look asks the browser: every 250 ms.
+    let patience = Patience::within(Duration::from_secs(20)).every(Duration::from_millis(250));
+    wait_showing("the outage banner", patience, async || {
         let shown = browser
             .script("const b = document.querySelector('.outage'); return b ? b.textContent : ''")
             .await;
         let text = shown.as_str().unwrap_or_default();
         if text.contains("RabbitMQ is unreachable; nothing is being archived (some.dlq)") {
-            break;
+            Ok(())
+        } else {
+            Err(shown)
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no banner: {shown}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
     let role = browser
         .script("return document.querySelector('.outage').getAttribute('role')")
         .await;

@@ -4,7 +4,7 @@
 //! settings that put their messages at risk, and the queues whose dead letters reach no queue,
 //! at `GET /api/dlqs` and on the overview.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::types::AMQPValue;
 use lapin::ExchangeKind;
@@ -488,15 +488,17 @@ async fn discover_archives_other_vhosts_a_pattern_names_rabbitmq4() {
 /// quorum queue's delivery limit) only once it gathered its statistics (seconds; more than
 /// 40 s under load on 4.0).
 async fn wait_for_dlqs(app: &TestApp, ready: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
+    // Each look asks the management API: every second.
+    let patience = Patience::within(Duration::from_secs(120)).every(Duration::from_secs(1));
+    wait_showing("/api/dlqs to be ready", patience, async || {
         let answer = app.json("/api/dlqs", 200).await;
         if ready(&answer) {
-            return answer;
+            Ok(answer)
+        } else {
+            Err(answer)
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "{answer}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await
 }
 
 /// `--discover` without `--management-url` stops at start with what to give.
@@ -558,18 +560,17 @@ async fn discover_reads_the_management_api_over_https_rabbitmq4() {
         (out.status.success(), said)
     };
     // The TLS listener starts with the plugin, a moment after AMQP.
-    let start = Instant::now();
-    let shown = loop {
-        let (ok, said) = discover(Some(&ca));
-        if ok {
-            break said;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "discover over https: {said}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // Each look runs `lazarus discover`: every 500 ms.
+    let patience = Patience::within(Duration::from_secs(60)).every(Duration::from_millis(500));
+    let shown = wait_showing(
+        "discover over https to succeed",
+        patience,
+        async || match discover(Some(&ca)) {
+            (true, said) => Ok(said),
+            (false, said) => Err(said),
+        },
+    )
+    .await;
     assert!(
         shown.contains(&format!("{dlq}\tarchive\tfed by {work}")),
         "{shown}"

@@ -402,20 +402,18 @@ async fn a_hostile_import_is_refused_line_by_line_in_bounded_memory() {
     });
     let (stdin, written) = writer.join().unwrap();
     // Everything read (and the process waiting for more): its peak so far is the import's.
-    let start = std::time::Instant::now();
-    loop {
+    let what = format!("the import to read all {written} bytes and wait for more");
+    wait_showing(&what, Duration::from_secs(300), async || {
         let read = proc_field(pid, "io", "rchar").unwrap_or(0);
         let waiting = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .is_ok_and(|s| s.contains("State:\tS"));
         if read >= written as u64 && waiting {
-            break;
+            Ok(())
+        } else {
+            Err(format!("read {read}, waiting: {waiting}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "read {read} of {written}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let peak_mib = proc_field(pid, "status", "VmHWM").unwrap() / 1024;
     drop(stdin);
     let out = child.wait_with_output().unwrap();
@@ -566,11 +564,13 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             let mut first = migrate().spawn().unwrap();
             let count =
                 "SELECT CAST(coalesce(sum(messages), 0) AS BIGINT) FROM queue_reason_counts";
-            let start = std::time::Instant::now();
-            while count_rows(&to, count).await < (n / 5) as i64 {
-                assert!(start.elapsed() < Duration::from_secs(120), "no progress");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            // Looking every 20 ms: the kill lands soon after a fifth is copied.
+            let soon = Patience::within(Duration::from_secs(120)).every(Duration::from_millis(20));
+            let what = format!("the migration to copy a fifth of {n} (no progress)");
+            wait_until(&what, soon, async || {
+                count_rows(&to, count).await >= (n / 5) as i64
+            })
+            .await;
             first.kill().await.unwrap();
             let partial = count_rows(&to, count).await;
             assert!(partial < n as i64, "killed before the end: {partial}");
@@ -690,17 +690,18 @@ async fn a_migration_from_sqlite_to_postgres_killed_once_resumes_and_verifies() 
             )
             .await;
             assert_eq!(started.status, 200, "{}", started.text());
-            let start = std::time::Instant::now();
-            let done = loop {
+            let what = format!("job {id} to complete");
+            let done = wait_showing(&what, Duration::from_secs(30), async || {
                 let path = format!("/api/replays/{id}");
                 let job = crate::auth::as_user(&served, &cookie, "GET", &path, None).await;
                 let job: Value = serde_json::from_str(&job.text()).unwrap();
                 if job["state"] == "completed" {
-                    break job;
+                    Ok(job)
+                } else {
+                    Err(job)
                 }
-                assert!(start.elapsed() < Duration::from_secs(30), "{job}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
+            })
+            .await;
             assert_eq!(done["counts"]["published"], 3, "{done}");
             served.stop().await;
         })

@@ -359,18 +359,22 @@ async fn two_batches_at_once() {
     let waiting = "SELECT count(*) FROM pg_stat_activity \
                    WHERE datname = current_database() AND wait_event_type = 'Lock' \
                    AND query LIKE '%INSERT INTO messages%'";
-    let mut stores: i64 = 0;
-    let start = Instant::now();
-    while stores < 2 && start.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stores = sqlx::query_scalar(waiting)
+    let what = "two batches being stored at once (waiting on the lock)";
+    wait_showing(what, Duration::from_secs(30), async || {
+        let stores: i64 = sqlx::query_scalar(waiting)
             .fetch_one(&mut monitor)
             .await
             .unwrap();
-    }
+        if stores >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{stores} waiting"))
+        }
+    })
+    .await;
     // Give a third one time to show up, were there one.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stores = sqlx::query_scalar(waiting)
+    let stores: i64 = sqlx::query_scalar(waiting)
         .fetch_one(&mut monitor)
         .await
         .unwrap();

@@ -112,21 +112,14 @@ impl Taken {
 /// Takes one message from `queue` (acknowledged), waiting up to 20 s for one to arrive.
 pub async fn take(url: &str, queue: &str) -> Taken {
     let t = Topology::on(url).await;
-    let started = std::time::Instant::now();
-    let message = loop {
-        let got = t
-            .channel
+    let what = format!("a message in {queue}");
+    let message = wait_for(&what, Duration::from_secs(20), async || {
+        t.channel
             .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-            .await;
-        if let Some(m) = got.unwrap_or_else(|e| panic!("basic.get from {queue}: {e}")) {
-            break m;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "nothing arrived in {queue}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+            .await
+            .unwrap_or_else(|e| panic!("basic.get from {queue}: {e}"))
+    })
+    .await;
     let d = message.delivery;
     let (properties, headers) = MessageProperties::from_lapin(&d.properties);
     let taken = Taken {

@@ -4,7 +4,7 @@
 //! stay until dismissed and are announced; the keyboard reaches the results and Esc closes
 //! dialogs; selections read as chips, counts as numbers, and the smaller words are right.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lazarus::archive::{Actor, Role};
 use lazarus::auth::{hash_password, AuthMode};
@@ -100,18 +100,16 @@ pub(crate) async fn job_until(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let start = Instant::now();
-    loop {
+    let what = format!("job {id} to get {what}");
+    wait_showing(&what, Duration::from_secs(30), async || {
         let job = app.json(&format!("/api/replays/{id}"), 200).await;
         if done(&job) {
-            return job;
+            Ok(job)
+        } else {
+            Err(job)
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "job {id} never got {what}: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// A rectangle of the first element matching `css`: [top, bottom, left, right, visible].

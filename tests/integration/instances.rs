@@ -152,19 +152,14 @@ impl Instance {
         );
         self.child.start_kill().unwrap();
         self.child.wait().await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = sessions().await;
-            if left == 0 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{left} sessions of the killed {} did not end",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Looking every 10 ms: the test goes on the moment they have.
+        let soon = Patience::within(Duration::from_secs(30)).every(Duration::from_millis(10));
+        let what = format!("the sessions of the killed {} to end", self.name);
+        wait_showing(&what, soon, async || match sessions().await {
+            0 => Ok(()),
+            left => Err(format!("{left} left")),
+        })
+        .await;
         let _ = pg.close().await;
     }
 }
@@ -274,21 +269,26 @@ async fn two_instances() {
     let rows = || count(&pg, "SELECT count(*) FROM messages");
 
     // --- Ingest: both consume the DLQ; A is SIGKILLed once both have archived some.
-    let (a_ingested, b_ingested_at_kill) = loop {
+    // Looking every 5 ms: A is killed as soon after as it can be.
+    let soon = Patience::until(started + Duration::from_secs(60)).every(Duration::from_millis(5));
+    let what = "both instances archiving, 4,000 rows in";
+    let (a_ingested, b_ingested_at_kill) = wait_showing(what, soon, async || {
         let (n, a_n, b_n) = (
             rows().await,
             a.counter(INGESTED).await,
             b.counter(INGESTED).await,
         );
         if n >= 4_000 && a_n > 0 && b_n > 0 {
-            break (a_n, b_n);
+            return Ok((a_n, b_n));
         }
+        let state = format!("{n} rows, A {a_n}, B {b_n}");
         assert!(
-            n < BACKLOG as i64 && started.elapsed() < Duration::from_secs(60),
-            "both instances should be archiving: {n} rows, A {a_n}, B {b_n}"
+            n < BACKLOG as i64,
+            "both instances should be archiving: {state}"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+        Err(state)
+    })
+    .await;
     a.sigkill().await;
     let rows_at_kill = rows().await;
     assert!(
@@ -297,19 +297,23 @@ async fn two_instances() {
     );
 
     let ingest_deadline = Instant::now() + Duration::from_secs(60);
-    while rows().await < BACKLOG as i64 || t.depth(dlq).await > 0 {
-        assert!(
-            Instant::now() < ingest_deadline,
-            "B archived {} of {BACKLOG}",
-            rows().await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("B to archive all {BACKLOG}, the DLQ drained");
+    wait_showing(&what, ingest_deadline, async || {
+        let n = rows().await;
+        if n >= BACKLOG as i64 && t.depth(dlq).await == 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} archived"))
+        }
+    })
+    .await;
     // The last batch is acked after its commit: wait for the DLQ to be empty, unacked too.
-    while queue_messages(&vhost.name, dlq) > 0 {
-        assert!(Instant::now() < ingest_deadline, "the DLQ kept messages");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Each look runs rabbitmqctl: every 200 ms.
+    let patience = Patience::until(ingest_deadline).every(Duration::from_millis(200));
+    wait_until("the DLQ to be empty, unacked too", patience, async || {
+        queue_messages(&vhost.name, dlq) == 0
+    })
+    .await;
     let (b_ingested, b_duplicates) = (b.counter(INGESTED).await, b.counter(DUPLICATES).await);
     assert_eq!(rows().await, BACKLOG as i64, "every message archived once");
     assert_eq!(
@@ -381,14 +385,16 @@ async fn two_instances() {
     let made_in = creating.elapsed();
     let replay_started = Instant::now();
     let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
-    while lease_owner(&pg, job.id).await.is_none() {
-        assert!(
-            replay_started.elapsed() < Duration::from_secs(60),
-            "the job was not claimed: {:?}",
-            archive.job(job.id).await.unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Looking every 20 ms, as the time to claim it and to publish are measured.
+    let soon =
+        Patience::until(replay_started + Duration::from_secs(60)).every(Duration::from_millis(20));
+    wait_showing("the job to be claimed", soon, async || {
+        match lease_owner(&pg, job.id).await {
+            Some(_) => Ok(()),
+            None => Err(format!("{:?}", archive.job(job.id).await.unwrap())),
+        }
+    })
+    .await;
     let claimed_in = replay_started.elapsed();
 
     // Meanwhile a plan of the same messages, made as another instance would, leaves out
@@ -425,18 +431,16 @@ async fn two_instances() {
         "a plan took {planned_in:?}"
     );
 
-    let first_owner = loop {
+    let first_owner = wait_showing("the job to publish 3,000 (it stalled)", soon, async || {
         let owner = lease_owner(&pg, job.id).await;
-        if published().await >= 3_000 {
-            break owner.expect("the job is running");
+        let j = archive.job(job.id).await.unwrap().unwrap();
+        if j.counts.published >= 3_000 {
+            Ok(owner.expect("the job is running"))
+        } else {
+            Err(format!("{j:?}"))
         }
-        assert!(
-            replay_started.elapsed() < Duration::from_secs(60),
-            "the job stalled: {:?}",
-            archive.job(job.id).await.unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     let victim = instances
         .iter()
         .position(|i| i.pid == owner_pid(&first_owner))
@@ -461,12 +465,14 @@ async fn two_instances() {
         "killed too late ({published_at_kill} published)"
     );
 
+    // Every owner it has meanwhile, and when the first one after the kill took it.
     let mut owners = vec![first_owner.clone()];
     let mut takeover = None;
-    let job = loop {
+    let until = killed + Duration::from_secs(60);
+    let job = wait_showing("the job to finish after the kill", until, async || {
         let j = archive.job(job.id).await.unwrap().unwrap();
         if j.state.is_final() {
-            break j;
+            return Ok(j);
         }
         if let Some(owner) = lease_owner(&pg, job.id).await {
             if owners.last() != Some(&owner) {
@@ -474,12 +480,9 @@ async fn two_instances() {
                 owners.push(owner);
             }
         }
-        assert!(
-            killed.elapsed() < Duration::from_secs(60),
-            "the job was not finished after the kill: {j:?}, owners {owners:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        Err(format!("{j:?}, owners {owners:?}"))
+    })
+    .await;
     assert_eq!(
         owners.len(),
         2,
@@ -632,15 +635,15 @@ async fn frozen_runner() {
     );
     let pg = PgPool::connect(&db).await.unwrap();
     let started = Instant::now();
-    while count(&pg, "SELECT count(*) FROM messages").await < MESSAGES as i64
-        || queue_messages(&vhost.name, dlq) > 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ingest stalled"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Once all are in, each look runs rabbitmqctl: every 100 ms.
+    let patience =
+        Patience::until(started + Duration::from_secs(60)).every(Duration::from_millis(100));
+    let what = format!("all {MESSAGES} archived and the DLQ empty (ingest stalled)");
+    wait_until(&what, patience, async || {
+        count(&pg, "SELECT count(*) FROM messages").await >= MESSAGES as i64
+            && queue_messages(&vhost.name, dlq) == 0
+    })
+    .await;
 
     let archive = lazarus::archive::open(&db).await.unwrap();
     let job = archive
@@ -666,18 +669,13 @@ async fn frozen_runner() {
         .await
         .unwrap();
     let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
-    let runner = loop {
-        if let Some(owner) = lease_owner(&pg, job.id).await {
-            if published().await >= 1_000 {
-                break owner;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the job did not run"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // Looking every 20 ms: the runner is frozen soon after.
+    let soon = Patience::until(started + Duration::from_secs(120)).every(Duration::from_millis(20));
+    let runner = wait_for("the job to run (1,000 published)", soon, async || {
+        let owner = lease_owner(&pg, job.id).await?;
+        (published().await >= 1_000).then_some(owner)
+    })
+    .await;
     let mut instances = vec![a, b];
     let victim = instances
         .iter()
@@ -709,37 +707,36 @@ async fn frozen_runner() {
     };
     let published_at_freeze = published().await;
 
-    let takeover = loop {
+    let until = frozen_at + Duration::from_secs(4 * LEASE_SECS);
+    let takeover = wait_showing("the survivor to take the job over", until, async || {
         let owner = lease_owner(&pg, job.id).await;
         if owner
             .as_deref()
             .is_some_and(|o| owner_pid(o) == survivor.pid)
         {
-            break frozen_at.elapsed();
+            return Ok(frozen_at.elapsed());
         }
-        assert!(
-            frozen_at.elapsed() < Duration::from_secs(4 * LEASE_SECS),
+        Err(format!(
             "the job stayed with the frozen instance: owner {owner:?}, {:?}, {} sessions \
              holding the job's row",
             archive.job(job.id).await.unwrap(),
             job_lock_holders(&pg, 500).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        ))
+    })
+    .await;
     // The partition heals: the frozen instance runs again.
     signal(victim.pid, "CONT");
 
-    let job = loop {
+    let until = frozen_at + Duration::from_secs(120);
+    let job = wait_showing("the job to finish after the takeover", until, async || {
         let j = archive.job(job.id).await.unwrap().unwrap();
         if j.state.is_final() {
-            break j;
+            Ok(j)
+        } else {
+            Err(format!("{j:?}"))
         }
-        assert!(
-            frozen_at.elapsed() < Duration::from_secs(120),
-            "the job was not finished after the takeover: {j:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert_eq!(job.state.as_str(), "completed", "{job:?}");
     assert_eq!(job.counts.published, MESSAGES as i64, "{:?}", job.counts);
     assert_eq!(
@@ -1164,14 +1161,14 @@ async fn archived_and_replaying(
     rate: u32,
 ) -> (std::sync::Arc<dyn lazarus::archive::Archive>, i64) {
     publish_many(&t.channel, "", "dlq", "in", messages).await;
-    let started = Instant::now();
-    while instance.counter(INGESTED).await < messages as u64 || t.depth("dlq").await > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ingest stalled"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!(
+        "{} to archive all {messages} (ingest stalled)",
+        instance.name
+    );
+    wait_until(&what, Duration::from_secs(60), async || {
+        instance.counter(INGESTED).await >= messages as u64 && t.depth("dlq").await == 0
+    })
+    .await;
     let archive = lazarus::archive::open(db).await.unwrap();
     let job = archive
         .create_job(&JobSpec {
@@ -1206,22 +1203,26 @@ async fn running_on(
     id: i64,
     published: i64,
 ) {
-    let started = Instant::now();
-    loop {
+    // Looking every 20 ms: how soon it took the job is measured.
+    let soon = Patience::within(Duration::from_secs(60)).every(Duration::from_millis(20));
+    let what = format!("{} to run the job ({published} published)", instance.name);
+    wait_showing(&what, soon, async || {
         let owner = owner_of(db, id).await;
         let job = archive.job(id).await.unwrap().unwrap();
         if owner.as_deref().map(owner_pid) == Some(instance.pid)
             && job.counts.published >= published
         {
-            return;
+            return Ok(());
         }
+        let state = format!("owner {owner:?}, {job:?}");
         assert!(
-            started.elapsed() < Duration::from_secs(60) && !job.state.is_final(),
-            "{} did not run the job: owner {owner:?}, {job:?}",
+            !job.state.is_final(),
+            "{} did not run the job: {state}",
             instance.name
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Err(state)
+    })
+    .await
 }
 
 /// Waits for the job to complete, and checks every message was published once (and
@@ -1232,18 +1233,15 @@ async fn completed_once(
     id: i64,
     messages: usize,
 ) -> usize {
-    let started = Instant::now();
-    let job = loop {
+    let job = wait_showing("the job to finish", Duration::from_secs(120), async || {
         let j = archive.job(id).await.unwrap().unwrap();
         if j.state.is_final() {
-            break j;
+            Ok(j)
+        } else {
+            Err(format!("{j:?}"))
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the job did not finish: {j:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert_eq!(job.state.as_str(), "completed", "{job:?}");
     assert_eq!(job.counts.published, messages as i64, "{:?}", job.counts);
     assert_eq!(
@@ -1333,14 +1331,12 @@ async fn same_name_twice() {
     running_on(&first, &*archive, &db, job, 200).await;
 
     let second = Instance::start("B", &url, &db, &flags).await;
-    let started = Instant::now();
-    while !second.logged("another live process goes by this instance name") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "B never said its name was taken"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "B to say its name was taken",
+        Duration::from_secs(20),
+        async || second.logged("another live process goes by this instance name"),
+    )
+    .await;
     // B has looked for jobs every second meanwhile (and once more now): A keeps its job.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let owner = owner_of(&db, job).await;

@@ -3,7 +3,7 @@
 //! exchanges, pause, resume and cancel promptly, and a canary stops a replay whose copies
 //! die again. Dismissals and the audit log ride along.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::options::BasicGetOptions;
 use lapin::ExchangeKind;
@@ -602,11 +602,14 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     let db = archive_url(dir.path()).await;
     let flags = ["--job-lease-secs", "2"];
     let mut first = lazarus_process(&vhost.url(), dlq, &db, &flags);
-    let start = Instant::now();
-    while count_rows(&db, "SELECT COUNT(*) FROM messages").await < JOB_SIZE as i64 {
-        assert!(start.elapsed() < Duration::from_secs(60), "ingest too slow");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("all {JOB_SIZE} archived (ingest too slow)");
+    wait_showing(&what, Duration::from_secs(60), async || {
+        match count_rows(&db, "SELECT COUNT(*) FROM messages").await {
+            n if n >= JOB_SIZE as i64 => Ok(()),
+            n => Err(format!("{n} archived")),
+        }
+    })
+    .await;
 
     // The job is made in the archive file the process runs from (as `lazarus replay` does).
     let archive = lazarus::archive::open(&db).await.unwrap();
@@ -635,15 +638,15 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
         .await
         .unwrap();
     let published = || async { archive.job(job.id).await.unwrap().unwrap().counts.published };
+    // Looking every 20 ms: the close and the kill land soon after their mark.
+    let soon = Patience::within(Duration::from_secs(60)).every(Duration::from_millis(20));
     let wait_published = |n: i64| async move {
-        let start = Instant::now();
-        while published().await < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "job stalled before {n}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("the job to publish {n} (it stalled)");
+        wait_showing(&what, soon, async || match published().await {
+            now if now >= n => Ok(()),
+            now => Err(format!("{now} published")),
+        })
+        .await
     };
     wait_published(3_000).await;
     rabbitmqctl(&[
@@ -663,18 +666,15 @@ async fn a_20000_message_job_survives_a_closed_connection_and_a_sigkill() {
     );
 
     let mut second = lazarus_process(&vhost.url(), dlq, &db, &flags);
-    let start = Instant::now();
-    let job = loop {
+    let job = wait_showing("the job to finish", Duration::from_secs(120), async || {
         let job = archive.job(job.id).await.unwrap().unwrap();
         if job.state.is_final() {
-            break job;
+            Ok(job)
+        } else {
+            Err(format!("{job:?}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "job not finished: {job:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     assert_eq!(job.state.as_str(), "completed");
     assert_eq!(job.total, JOB_SIZE as i64);
     assert_eq!(job.counts.published, JOB_SIZE as i64, "{:?}", job.counts);

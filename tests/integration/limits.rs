@@ -4,7 +4,7 @@
 //! a 4xx on both backends, and what anonymous callers and the filesystem get to see.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,19 +47,18 @@ async fn connections_that_never_finish_their_headers_cannot_exhaust_the_server()
         .expect("/healthz answers while slow clients hold connections");
     assert_eq!(health.status, 200);
     publish_many(&t.channel, "", &dlq, "slowloris", 1).await;
-    let start = Instant::now();
-    loop {
-        let page = http_get(served.addr, &format!("/api/messages?queue={dlq}")).await;
-        let page: Value = serde_json::from_slice(&page.body).unwrap();
-        if page["messages"].as_array().is_some_and(|m| m.len() == 1) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "a message published during the attack is archived"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Every 200 ms: each look is one more connection to a server under attack.
+    let patience = Patience::within(Duration::from_secs(60)).every(Duration::from_millis(200));
+    wait_until(
+        "a message published during the attack to be archived",
+        patience,
+        async || {
+            let page = http_get(served.addr, &format!("/api/messages?queue={dlq}")).await;
+            let page: Value = serde_json::from_slice(&page.body).unwrap();
+            page["messages"].as_array().is_some_and(|m| m.len() == 1)
+        },
+    )
+    .await;
     // Every slow connection was closed by the server.
     for mut stream in slow {
         let mut buf = [0u8; 512];
@@ -210,15 +209,16 @@ async fn anonymous_readiness_says_only_whether_it_is_ready() {
     assert_eq!(anonymous["database"], json!({"state": "ok"}));
     let vera = sign_in(&app, "vera", PASSWORD).await.unwrap();
     // The missing queue's consumer says so once its first passive declare has failed.
-    let start = std::time::Instant::now();
-    loop {
+    let what = format!("/readyz to say {dlq} is missing");
+    wait_showing(&what, Duration::from_secs(15), async || {
         let detailed = as_user(&app, &vera, "GET", "/readyz", None).await.text();
         if detailed.contains(&dlq) && detailed.contains("queue_missing") {
-            break;
+            Ok(())
+        } else {
+            Err(detailed)
         }
-        assert!(start.elapsed().as_secs() < 15, "{detailed}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     t.cleanup().await;
 }
 
@@ -293,18 +293,15 @@ async fn sixteen_mib_dead_letters_are_given_back_to_the_system() {
         publish_many(&t.channel, "", &work, &format!("small{i}"), 3000).await;
     }
     let ingested = format!("lazarus_ingested_messages_total{{queue=\"{dlq}\"}} 9003");
-    let start = Instant::now();
-    while !http_get(served.addr, "/metrics")
-        .await
-        .text()
-        .contains(&ingested)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "9,003 dead letters are archived"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Every 200 ms: the server's peak memory is measured next.
+    let patience = Patience::within(Duration::from_secs(120)).every(Duration::from_millis(200));
+    wait_until("9,003 dead letters to be archived", patience, async || {
+        http_get(served.addr, "/metrics")
+            .await
+            .text()
+            .contains(&ingested)
+    })
+    .await;
     let peak = served.peak_rss_mib();
     eprintln!("peak RSS with three 16 MiB dead letters: {peak} MiB");
     assert!(

@@ -2,7 +2,7 @@
 //! committed but whose ack was lost comes back with the broker's delivery counters raised
 //! (`x-delivery-count`; `x-acquired-count` on 4.3), and is still recognised as archived.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::brokers::{on_both_brokers, Broker};
 use crate::helpers::*;
@@ -44,15 +44,13 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
         || (archived_at_closes.len() < MAX_CLOSES && app.counter(DUPLICATES).await == 0)
     {
         let after = archived_at_closes.last().copied().unwrap_or(500);
-        let start = Instant::now();
-        while app.archived().await <= after {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "no ingest after close {}",
-                archived_at_closes.len()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // Looking every 5 ms: the close lands as soon as ingest resumed.
+        let soon = Patience::within(Duration::from_secs(120)).every(Duration::from_millis(5));
+        let what = format!(
+            "ingest after close {} (more than {after} archived)",
+            archived_at_closes.len()
+        );
+        wait_until(&what, soon, async || app.archived().await > after).await;
         vhost.broker().close_connections(&vhost.name).await;
         let archived = app.archived().await;
         assert!(
@@ -62,26 +60,30 @@ async fn closed_connections_on_a_quorum_dlq_archive_every_message_once() {
         );
         archived_at_closes.push(archived);
     }
-    let start = Instant::now();
-    loop {
-        let left = vhost.broker().queue_messages(&vhost.name, dlq).await;
-        if left == 0 {
-            break;
+    // Each look runs rabbitmqctl: every 200 ms.
+    let patience = Patience::within(Duration::from_secs(180)).every(Duration::from_millis(200));
+    wait_showing("the DLQ to be empty", patience, async || {
+        match vhost.broker().queue_messages(&vhost.name, dlq).await {
+            0 => Ok(()),
+            left => Err(format!("{left} left, {} archived", app.archived().await)),
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "the DLQ still holds {left} messages ({} archived)",
-            app.archived().await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     // RabbitMQ 3.10 once listed the quorum DLQ empty while Lazarus was still draining it
     // (7,290 archived, and counting): the archive, not that listing, says when it is done. A
     // message acked unstored would keep the count short of the backlog.
-    let start = Instant::now();
-    while app.archived().await < BACKLOG as i64 && start.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what =
+        format!("all {BACKLOG} archived (connections closed at {archived_at_closes:?} archived)");
+    wait_showing(&what, Duration::from_secs(120), async || {
+        match app.archived().await {
+            n if n >= BACKLOG as i64 => Ok(()),
+            n => Err(format!(
+                "{n} archived, {} redeliveries recognised as archived",
+                app.counter(DUPLICATES).await
+            )),
+        }
+    })
+    .await;
 
     let db = &app.database_url;
     let rows = count_rows(db, "SELECT count(*) FROM messages").await;

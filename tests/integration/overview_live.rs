@@ -4,7 +4,7 @@
 //! settling; on a phone the groups are cards that fit, and "Replay group…" opens with the
 //! group's name.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -120,21 +120,20 @@ async fn rows_hold_still_under_the_pointer_while_dead_letters_arrive() {
         app.wait_for_archived(archived + 4, Duration::from_secs(10))
             .await;
         // The page refreshes itself (every 5 s) and says what is new.
-        let start = Instant::now();
-        let news = loop {
+        // Each look asks the browser: every 200 ms.
+        let patience = Patience::within(Duration::from_secs(20)).every(Duration::from_millis(200));
+        let what = "the refresh to announce the new group";
+        let news = wait_showing(what, patience, async || {
             let news = browser
                 .script("return document.getElementById('group-news').textContent")
                 .await;
             if news.as_str().is_some_and(|n| n.contains("1 new group")) {
-                break news;
+                Ok(news)
+            } else {
+                Err(format!("{news} {:?}", group_rows(&browser).await))
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the refresh never announced the new group: {news} {:?}",
-                group_rows(&browser).await
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await;
         let after = group_rows(&browser).await;
         let mut expected = causes(&before);
         expected.push(new_bug.to_owned());

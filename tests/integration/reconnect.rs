@@ -2,7 +2,7 @@
 //! or doubled.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -22,14 +22,12 @@ async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
         c.prefetch = 100;
     })
     .await;
-    let start = Instant::now();
-    while app.archived().await < 1_000 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "ingest did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Looking every 10 ms: the connection closes as soon after the first 1,000 as it can.
+    let soon = Patience::within(Duration::from_secs(30)).every(Duration::from_millis(10));
+    wait_until("ingest to start (1,000 archived)", soon, async || {
+        app.archived().await >= 1_000
+    })
+    .await;
     vhost.broker().close_connections(&vhost.name).await;
     let at_close = app.archived().await;
     assert!(
@@ -56,13 +54,14 @@ async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
         "{metrics}"
     );
     // Nothing left once the last ack is in, not even unacknowledged.
-    let start = Instant::now();
-    while vhost.broker().queue_messages(&vhost.name, dlq).await > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the DLQ keeps messages"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Each look runs rabbitmqctl: every 100 ms.
+    let patience = Patience::within(Duration::from_secs(30)).every(Duration::from_millis(100));
+    wait_showing("the DLQ to be empty", patience, async || {
+        match vhost.broker().queue_messages(&vhost.name, dlq).await {
+            0 => Ok(()),
+            left => Err(format!("{left} left")),
+        }
+    })
+    .await;
     eprintln!("connection closed at {at_close} of {BACKLOG} archived");
 }

@@ -33,27 +33,22 @@ async fn replay_job(app: &TestApp, id: &str, target: Option<Value>) -> Value {
 
 /// The body, properties and typed headers of the next message in `queue`.
 async fn take_copy(t: &Topology, queue: &str) -> (Vec<u8>, Value, Value) {
-    let start = std::time::Instant::now();
-    loop {
-        let got = t
-            .channel
+    let got = wait_for(&format!("a copy in {queue}"), WAIT, async || {
+        t.channel
             .basic_get(
                 queue.into(),
                 lapin::options::BasicGetOptions { no_ack: true },
             )
             .await
-            .unwrap();
-        if let Some(got) = got {
-            let (props, headers) = MessageProperties::from_lapin(&got.delivery.properties);
-            return (
-                got.delivery.data.clone(),
-                serde_json::to_value(props).unwrap(),
-                serde_json::to_value(headers.unwrap_or_default()).unwrap(),
-            );
-        }
-        assert!(start.elapsed() < WAIT, "no copy arrived in {queue}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .unwrap()
+    })
+    .await;
+    let (props, headers) = MessageProperties::from_lapin(&got.delivery.properties);
+    (
+        got.delivery.data,
+        serde_json::to_value(props).unwrap(),
+        serde_json::to_value(headers.unwrap_or_default()).unwrap(),
+    )
 }
 
 /// The copy is the archived message exactly — body, properties, typed headers — minus the

@@ -239,14 +239,16 @@ async fn a_vhost_that_does_not_exist_is_said_and_the_others_are_archived() {
     let app = serve(&home, &["orders.dlq", "no-such-vhost/orders.dlq"]).await;
     app.wait_for_archived(1, Duration::from_secs(20)).await;
     // The broker's refusal is said for that DLQ, with the spelling of a home queue with a /.
-    let start = std::time::Instant::now();
-    let ready = loop {
+    let what = "/readyz to say RabbitMQ refuses the vhost";
+    let ready = wait_showing(what, Duration::from_secs(10), async || {
         let ready = app.get("/readyz").await;
-        if ready.text().contains("refuses the vhost") || start.elapsed() > Duration::from_secs(10) {
-            break ready;
+        if ready.text().contains("refuses the vhost") {
+            Ok(ready)
+        } else {
+            Err(format!("{}: {}", ready.status, ready.text()))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(ready.status, 503, "{}", ready.text());
     let said: serde_json::Value = serde_json::from_str(&ready.text()).unwrap();
     let detail = said.to_string();

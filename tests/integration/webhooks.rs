@@ -9,7 +9,7 @@
 mod escaping;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
@@ -112,22 +112,18 @@ impl Receiver {
 
     /// Waits until an event named `name` for which `matches` holds has come, and returns it.
     async fn wait_for(&self, name: &str, matches: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(r) = self
-                .events()
-                .into_iter()
+        let what = format!("a {name} event");
+        wait_showing(&what, Duration::from_secs(30), async || {
+            let events = self.events();
+            match events
+                .iter()
                 .find(|r| r.body["lazarus"]["event"] == name && matches(&r.body["lazarus"]))
             {
-                return r.body;
+                Some(r) => Ok(r.body.clone()),
+                None => Err(format!("{events:#?}")),
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no {name} event within 30 s; got {:#?}",
-                self.events()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     fn count(&self, name: &str) -> usize {
@@ -257,23 +253,23 @@ async fn a_flood_of_new_groups_is_told_within_the_rate_and_digested() {
         let waiting = app.counter("lazarus_webhook_waiting_events").await;
         (alone, digests, waiting)
     };
-    let start = Instant::now();
-    loop {
+    let what = "all 200 groups told alone, in a digest or waiting";
+    wait_showing(what, Duration::from_secs(60), async || {
         let (alone, digests, waiting) = accounted().await;
         let folded: u64 = digests
             .iter()
             .map(|d| d["lazarus"]["count"].as_u64().unwrap())
             .sum();
         if alone.len() as u64 + folded + waiting == 200 {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "{} alone, {folded} in digests, {waiting} waiting",
+                alone.len()
+            ))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{} alone, {folded} in digests, {waiting} waiting",
-            alone.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     // Three more looks: nothing more goes, nothing changes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (alone, digests, waiting) = accounted().await;
@@ -365,14 +361,16 @@ async fn failures_of_four_bugs_are_told_as_four_new_groups() {
             .sum();
         (alone, folded)
     };
-    let start = Instant::now();
-    while {
+    let what = "the 4 groups told, alone or counted in a digest";
+    wait_showing(what, Duration::from_secs(30), async || {
         let (alone, folded) = told();
-        (alone.len() as u64 + folded) < 4
-    } {
-        assert!(start.elapsed() < Duration::from_secs(30), "{:#?}", told());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if alone.len() as u64 + folded >= 4 {
+            Ok(())
+        } else {
+            Err(format!("{:#?}", (alone, folded)))
+        }
+    })
+    .await;
     // Three more looks: nothing more is told.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (alone, folded) = told();
@@ -568,15 +566,15 @@ async fn groups_thresholds_and_jobs_are_told_once_each() {
 
     // Replayed, the three dismissed messages are open again until their copies settle: the
     // DLQ is over its threshold a second time.
-    let start = Instant::now();
-    while receiver.count("dlq_over_threshold") < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{:#?}",
-            receiver.events()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = "a second dlq_over_threshold event";
+    wait_showing(what, Duration::from_secs(30), async || {
+        if receiver.count("dlq_over_threshold") >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{:#?}", receiver.events()))
+        }
+    })
+    .await;
 
     // Each change was told once — by one of the two instances where there are two — and the
     // dead receiver held nothing up.
@@ -703,14 +701,12 @@ server.serve_forever()
     .spawn()
     .unwrap();
     die(&t, &work, "TLS test failure", 1).await;
-    let start = Instant::now();
-    while !received.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "nothing received over https within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "an event received over https",
+        Duration::from_secs(30),
+        async || received.exists(),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let body: Value = serde_json::from_slice(&std::fs::read(&received).unwrap()).unwrap();
     assert_eq!(body["lazarus"]["event"], "failure_group");

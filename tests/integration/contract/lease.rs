@@ -798,15 +798,10 @@ async fn an_instance_name_is_held_by_one_lock_at_a_time() {
     assert!(archive.lock_instance_name("blue").await.unwrap().is_none());
     drop(lock);
     // Freed with its holder (on PostgreSQL once the server sees the session end).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if archive.lock_instance_name("blue").await.unwrap().is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the name is free again once let go"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the name to be free again once let go",
+        Duration::from_secs(10),
+        async || archive.lock_instance_name("blue").await.unwrap().is_some(),
+    )
+    .await;
 }

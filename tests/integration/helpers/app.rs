@@ -2,7 +2,7 @@
 //! test) or as the real binary (`lazarus_process`), and how tests ask it things.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lazarus::archive::Archive;
 use lazarus::config::ServeConfig;
@@ -108,19 +108,16 @@ impl TestApp {
     }
 
     pub async fn wait_for_archived(&self, n: i64, timeout: Duration) {
-        let start = Instant::now();
-        loop {
+        let now = wait_showing(&format!("{n} messages archived"), timeout, async || {
             let now = self.archived().await;
             if now >= n {
-                assert_eq!(now, n, "more messages archived than expected");
-                return;
+                Ok(now)
+            } else {
+                Err(format!("{now} archived"))
             }
-            assert!(
-                start.elapsed() < timeout,
-                "archived {now} of {n} messages within {timeout:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        assert_eq!(now, n, "more messages archived than expected");
     }
 
     /// Every archived message of a queue, oldest first, following the cursors.
@@ -246,18 +243,15 @@ impl TestApp {
         timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let start = Instant::now();
-        loop {
+        wait_showing(&format!("job {id} to be done"), timeout, async || {
             let job = self.json(&format!("/api/replays/{id}"), 200).await;
             if done(&job) {
-                return job;
+                Ok(job)
+            } else {
+                Err(job)
             }
-            assert!(
-                start.elapsed() < timeout,
-                "job {id} within {timeout:?}: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// The archive id of every message archived from `queue`, oldest first.

@@ -2,13 +2,15 @@
 //! up, workers that reject or ack, publishing, and the replayed copies that arrive.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::task::JoinHandle;
+
+use super::poll::wait_showing;
 
 pub use crate::brokers::Broker;
 
@@ -159,34 +161,33 @@ impl Topology {
     }
 
     pub async fn wait_for_depth(&self, queue: &str, depth: u32, timeout: Duration) {
-        self.wait_for_depth_where(queue, depth, timeout, |now| now == depth)
+        self.wait_for_depth_where(queue, &depth.to_string(), timeout, |now| now == depth)
             .await
     }
 
     pub async fn wait_for_depth_at_least(&self, queue: &str, depth: u32, timeout: Duration) {
-        self.wait_for_depth_where(queue, depth, timeout, |now| now >= depth)
+        let expected = format!("at least {depth}");
+        self.wait_for_depth_where(queue, &expected, timeout, |now| now >= depth)
             .await
     }
 
     async fn wait_for_depth_where(
         &self,
         queue: &str,
-        depth: u32,
+        depth: &str,
         timeout: Duration,
         done: impl Fn(u32) -> bool,
     ) {
-        let start = Instant::now();
-        loop {
+        let what = format!("{queue} to hold {depth} messages");
+        wait_showing(&what, timeout, async || {
             let now = self.depth(queue).await;
             if done(now) {
-                return;
+                Ok(())
+            } else {
+                Err(format!("{queue} holds {now}"))
             }
-            assert!(
-                start.elapsed() < timeout,
-                "{queue} holds {now} messages, expected {depth}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     pub async fn cleanup(self) {

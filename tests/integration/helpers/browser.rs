@@ -4,15 +4,20 @@
 
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
 use super::http::http_request;
+use super::poll::{wait_showing, wait_until, Patience};
 
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// How long the page may take to show an element or a text, looked for every 100 ms.
+const LOOKING: Patience =
+    Patience::within(Duration::from_secs(10)).every(Duration::from_millis(100));
 
 /// A WebDriver session on a chromedriver of its own.
 pub struct Browser {
@@ -41,14 +46,12 @@ impl Browser {
             .spawn()
             .expect("chromedriver starts");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "chromedriver did not listen"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until(
+            "chromedriver to listen",
+            Duration::from_secs(20),
+            async || tokio::net::TcpStream::connect(addr).await.is_ok(),
+        )
+        .await;
         let profile = tempfile::tempdir().unwrap();
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
@@ -88,8 +91,7 @@ impl Browser {
 
     /// The first element matching `css`, waiting for it up to 10 s.
     pub async fn find(&self, css: &str) -> String {
-        let start = Instant::now();
-        loop {
+        wait_showing(&format!("an element {css}"), LOOKING, async || {
             let found = self
                 .call(
                     "POST",
@@ -97,15 +99,9 @@ impl Browser {
                     Some(json!({"using": "css selector", "value": css})),
                 )
                 .await;
-            if let Some(id) = found[ELEMENT].as_str() {
-                return id.to_owned();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "no element {css}: {found}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            found[ELEMENT].as_str().map(str::to_owned).ok_or(found)
+        })
+        .await
     }
 
     /// Empties the first element matching `css` and types `text` into it, as a user would.
@@ -132,18 +128,15 @@ impl Browser {
 
     /// Waits until the text of `css` satisfies `check`.
     pub async fn wait_text(&self, css: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
+        wait_showing(&format!("{css} to show {what}"), LOOKING, async || {
             let text = self.text(css).await;
             if check(&text) {
-                return text;
+                Ok(text)
+            } else {
+                Err(text)
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{css} never showed {what}: {text}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     pub async fn script(&self, script: &str) -> Value {
