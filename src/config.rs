@@ -393,7 +393,8 @@ impl ServeConfig {
                     .map_err(|e| format!("--proto-descriptors {}: {e}", path.display()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let schemas = Schemas::load(&sets, &self.proto_types, self.proto_header.as_deref())?;
+        let schemas = Schemas::load(&sets, &self.proto_types, self.proto_header.as_deref())
+            .map_err(|e| e.to_string())?;
         if schemas.is_empty() {
             return Err(format!(
                 "--proto-descriptors {}: no message types in it",

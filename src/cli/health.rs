@@ -40,7 +40,7 @@ async fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<u16, Str
         .map_err(|e: HttpError| e.to_string())?;
     match crate::support::http::get(&target, path, 64 * 1024, timeout).await {
         Ok((answer, _)) => Ok(answer.status.as_u16()),
-        Err(HttpError::Unreachable { reason, .. }) if reason.starts_with("connecting") => {
+        Err(HttpError::Unconnected { reason, .. }) => {
             Err(format!("cannot connect to {addr}: {reason}"))
         }
         Err(HttpError::Timeout { .. }) => {

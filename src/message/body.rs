@@ -245,7 +245,7 @@ fn content_text(bytes: &[u8], encoding: &Encoding<'_>, cut: bool, limit: usize) 
         Some(format) if !cut => match to_json(bytes, format, limit) {
             Ok(json) => Some(Content::Whole(json)),
             Err(DecodeError::TooLarge { start, .. }) => Some(Content::Start(start)),
-            Err(DecodeError::Invalid(_)) => None,
+            Err(DecodeError::Invalid { .. }) => None,
         },
         _ => None,
     };

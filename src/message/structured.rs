@@ -16,9 +16,11 @@ pub use self::encoding::{charset, compression_header, Encoding};
 mod amqp10;
 pub mod encoding;
 mod json;
+mod malformed;
 pub mod protobuf;
 
-pub use json::{size, DecodeError, JsonText, Written};
+pub use json::{size, JsonText, Written};
+pub use malformed::{DecodeError, Malformed, Stop};
 
 /// Deepest nesting decoded (serde_json reads the text back with a limit of 128).
 pub const MAX_DEPTH: usize = 100;
@@ -95,20 +97,24 @@ pub fn to_json(bytes: &[u8], format: Format<'_>, limit: usize) -> Result<String,
             protobuf::Schemas::default().write_json(bytes, "", &mut out)
         }
     };
-    match written {
-        Err(DecodeError::TooLarge { .. }) => Err(DecodeError::TooLarge {
-            what: format.to_string(),
-            limit,
-            start: out.into_string(),
-        }),
-        Err(DecodeError::Invalid(e)) => Err(format!("{format} does not decode: {e}").into()),
-        Ok(()) if reader.at != bytes.len() => Err(format!(
-            "{format} does not decode: {} bytes after the value",
-            bytes.len() - reader.at
-        )
-        .into()),
-        Ok(()) => Ok(out.into_string()),
-    }
+    let why = match written {
+        Ok(()) if reader.at == bytes.len() => return Ok(out.into_string()),
+        Ok(()) => Malformed::Trailing {
+            count: bytes.len() - reader.at,
+        },
+        Err(Stop::Malformed(why)) => why,
+        Err(Stop::Full) => {
+            return Err(DecodeError::TooLarge {
+                what: format.to_string(),
+                limit,
+                start: out.into_string(),
+            })
+        }
+    };
+    Err(DecodeError::Invalid {
+        what: format.to_string(),
+        why,
+    })
 }
 
 struct Reader<'a> {
@@ -117,20 +123,21 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: u64) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: u64) -> Result<&'a [u8], Malformed> {
         let left = (self.bytes.len() - self.at) as u64;
         if n > left {
-            return Err(format!(
-                "{n} bytes claimed at byte {}, {left} left",
-                self.at
-            ));
+            return Err(Malformed::Truncated {
+                claimed: n,
+                at: self.at,
+                left,
+            });
         }
         let out = &self.bytes[self.at..self.at + n as usize];
         self.at += n as usize;
         Ok(out)
     }
 
-    fn byte(&mut self) -> Result<u8, String> {
+    fn byte(&mut self) -> Result<u8, Malformed> {
         Ok(self.take(1)?[0])
     }
 
@@ -138,17 +145,18 @@ impl<'a> Reader<'a> {
         self.bytes.get(self.at).copied()
     }
 
-    fn uint(&mut self, size: usize) -> Result<u64, String> {
+    fn uint(&mut self, size: usize) -> Result<u64, Malformed> {
         Ok(self
             .take(size as u64)?
             .iter()
             .fold(0u64, |n, b| (n << 8) | u64::from(*b)))
     }
 
-    fn nested(depth: usize) -> Result<usize, String> {
+    /// One level deeper than `depth`, within [`MAX_DEPTH`].
+    fn nested(depth: usize) -> Result<usize, Malformed> {
         match depth < MAX_DEPTH {
             true => Ok(depth + 1),
-            false => Err(format!("nested deeper than {MAX_DEPTH} levels")),
+            false => Err(Malformed::TooDeep),
         }
     }
 
@@ -174,7 +182,7 @@ impl<'a> Reader<'a> {
             0x90..=0x9f => self.msgpack_array(out, u64::from(b & 0x0f), depth),
             0xa0..=0xbf => out.lossy(self.take(u64::from(b & 0x1f))?),
             0xc0 => out.null(),
-            0xc1 => Err("the never-used byte 0xc1".into()),
+            0xc1 => Err(Malformed::NeverUsed.into()),
             0xc2 => out.bool(false),
             0xc3 => out.bool(true),
             0xc4..=0xc6 => {
@@ -250,12 +258,12 @@ impl<'a> Reader<'a> {
     }
 
     /// A CBOR head's argument: the length, count or value its additional information says.
-    fn argument(&mut self, info: u8) -> Result<Option<u64>, String> {
+    fn argument(&mut self, info: u8) -> Result<Option<u64>, Malformed> {
         Ok(Some(match info {
             0..=23 => u64::from(info),
             24..=27 => self.uint(1 << (info - 24))?,
             31 => return Ok(None), // indefinite length
-            _ => return Err(format!("reserved additional information {info}")),
+            _ => return Err(Malformed::ReservedInfo { info }),
         }))
     }
 
@@ -272,7 +280,11 @@ impl<'a> Reader<'a> {
                 27 => out.f64(f64::from_bits(self.uint(8)?)),
                 24 => out.u64(u64::from(self.byte()?)),
                 0..=19 => out.u64(u64::from(info)),
-                _ => Err(format!("unexpected simple value {info} at byte {}", self.at).into()),
+                _ => Err(Malformed::SimpleValue {
+                    value: info,
+                    at: self.at,
+                }
+                .into()),
             };
         }
         let argument = self.argument(info)?;
@@ -322,13 +334,17 @@ impl<'a> Reader<'a> {
             }
             // A tag (a date, a big number, …): its content as it is.
             (6, Some(_)) => self.cbor(out, Self::nested(depth)?),
-            _ => Err(format!("malformed head 0x{b:02x} at byte {}", self.at - 1).into()),
+            _ => Err(Malformed::Head {
+                head: b,
+                at: self.at - 1,
+            }
+            .into()),
         }
     }
 
     /// An indefinite string's chunks of the same major type, up to a break, joined (never
     /// longer than the bytes they were read from).
-    fn chunks(&mut self, major: u8) -> Result<Vec<u8>, String> {
+    fn chunks(&mut self, major: u8) -> Result<Vec<u8>, Malformed> {
         let mut all = Vec::new();
         loop {
             if self.peek() == Some(0xff) {
@@ -337,17 +353,17 @@ impl<'a> Reader<'a> {
             }
             let head = self.byte()?;
             if head >> 5 != major {
-                return Err("a chunk of another type in an indefinite string".into());
+                return Err(Malformed::ChunkType);
             }
             let n = self
                 .argument(head & 0x1f)?
-                .ok_or("a nested indefinite string")?;
+                .ok_or(Malformed::NestedIndefinite)?;
             all.extend_from_slice(self.take(n)?);
         }
     }
 
     /// Whether another item follows: `count` of `n`, or until a break when `n` is indefinite.
-    fn more(&mut self, n: Option<u64>, count: u64) -> Result<bool, String> {
+    fn more(&mut self, n: Option<u64>, count: u64) -> Result<bool, Malformed> {
         match n {
             Some(n) => Ok(count < n),
             None if self.peek() == Some(0xff) => {
@@ -355,7 +371,7 @@ impl<'a> Reader<'a> {
                 Ok(false)
             }
             None if self.at < self.bytes.len() => Ok(true),
-            None => Err("an indefinite array or map without its break".into()),
+            None => Err(Malformed::NoBreak),
         }
     }
 }
@@ -391,11 +407,24 @@ pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The JSON value a decode writes (its text parsed back), or the error's text.
-    pub(crate) fn decode(bytes: &[u8], format: Format<'_>) -> Result<serde_json::Value, String> {
+    /// The JSON value a decode writes (its text parsed back), or why not.
+    pub(crate) fn decode(
+        bytes: &[u8],
+        format: Format<'_>,
+    ) -> Result<serde_json::Value, DecodeError> {
         to_json(bytes, format, 1 << 20)
             .map(|text| serde_json::from_str(&text).expect("a decode writes JSON"))
-            .map_err(|e| e.to_string())
+    }
+
+    /// How `bytes` are not `format` (they must not decode).
+    pub(crate) fn malformed(bytes: &[u8], format: Format<'_>) -> Malformed {
+        match decode(bytes, format) {
+            Err(DecodeError::Invalid { what, why }) => {
+                assert_eq!(what, format.to_string());
+                why
+            }
+            other => panic!("{format} decoded: {other:?}"),
+        }
     }
 
     #[test]
@@ -466,27 +495,40 @@ pub(crate) mod tests {
 
     #[test]
     fn lies_and_depth_are_errors_not_allocations_or_crashes() {
-        // An array claiming 4 billion items, with none.
-        let err = decode(&[0xdd, 0xff, 0xff, 0xff, 0xff], Format::MessagePack).unwrap_err();
-        assert!(err.contains("left"), "{err}");
-        let err = decode(
-            &[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
-            Format::Cbor,
-        )
-        .unwrap_err();
-        assert!(err.contains("left"), "{err}");
-        let deep = vec![0x91; 500];
-        assert!(decode(&deep, Format::MessagePack)
-            .unwrap_err()
-            .contains("nested deeper than 100"));
-        let deep = vec![0x81; 500];
-        assert!(decode(&deep, Format::Cbor)
-            .unwrap_err()
-            .contains("nested deeper"));
-        assert!(decode(b"\x01\x02", Format::MessagePack)
-            .unwrap_err()
-            .contains("1 bytes after"));
-        assert!(decode(b"", Format::Cbor).is_err());
-        assert!(decode(&[0xc1], Format::MessagePack).is_err());
+        // An array claiming 4 billion items, with none: its first is missing.
+        let truncated = |at| Malformed::Truncated {
+            claimed: 1,
+            at,
+            left: 0,
+        };
+        let lie = [0xdd, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(malformed(&lie, Format::MessagePack), truncated(5));
+        let lie = [0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(malformed(&lie, Format::Cbor), truncated(9));
+        assert_eq!(
+            malformed(&[0x91; 500], Format::MessagePack),
+            Malformed::TooDeep
+        );
+        assert_eq!(malformed(&[0x81; 500], Format::Cbor), Malformed::TooDeep);
+        assert_eq!(
+            malformed(b"\x01\x02", Format::MessagePack),
+            Malformed::Trailing { count: 1 }
+        );
+        assert_eq!(malformed(b"", Format::Cbor), truncated(0));
+        assert_eq!(
+            malformed(&[0xc1], Format::MessagePack),
+            Malformed::NeverUsed
+        );
+        // As the viewer says it.
+        assert_eq!(
+            decode(&[0x91; 500], Format::MessagePack)
+                .unwrap_err()
+                .to_string(),
+            "MessagePack does not decode: nested deeper than 100 levels"
+        );
+        assert_eq!(
+            decode(&lie, Format::Cbor).unwrap_err().to_string(),
+            "CBOR does not decode: 1 bytes claimed at byte 9, 0 left"
+        );
     }
 }

@@ -203,7 +203,25 @@ enum Try {
     /// Refused for good: trying again would get the same answer.
     Refused(StatusCode),
     /// Try again after this long.
-    Again(Duration, String),
+    Again(Duration, Miss),
+}
+
+/// Why a try is to be made again.
+#[derive(Debug, PartialEq, Eq)]
+enum Miss {
+    /// The webhook answered this (a server error, 408 or 429).
+    Answered(StatusCode),
+    /// No answer came; why, naming the webhook (redacted).
+    Unreached(String),
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::Answered(status) => write!(f, "answered {status}"),
+            Miss::Unreached(why) => f.write_str(why),
+        }
+    }
 }
 
 fn judge(
@@ -221,9 +239,9 @@ fn judge(
         }
         Ok(a) => Try::Again(
             a.retry_after.unwrap_or(backoff).min(MAX_RETRY_AFTER),
-            format!("answered {}", a.status),
+            Miss::Answered(a.status),
         ),
-        Err(e) => Try::Again(backoff, e.to_string()),
+        Err(e) => Try::Again(backoff, Miss::Unreached(e.to_string())),
     }
 }
 
@@ -297,14 +315,14 @@ async fn deliver(mut inbox: Inbox, mut sender: Sender, shutdown: CancellationTok
                 Try::Again(_, why) => {
                     tracing::error!(webhook = %target.redacted(), attempts = ATTEMPTS, error = %why, "webhook not reached; event dropped");
                     inbox.metrics.webhook("failed", 1);
-                    inbox.status.lost(format!(
-                        "not reached after {ATTEMPTS} tries ({})",
-                        if why.starts_with("answered") {
-                            format!("{} {why}", target.redacted())
-                        } else {
-                            why
-                        }
-                    ));
+                    // An answer is said with the webhook it came from; an error names it.
+                    let why = match why {
+                        Miss::Answered(_) => format!("{} {why}", target.redacted()),
+                        Miss::Unreached(why) => why,
+                    };
+                    inbox
+                        .status
+                        .lost(format!("not reached after {ATTEMPTS} tries ({why})"));
                 }
             }
         }
@@ -344,7 +362,7 @@ mod tests {
         );
         assert_eq!(
             judge(answer(500, None), b),
-            Try::Again(b, "answered 500 Internal Server Error".into())
+            Try::Again(b, Miss::Answered(StatusCode::INTERNAL_SERVER_ERROR))
         );
         assert!(matches!(judge(answer(408, None), b), Try::Again(d, _) if d == b));
         assert!(
@@ -353,9 +371,9 @@ mod tests {
         assert!(
             matches!(judge(answer(503, Some(86_400)), b), Try::Again(d, _) if d == MAX_RETRY_AFTER)
         );
-        let refused = Err(HttpError::Unreachable {
+        let refused = Err(HttpError::Unconnected {
             target: "http://h/".into(),
-            reason: "connecting: refused".into(),
+            reason: "refused".into(),
         });
         assert!(matches!(judge(refused, b), Try::Again(d, _) if d == b));
     }

@@ -19,6 +19,10 @@ const MAX_WEBHOOK_ANSWER: usize = 64 * 1024;
 pub enum HttpError {
     #[error("{0:?} is not an http:// or https:// URL with a host")]
     Url(String),
+    /// No connection: the host does not resolve, refuses, or is not reached.
+    #[error("{target}: connecting: {reason}")]
+    Unconnected { target: String, reason: String },
+    /// Connected, but no HTTP answer came (TLS, the exchange).
     #[error("{target}: {reason}")]
     Unreachable { target: String, reason: String },
     #[error("{target}: no answer within {timeout:?}")]
@@ -274,17 +278,23 @@ async fn send(
             target: target.redacted(),
             timeout,
         })?
-        .map_err(unreachable)
 }
 
 async fn connect_and_send(
     target: &Target,
     request: Request<Full<Bytes>>,
     max: usize,
-) -> Result<(Answer, Option<Bytes>), String> {
+) -> Result<(Answer, Option<Bytes>), HttpError> {
+    let unreachable = |reason: String| HttpError::Unreachable {
+        target: target.redacted(),
+        reason,
+    };
     let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
         .await
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(|e| HttpError::Unconnected {
+            target: target.redacted(),
+            reason: e.to_string(),
+        })?;
     let _ = tcp.set_nodelay(true);
     if target.tls {
         let tls = AsyncTcpStream::Plain(tcp.compat())
@@ -296,11 +306,15 @@ async fn connect_and_send(
                     true => " (if a CA of your own signed it, trust it: SSL_CERT_FILE=ca.pem)",
                     false => "",
                 };
-                format!("TLS: {e}{hint}")
+                unreachable(format!("TLS: {e}{hint}"))
             })?;
-        exchange(TokioIo::new(tls.compat()), request, max).await
+        exchange(TokioIo::new(tls.compat()), request, max)
+            .await
+            .map_err(unreachable)
     } else {
-        exchange(TokioIo::new(tcp), request, max).await
+        exchange(TokioIo::new(tcp), request, max)
+            .await
+            .map_err(unreachable)
     }
 }
 

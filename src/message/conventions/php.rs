@@ -100,8 +100,32 @@ fn strip_slashes(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why bytes are not a serialized value: how, and the byte offset where it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{why} at byte {at}")]
+pub struct UnserializeError {
+    pub at: usize,
+    pub why: Unreadable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    /// The bytes end inside a value (`at`: where the part that is cut starts).
+    #[error("cut short")]
+    CutShort,
+    #[error("nested more than {MAX_DEPTH} levels")]
+    TooDeep,
+    #[error("unknown type {0:?}")]
+    UnknownType(char),
+    /// A length, count or integer that is not a number (of its type's range).
+    #[error("a bad number")]
+    BadNumber,
+    #[error("{found:?} where {want:?} belongs")]
+    Unexpected { found: char, want: char },
+}
+
 /// Reads one serialized value from the start of `bytes`.
-pub fn unserialize(bytes: &[u8]) -> Result<Value, String> {
+pub fn unserialize(bytes: &[u8]) -> Result<Value, UnserializeError> {
     let mut reader = Reader { bytes, at: 0 };
     reader.value(0)
 }
@@ -112,9 +136,13 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn value(&mut self, depth: usize) -> Result<Value, String> {
+    fn error(at: usize, why: Unreadable) -> UnserializeError {
+        UnserializeError { at, why }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, UnserializeError> {
         if depth > MAX_DEPTH {
-            return Err(format!("nested more than {MAX_DEPTH} levels"));
+            return Err(Self::error(self.at, Unreadable::TooDeep));
         }
         let kind = self.byte()?;
         if kind == b'N' {
@@ -152,16 +180,15 @@ impl Reader<'_> {
                 self.take(len)?;
                 self.expect(b'}').map(|_| Value::Opaque)
             }
-            other => Err(format!(
-                "unknown type {:?} at byte {}",
-                other as char,
-                self.at - 2
+            other => Err(Self::error(
+                self.at - 2,
+                Unreadable::UnknownType(other as char),
             )),
         }
     }
 
     /// `n:{key;value;…}`
-    fn entries(&mut self, depth: usize) -> Result<Vec<(Value, Value)>, String> {
+    fn entries(&mut self, depth: usize) -> Result<Vec<(Value, Value)>, UnserializeError> {
         let n = self.number(b':')?;
         self.expect(b'{')?;
         let mut out = Vec::new();
@@ -173,7 +200,7 @@ impl Reader<'_> {
     }
 
     /// `n:"bytes"` (the length in bytes).
-    fn string(&mut self) -> Result<Vec<u8>, String> {
+    fn string(&mut self) -> Result<Vec<u8>, UnserializeError> {
         let len = self.number(b':')?;
         self.expect(b'"')?;
         let s = self.take(len)?.to_vec();
@@ -181,46 +208,55 @@ impl Reader<'_> {
         Ok(s)
     }
 
-    fn number<T: std::str::FromStr>(&mut self, end: u8) -> Result<T, String> {
+    /// A number up to `end` (`at`: where its digits start).
+    fn number<T: std::str::FromStr>(&mut self, end: u8) -> Result<T, UnserializeError> {
+        let at = self.at;
         let digits = self.until(end)?;
         std::str::from_utf8(digits)
             .ok()
             .and_then(|d| d.parse().ok())
-            .ok_or_else(|| format!("a bad number at byte {}", self.at))
+            .ok_or(Self::error(at, Unreadable::BadNumber))
     }
 
-    fn until(&mut self, end: u8) -> Result<&[u8], String> {
+    fn until(&mut self, end: u8) -> Result<&[u8], UnserializeError> {
         let rest = &self.bytes[self.at..];
-        let len = rest.iter().position(|b| *b == end).ok_or("cut short")?;
+        let len = rest
+            .iter()
+            .position(|b| *b == end)
+            .ok_or(Self::error(self.at, Unreadable::CutShort))?;
         self.at += len + 1;
         Ok(&rest[..len])
     }
 
-    fn take(&mut self, len: usize) -> Result<&[u8], String> {
+    fn take(&mut self, len: usize) -> Result<&[u8], UnserializeError> {
         let end = self
             .at
             .checked_add(len)
             .filter(|e| *e <= self.bytes.len())
-            .ok_or("cut short")?;
+            .ok_or(Self::error(self.at, Unreadable::CutShort))?;
         let s = &self.bytes[self.at..end];
         self.at = end;
         Ok(s)
     }
 
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = *self.bytes.get(self.at).ok_or("cut short")?;
+    fn byte(&mut self) -> Result<u8, UnserializeError> {
+        let b = *self
+            .bytes
+            .get(self.at)
+            .ok_or(Self::error(self.at, Unreadable::CutShort))?;
         self.at += 1;
         Ok(b)
     }
 
-    fn expect(&mut self, want: u8) -> Result<(), String> {
+    fn expect(&mut self, want: u8) -> Result<(), UnserializeError> {
         match self.byte()? {
             b if b == want => Ok(()),
-            b => Err(format!(
-                "{:?} where {:?} belongs at byte {}",
-                b as char,
-                want as char,
-                self.at - 1
+            b => Err(Self::error(
+                self.at - 1,
+                Unreadable::Unexpected {
+                    found: b as char,
+                    want: want as char,
+                },
             )),
         }
     }
@@ -250,23 +286,44 @@ mod tests {
 
     #[test]
     fn broken_input_is_an_error_never_a_panic() {
-        for bad in [
-            &b""[..],
-            b"s:5:\"ab\";",
-            b"a:99999999999:{",
-            b"O:1:\"A\":1:{s:1:\"a\";",
-            b"x:1;",
-            b"i:abc;",
-            b"s:-1:\"\";",
+        use Unreadable::*;
+        for (bad, at, why) in [
+            (&b""[..], 0, CutShort),
+            (b"s:5:\"ab\";", 5, CutShort),
+            (b"a:9:{", 5, CutShort),
+            // A count no array has (past i32).
+            (b"a:99999999999:{", 2, BadNumber),
+            (b"O:1:\"A\":1:{s:1:\"a\";", 19, CutShort),
+            (b"x:1;", 0, UnknownType('x')),
+            (b"i:abc;", 2, BadNumber),
+            (b"s:-1:\"\";", 2, BadNumber),
+            (
+                b"s:1:\"ab\";",
+                6,
+                Unexpected {
+                    found: 'b',
+                    want: '"',
+                },
+            ),
         ] {
-            assert!(
-                unserialize(bad).is_err(),
+            assert_eq!(
+                unserialize(bad),
+                Err(UnserializeError { at, why }),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
         }
         let deep = "a:1:{i:0;".repeat(100) + "N;" + &"}".repeat(100);
-        assert!(unserialize(deep.as_bytes()).unwrap_err().contains("nested"));
+        let err = unserialize(deep.as_bytes()).unwrap_err();
+        assert_eq!(err.why, TooDeep);
+        assert_eq!(
+            err.to_string(),
+            format!("nested more than 48 levels at byte {}", err.at)
+        );
+        assert_eq!(
+            unserialize(b"s:1:\"ab\";").unwrap_err().to_string(),
+            r#"'b' where '"' belongs at byte 6"#
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn read_envelope(body: &str, out: &mut FrameworkFailure) -> Result<(), String> {
         ));
     }
     let bytes = php::transport_decode(body).ok_or("it is neither PHP nor base64")?;
-    let envelope = php::unserialize(&bytes)?;
+    let envelope = php::unserialize(&bytes).map_err(|e| e.to_string())?;
     out.message_type = envelope
         .get("message")
         .and_then(Php::class)

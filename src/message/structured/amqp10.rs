@@ -5,7 +5,7 @@
 //! UTF-8, hex otherwise). Binary values become hex, symbols strings, timestamps milliseconds,
 //! described values `{"descriptor": …, "value": …}`.
 
-use super::{JsonText, Reader, Written, MAX_DEPTH};
+use super::{JsonText, Malformed, Reader, Written};
 
 /// The body sections `bytes` hold, as JSON.
 pub(super) fn sections(reader: &mut Reader<'_>, out: &mut JsonText) -> Written {
@@ -13,7 +13,7 @@ pub(super) fn sections(reader: &mut Reader<'_>, out: &mut JsonText) -> Written {
     let mut count = 0;
     while reader.at < reader.bytes.len() {
         if reader.take(2)? != [0x00, 0x53] {
-            return Err(format!("no body section at byte {}", reader.at - 2).into());
+            return Err(Malformed::NotASection { at: reader.at - 2 }.into());
         }
         if count == 1 {
             // A second section: the first becomes the first item of an array.
@@ -34,12 +34,12 @@ pub(super) fn sections(reader: &mut Reader<'_>, out: &mut JsonText) -> Written {
                 _ => value(reader, out, 0)?,
             },
             0x76 | 0x77 => value(reader, out, 0)?,
-            other => return Err(format!("section descriptor 0x{other:02x} is not a body").into()),
+            descriptor => return Err(Malformed::NotABody { descriptor }.into()),
         }
         count += 1;
     }
     match count {
-        0 => Err("no body section".into()),
+        0 => Err(Malformed::NoSection.into()),
         1 => Ok(()),
         _ => out.end(),
     }
@@ -48,7 +48,7 @@ pub(super) fn sections(reader: &mut Reader<'_>, out: &mut JsonText) -> Written {
 fn value(r: &mut Reader<'_>, out: &mut JsonText, depth: usize) -> Written {
     let code = r.byte()?;
     if code == 0x00 {
-        let depth = nested(depth)?;
+        let depth = Reader::nested(depth)?;
         out.begin_object()?;
         out.key("descriptor")?;
         value(r, out, depth)?;
@@ -57,13 +57,6 @@ fn value(r: &mut Reader<'_>, out: &mut JsonText, depth: usize) -> Written {
         return out.end();
     }
     encoded(r, out, code, depth)
-}
-
-fn nested(depth: usize) -> Result<usize, String> {
-    match depth < MAX_DEPTH {
-        true => Ok(depth + 1),
-        false => Err(format!("nested deeper than {MAX_DEPTH} levels")),
-    }
 }
 
 /// A value whose constructor (format code) was read already: arrays share one.
@@ -91,7 +84,7 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
         0x83 => out.i64(signed(r.uint(8)?, 8)),
         0x73 => match char::from_u32(r.uint(4)? as u32) {
             Some(c) => out.str(c.encode_utf8(&mut [0; 4])),
-            None => Err("a char that is not a Unicode scalar".into()),
+            None => Err(Malformed::NotAChar.into()),
         },
         0x74 => out.hex(r.take(4)?),
         0x84 => out.hex(r.take(8)?),
@@ -113,7 +106,7 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
             let size = r.uint(width)?;
             let body_end = r.at as u64 + size;
             let count = r.uint(width)?;
-            let depth = nested(depth)?;
+            let depth = Reader::nested(depth)?;
             if code & 0x0f == 0 {
                 out.begin_array()?;
                 for _ in 0..count {
@@ -121,7 +114,7 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
                 }
             } else {
                 if count % 2 != 0 {
-                    return Err(format!("a map of {count} elements, not pairs").into());
+                    return Err(Malformed::OddMap { count }.into());
                 }
                 out.begin_object()?;
                 for _ in 0..count / 2 {
@@ -133,9 +126,7 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
             }
             out.end()?;
             if r.at as u64 != body_end {
-                return Err(
-                    format!("a compound that does not end at its size (byte {})", r.at).into(),
-                );
+                return Err(Malformed::CompoundSize { at: r.at }.into());
             }
             Ok(())
         }
@@ -143,7 +134,7 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
             let width = if code == 0xe0 { 1 } else { 4 };
             let _size = r.uint(width)?;
             let count = r.uint(width)?;
-            let depth = nested(depth)?;
+            let depth = Reader::nested(depth)?;
             let mut element = r.byte()?;
             // The descriptor of every element, as JSON text (within what is left).
             let mut descriptor = None;
@@ -169,14 +160,14 @@ fn encoded(r: &mut Reader<'_>, out: &mut JsonText, code: u8, depth: usize) -> Wr
             }
             out.end()
         }
-        other => Err(format!("unknown format code 0x{other:02x} at byte {}", r.at - 1).into()),
+        code => Err(Malformed::FormatCode { code, at: r.at - 1 }.into()),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::decode as to_json;
-    use super::super::Format;
+    use super::super::tests::{decode as to_json, malformed};
+    use super::super::{Format, Malformed};
     use serde_json::json;
 
     #[test]
@@ -213,23 +204,33 @@ mod tests {
 
     #[test]
     fn what_is_not_an_amqp_body_is_an_error() {
-        assert!(to_json(b"{}", Format::Amqp10).is_err());
-        assert!(to_json(b"\x00Sp\x45", Format::Amqp10).is_err(), "a header");
-        assert!(to_json(
-            b"\x00Sw\xd0\xff\xff\xff\xff\xff\xff\xff\xff",
-            Format::Amqp10
-        )
-        .is_err());
+        assert_eq!(
+            malformed(b"{}", Format::Amqp10),
+            Malformed::NotASection { at: 0 }
+        );
+        assert_eq!(
+            malformed(b"\x00Sp\x45", Format::Amqp10),
+            Malformed::NotABody { descriptor: 0x70 },
+            "a header"
+        );
+        assert!(matches!(
+            malformed(
+                b"\x00Sw\xd0\xff\xff\xff\xff\xff\xff\xff\xff",
+                Format::Amqp10
+            ),
+            Malformed::Truncated { at: 12, .. }
+        ));
         assert!(
-            to_json(b"\x00Sw", Format::Amqp10).is_err(),
+            matches!(
+                malformed(b"\x00Sw", Format::Amqp10),
+                Malformed::Truncated { at: 3, .. }
+            ),
             "a section without its value"
         );
         let deep: Vec<u8> = [0x00, 0x53, 0x77]
             .into_iter()
             .chain(std::iter::repeat_n([0x00, 0x40], 300).flatten())
             .collect();
-        assert!(to_json(&deep, Format::Amqp10)
-            .unwrap_err()
-            .contains("nested deeper"));
+        assert_eq!(malformed(&deep, Format::Amqp10), Malformed::TooDeep);
     }
 }

@@ -4,44 +4,7 @@
 //! not 80 bytes of `serde_json::Value` per value. Past the budget, writing fails and the text
 //! so far (a start of the JSON, cut between tokens) is what the caller may keep.
 
-use std::fmt;
-
-/// Why a decode stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The JSON would be longer than the budget; `start` is the text written before it ran
-    /// out (not valid JSON on its own: cut between two tokens), `what` the format.
-    TooLarge {
-        what: String,
-        limit: usize,
-        start: String,
-    },
-    /// The bytes are not what the format says.
-    Invalid(String),
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::TooLarge { what, limit, .. } => {
-                write!(f, "{what} decodes to more than {} of JSON", size(*limit))
-            }
-            DecodeError::Invalid(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<String> for DecodeError {
-    fn from(why: String) -> Self {
-        DecodeError::Invalid(why)
-    }
-}
-
-impl From<&str> for DecodeError {
-    fn from(why: &str) -> Self {
-        DecodeError::Invalid(why.to_owned())
-    }
-}
+use super::malformed::{Malformed, Stop};
 
 /// A byte count as people read it: `8 MiB`, `256 KiB`, `100 bytes`.
 pub fn size(bytes: usize) -> String {
@@ -52,7 +15,8 @@ pub fn size(bytes: usize) -> String {
     }
 }
 
-pub type Written = Result<(), DecodeError>;
+/// A token written, or why not.
+pub type Written = Result<(), Stop>;
 
 /// Compact JSON text, built token by token, never longer than its limit.
 #[derive(Debug)]
@@ -66,15 +30,6 @@ pub struct JsonText {
     open: Vec<(u8, bool)>,
     /// A member name was just written: its value follows without a comma.
     after_key: bool,
-}
-
-/// The error a full budget is, as the writer reports it (the text is taken at the top).
-fn full(limit: usize) -> DecodeError {
-    DecodeError::TooLarge {
-        what: String::new(),
-        limit,
-        start: String::new(),
-    }
 }
 
 impl JsonText {
@@ -96,7 +51,7 @@ impl JsonText {
     fn reserve(&mut self, n: usize) -> Written {
         match n <= self.room() {
             true => Ok(()),
-            false => Err(full(self.limit)),
+            false => Err(Stop::Full),
         }
     }
 
@@ -235,7 +190,7 @@ impl JsonText {
 
     /// Closes the innermost array or object.
     pub fn end(&mut self) -> Written {
-        let (close, _) = self.open.pop().ok_or("a container closed twice")?;
+        let (close, _) = self.open.pop().ok_or(Malformed::Unbalanced)?;
         self.aside -= 1;
         self.text.push(char::from(close));
         Ok(())

@@ -10,11 +10,54 @@ use std::collections::HashMap;
 
 use crate::message::headers::Table;
 
-use super::{JsonText, Written, MAX_DEPTH};
+use super::{JsonText, Malformed, Written, MAX_DEPTH};
 use wire::{Item, Wire};
 
 mod decode;
 mod wire;
+
+/// Why descriptor sets and `--proto-type` aliases do not load: the file or alias at fault,
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("{file} is not a FileDescriptorSet (protoc --descriptor_set_out): {why}")]
+    NotASet { file: String, why: DescriptorError },
+    #[error("{alias:?} is not TYPE=package.Message")]
+    NotAnAlias { alias: String },
+    /// `known`: the first few message names the sets hold (by name), of `total`.
+    #[error("{alias:?}: no message {message} in the descriptor sets{}", held(.known, *.total))]
+    NoMessage {
+        alias: String,
+        message: String,
+        known: Vec<String>,
+        total: usize,
+    },
+}
+
+/// Why a descriptor set's bytes are not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    #[error(transparent)]
+    Wire(#[from] Malformed),
+    /// Nested message types deeper than [`MAX_DEPTH`], below `scope`.
+    #[error("messages nested deeper than {MAX_DEPTH} levels in {scope}")]
+    TooDeep { scope: String },
+    #[error("field {field} of {message} has no type this knows")]
+    FieldType { message: String, field: String },
+}
+
+/// The message names an error lists: ` (they hold a, b and 3 more)`.
+fn held(known: &[String], total: usize) -> String {
+    match total {
+        0 => " (they hold no messages)".into(),
+        n if n <= known.len() => format!(" (they hold {})", known.join(", ")),
+        n => format!(
+            " (they hold {} and {} more)",
+            known.join(", "),
+            n - known.len()
+        ),
+    }
+}
 
 /// The message types Lazarus can decode, and how it tells which one a body holds.
 #[derive(Debug, Default)]
@@ -84,26 +127,32 @@ impl Schemas {
         sets: &[(String, Vec<u8>)],
         aliases: &[String],
         header: Option<&str>,
-    ) -> Result<Schemas, String> {
+    ) -> Result<Schemas, SchemaError> {
         let mut schemas = Schemas {
             header: header.map(str::to_owned),
             ..Schemas::default()
         };
         for (name, bytes) in sets {
-            schemas.add_set(bytes).map_err(|e| {
-                format!("{name} is not a FileDescriptorSet (protoc --descriptor_set_out): {e}")
+            schemas.add_set(bytes).map_err(|why| SchemaError::NotASet {
+                file: name.clone(),
+                why,
             })?;
         }
         for alias in aliases {
             let (key, message) = alias
                 .split_once('=')
-                .ok_or_else(|| format!("{alias:?} is not TYPE=package.Message"))?;
+                .ok_or_else(|| SchemaError::NotAnAlias {
+                    alias: alias.clone(),
+                })?;
             let message = message.trim().trim_start_matches('.');
             if !schemas.messages.contains_key(message) {
-                return Err(format!(
-                    "{alias:?}: no message {message} in the descriptor sets{}",
-                    schemas.known()
-                ));
+                let (known, total) = schemas.known();
+                return Err(SchemaError::NoMessage {
+                    alias: alias.clone(),
+                    message: message.to_owned(),
+                    known,
+                    total,
+                });
             }
             schemas
                 .aliases
@@ -112,15 +161,12 @@ impl Schemas {
         Ok(schemas)
     }
 
-    /// A few of the message names known, for an error message.
-    fn known(&self) -> String {
-        let mut names: Vec<&str> = self.messages.keys().map(String::as_str).collect();
+    /// The first few message names known (by name), for an error, and how many there are.
+    fn known(&self) -> (Vec<String>, usize) {
+        let mut names: Vec<&String> = self.messages.keys().collect();
         names.sort_unstable();
-        match names.len() {
-            0 => " (they hold no messages)".into(),
-            n if n <= 8 => format!(" (they hold {})", names.join(", ")),
-            n => format!(" (they hold {} and {} more)", names[..8].join(", "), n - 8),
-        }
+        let first = names.iter().take(8).map(|n| n.to_string()).collect();
+        (first, names.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -168,7 +214,7 @@ impl Schemas {
         self.message(out, &[bytes], name, 0)
     }
 
-    fn add_set(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn add_set(&mut self, bytes: &[u8]) -> Result<(), DescriptorError> {
         for field in Wire::new(bytes) {
             if let (1, Item::Bytes(file)) = field? {
                 self.add_file(file)?;
@@ -177,7 +223,7 @@ impl Schemas {
         Ok(())
     }
 
-    fn add_file(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn add_file(&mut self, bytes: &[u8]) -> Result<(), DescriptorError> {
         let mut package = String::new();
         let (mut messages, mut enums) = (Vec::new(), Vec::new());
         for field in Wire::new(bytes) {
@@ -197,9 +243,16 @@ impl Schemas {
         Ok(())
     }
 
-    fn add_message(&mut self, scope: &str, bytes: &[u8], depth: usize) -> Result<(), String> {
+    fn add_message(
+        &mut self,
+        scope: &str,
+        bytes: &[u8],
+        depth: usize,
+    ) -> Result<(), DescriptorError> {
         if depth > MAX_DEPTH {
-            return Err(format!("messages nested deeper than {MAX_DEPTH} levels"));
+            return Err(DescriptorError::TooDeep {
+                scope: scope.to_owned(),
+            });
         }
         let (mut name, mut fields, mut nested, mut enums) =
             (String::new(), Vec::new(), Vec::new(), Vec::new());
@@ -226,7 +279,7 @@ impl Schemas {
             ..MessageType::default()
         };
         for bytes in fields {
-            let (number, field) = field(bytes)?;
+            let (number, field) = field(&full, bytes)?;
             message.fields.insert(number, field);
         }
         for n in nested {
@@ -239,7 +292,7 @@ impl Schemas {
         Ok(())
     }
 
-    fn add_enum(&mut self, scope: &str, bytes: &[u8]) -> Result<(), String> {
+    fn add_enum(&mut self, scope: &str, bytes: &[u8]) -> Result<(), DescriptorError> {
         let (mut name, mut values) = (String::new(), HashMap::new());
         for field in Wire::new(bytes) {
             match field? {
@@ -274,8 +327,8 @@ fn qualify(scope: &str, name: &str) -> String {
     }
 }
 
-/// A field of a `DescriptorProto`: its number and what it is.
-fn field(bytes: &[u8]) -> Result<(u32, Field), String> {
+/// A field of a `DescriptorProto` (of message `message`): its number and what it is.
+fn field(message: &str, bytes: &[u8]) -> Result<(u32, Field), DescriptorError> {
     let (mut name, mut number, mut label, mut kind, mut type_name) =
         (String::new(), 0u32, 1u64, None, String::new());
     for item in Wire::new(bytes) {
@@ -288,7 +341,10 @@ fn field(bytes: &[u8]) -> Result<(u32, Field), String> {
             _ => {}
         }
     }
-    let kind = kind.ok_or_else(|| format!("field {name} has no type this knows"))?;
+    let kind = kind.ok_or_else(|| DescriptorError::FieldType {
+        message: message.to_owned(),
+        field: name.clone(),
+    })?;
     Ok((
         number,
         Field {
@@ -303,15 +359,21 @@ fn field(bytes: &[u8]) -> Result<(u32, Field), String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::message::structured::Stop;
     use serde_json::json;
 
-    /// The JSON a message decodes to (parsed back), or the error's text.
-    fn json_of(schemas: &Schemas, bytes: &[u8], name: &str) -> Result<serde_json::Value, String> {
+    /// The JSON a message decodes to (parsed back), or how its bytes are malformed.
+    fn json_of(
+        schemas: &Schemas,
+        bytes: &[u8],
+        name: &str,
+    ) -> Result<serde_json::Value, Malformed> {
         let mut out = JsonText::new(1 << 20);
-        schemas
-            .write_json(bytes, name, &mut out)
-            .map_err(|e| e.to_string())?;
-        Ok(serde_json::from_str(out.as_str()).expect("a decode writes JSON"))
+        match schemas.write_json(bytes, name, &mut out) {
+            Ok(()) => Ok(serde_json::from_str(out.as_str()).expect("a decode writes JSON")),
+            Err(Stop::Malformed(why)) => Err(why),
+            Err(Stop::Full) => panic!("{name} needs more than a MiB of JSON"),
+        }
     }
 
     /// Protobuf wire format written by hand, for descriptors and bodies.
@@ -490,10 +552,80 @@ pub(crate) mod tests {
     #[test]
     fn bad_aliases_and_descriptor_sets_are_refused_with_the_reason() {
         let err = Schemas::load(&[], &["x=shop.Nope".into()], None).unwrap_err();
-        assert!(err.contains("no message shop.Nope"), "{err}");
+        assert_eq!(
+            err,
+            SchemaError::NoMessage {
+                alias: "x=shop.Nope".into(),
+                message: "shop.Nope".into(),
+                known: Vec::new(),
+                total: 0
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            r#""x=shop.Nope": no message shop.Nope in the descriptor sets (they hold no messages)"#
+        );
         let err = Schemas::load(&[("a.pb".into(), vec![0x0a, 0x05, 0x01])], &[], None).unwrap_err();
-        assert!(err.contains("a.pb is not a FileDescriptorSet"), "{err}");
-        assert!(Schemas::load(&[], &["no-equals".into()], None).is_err());
+        let cut = Malformed::Truncated {
+            claimed: 5,
+            at: 2,
+            left: 1,
+        };
+        assert_eq!(
+            err,
+            SchemaError::NotASet {
+                file: "a.pb".into(),
+                why: DescriptorError::Wire(cut)
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "a.pb is not a FileDescriptorSet (protoc --descriptor_set_out): 5 bytes claimed at \
+             byte 2, 1 left"
+        );
+        assert_eq!(
+            Schemas::load(&[], &["no-equals".into()], None).unwrap_err(),
+            SchemaError::NotAnAlias {
+                alias: "no-equals".into()
+            }
+        );
+        // A field of a type protobuf does not have, named with its message; the names held.
+        let mut names = Out::default();
+        for name in ["A", "B", "C", "D", "E", "F", "G", "H", "I"] {
+            names.bytes(4, &Out::default().text(1, name).done());
+        }
+        let bad = Out::default()
+            .text(1, "Bad")
+            .bytes(2, &field("odd", 1, 1, 99, ""))
+            .done();
+        // A file of package p holding `messages` (its field 4s).
+        let set = |messages: Vec<u8>| {
+            let mut file = Out::default();
+            file.text(2, "p").0.extend(messages);
+            Out::default().bytes(1, &file.done()).done()
+        };
+        let bad = set(Out::default().bytes(4, &bad).done());
+        let err = Schemas::load(&[("bad.pb".into(), bad)], &[], None).unwrap_err();
+        assert_eq!(
+            err,
+            SchemaError::NotASet {
+                file: "bad.pb".into(),
+                why: DescriptorError::FieldType {
+                    message: "p.Bad".into(),
+                    field: "odd".into()
+                }
+            }
+        );
+        let err = Schemas::load(
+            &[("n.pb".into(), set(names.done()))],
+            &["t=p.Z".into()],
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#""t=p.Z": no message p.Z in the descriptor sets (they hold p.A, p.B, p.C, p.D, p.E, p.F, p.G, p.H and 1 more)"#
+        );
     }
 
     #[test]
@@ -572,17 +704,32 @@ pub(crate) mod tests {
         let schemas = shop();
         // A length beyond the end.
         let err = json_of(&schemas, &[0x0a, 0xff, 0xff, 0xff, 0x0f], "shop.Order").unwrap_err();
-        assert!(err.contains("left"), "{err}");
+        assert!(
+            matches!(err, Malformed::Truncated { at: 5, left: 0, .. }),
+            "{err}"
+        );
         // A varint that never ends, an 11-byte one, field 0, wire type 7.
-        assert!(json_of(&schemas, &[0x10, 0xff], "shop.Order").is_err());
+        let malformed = |bytes: &[u8]| json_of(&schemas, bytes, "shop.Order").unwrap_err();
+        assert_eq!(malformed(&[0x10, 0xff]), Malformed::VarintCut { at: 2 });
         let mut long = vec![0x10];
         long.extend([0xff; 11]);
-        assert!(json_of(&schemas, &long, "shop.Order").is_err());
-        assert!(json_of(&schemas, &[0x00, 0x01], "shop.Order").is_err());
-        assert!(json_of(&schemas, &[0x0f], "shop.Order").is_err());
+        assert_eq!(malformed(&long), Malformed::VarintOver64Bits { at: 11 });
+        assert_eq!(
+            malformed(&[0x00, 0x01]),
+            Malformed::FieldNumber { number: 0, at: 1 }
+        );
+        assert_eq!(
+            malformed(&[0x0f]),
+            Malformed::WireType {
+                wire_type: 7,
+                at: 1
+            }
+        );
         // A string field sent as a number.
-        let err = json_of(&schemas, &[0x08, 0x01], "shop.Order").unwrap_err();
-        assert!(err.contains("order_id"), "{err}");
+        assert_eq!(
+            malformed(&[0x08, 0x01]).to_string(),
+            "field order_id (String) has the wire type of another kind"
+        );
         // Lines nested in lines, deeper than the limit (field 6 of Order is a Line: a Line
         // holding field 6 reads as unknown, so nest Orders through an unknown type instead).
         let mut deep = Vec::new();
@@ -596,7 +743,10 @@ pub(crate) mod tests {
         let mut deep = vec![0x0b; 300];
         deep.extend([0x0c; 300]);
         assert!(
-            json_of(&Schemas::default(), &deep, "").is_err(),
+            matches!(
+                json_of(&Schemas::default(), &deep, ""),
+                Err(Malformed::Group { .. })
+            ),
             "groups nested too deep"
         );
     }

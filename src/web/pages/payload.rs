@@ -95,19 +95,17 @@ pub fn view(body: &[u8], size: u64, encoding: &body::Encoding<'_>) -> PayloadVie
     if let Some(format) = structured::Format::of(encoding) {
         // At most what a page shows is written: a body of a million one-byte values costs
         // the page's worth of JSON, not a million values.
-        let decoded = match complete {
-            true => structured::to_json(&bytes, format, DISPLAY_LIMIT),
-            false => Err(DecodeError::Invalid(format!(
-                "{format} larger than {} decoded is not decoded",
-                structured::size(JSON_LIMIT)
-            ))),
-        };
+        let decoded = complete.then(|| structured::to_json(&bytes, format, DISPLAY_LIMIT));
         match decoded {
-            Ok(json) => {
+            None => notes.push(format!(
+                "{format} larger than {} decoded is not decoded: shown undecoded",
+                structured::size(JSON_LIMIT)
+            )),
+            Some(Ok(json)) => {
                 notes.push(format!("{format}, shown as JSON"));
                 return json_view(&json, false, notes);
             }
-            Err(DecodeError::TooLarge { start, .. }) => {
+            Some(Err(DecodeError::TooLarge { start, .. })) => {
                 notes.push(format!(
                     "{format}, shown as JSON: its first {} (the download has it all)",
                     structured::size(DISPLAY_LIMIT)
@@ -116,7 +114,7 @@ pub fn view(body: &[u8], size: u64, encoding: &body::Encoding<'_>) -> PayloadVie
             }
             // Mislabelled (a JSON body whose `type` names a protobuf message, say): shown as
             // what its bytes are, text or hex, below.
-            Err(e) => notes.push(format!("{e}: shown undecoded")),
+            Some(Err(e)) => notes.push(format!("{e}: shown undecoded")),
         }
     }
     let charset = encoding.charset();

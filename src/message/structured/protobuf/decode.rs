@@ -5,7 +5,7 @@
 
 use super::wire::{Item, Wire};
 use super::{Field, Kind, MessageType, Schemas};
-use crate::message::structured::{DecodeError, JsonText, Reader, Written, MAX_DEPTH};
+use crate::message::structured::{JsonText, Malformed, Reader, Stop, Written, MAX_DEPTH};
 
 impl Schemas {
     /// A message whose encoding is `parts` one after another (a message seen twice is the
@@ -19,7 +19,7 @@ impl Schemas {
         depth: usize,
     ) -> Written {
         if depth >= MAX_DEPTH {
-            return Err(format!("nested deeper than {MAX_DEPTH} levels").into());
+            return Err(Malformed::TooDeep.into());
         }
         if self.well_known(out, parts, name)? {
             return Ok(());
@@ -134,7 +134,7 @@ impl Schemas {
                     Item::Bytes(b) => Ok(b),
                     _ => Err(wrong(field)),
                 })
-                .collect::<Result<Vec<&[u8]>, String>>()?;
+                .collect::<Result<Vec<&[u8]>, Malformed>>()?;
             self.message(out, &parts, &field.type_name, depth + 1)?;
             out.release(held);
             return Ok(());
@@ -161,7 +161,7 @@ impl Schemas {
         };
         let depth = depth + 1;
         if depth >= MAX_DEPTH {
-            return Err(format!("nested deeper than {MAX_DEPTH} levels").into());
+            return Err(Malformed::TooDeep.into());
         }
         let (mut key, mut value) = (None, None);
         for item in Wire::new(bytes) {
@@ -240,12 +240,7 @@ impl Schemas {
 
     /// `google.protobuf.Timestamp`, `Duration` and the wrappers, as protobuf's JSON writes
     /// them; `false` (nothing written) for any other message.
-    fn well_known(
-        &self,
-        out: &mut JsonText,
-        parts: &[&[u8]],
-        name: &str,
-    ) -> Result<bool, DecodeError> {
+    fn well_known(&self, out: &mut JsonText, parts: &[&[u8]], name: &str) -> Result<bool, Stop> {
         let Some(short) = name.strip_prefix("google.protobuf.") else {
             return Ok(false);
         };
@@ -347,11 +342,11 @@ impl<'a> Items<'_, 'a> {
     }
 }
 
-fn wrong(field: &Field) -> String {
-    format!(
-        "field {} ({:?}) has the wire type of another kind",
-        field.name, field.kind
-    )
+fn wrong(field: &Field) -> Malformed {
+    Malformed::WrongWireType {
+        field: field.name.clone(),
+        kind: format!("{:?}", field.kind),
+    }
 }
 
 /// A field the schema does not know: numbers as they are, length-delimited bytes as text

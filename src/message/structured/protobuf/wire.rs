@@ -1,7 +1,7 @@
 //! The protobuf wire format (pure): a message's fields one after another, each a number and
 //! what its wire type holds, on the reader the other binary formats share.
 
-use crate::message::structured::{Reader, MAX_DEPTH};
+use crate::message::structured::{Malformed, Reader, MAX_DEPTH};
 
 /// One field of the wire format as it arrives.
 #[derive(Debug, Clone, Copy)]
@@ -16,26 +16,26 @@ pub(super) enum Item<'a> {
 
 /// The wire format's numbers and groups, on the reader the other binary formats share.
 impl Reader<'_> {
-    pub(super) fn varint(&mut self) -> Result<u64, String> {
+    pub(super) fn varint(&mut self) -> Result<u64, Malformed> {
         let mut n = 0u64;
         for shift in (0..70).step_by(7) {
             let b = *self
                 .bytes
                 .get(self.at)
-                .ok_or_else(|| format!("a number cut at byte {}", self.at))?;
+                .ok_or(Malformed::VarintCut { at: self.at })?;
             self.at += 1;
             if shift == 63 && b > 1 {
-                return Err(format!("a number longer than 64 bits at byte {}", self.at));
+                return Err(Malformed::VarintOver64Bits { at: self.at });
             }
             n |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(n);
             }
         }
-        Err(format!("a number longer than 10 bytes at byte {}", self.at))
+        Err(Malformed::VarintOver10Bytes { at: self.at })
     }
 
-    pub(super) fn fixed(&mut self, size: u64) -> Result<u64, String> {
+    pub(super) fn fixed(&mut self, size: u64) -> Result<u64, Malformed> {
         Ok(self
             .take(size)?
             .iter()
@@ -44,7 +44,7 @@ impl Reader<'_> {
     }
 
     /// Skips a group up to its end tag, nested groups included (at most [`MAX_DEPTH`]).
-    fn skip_group(&mut self, number: u32) -> Result<(), String> {
+    fn skip_group(&mut self, number: u32) -> Result<(), Malformed> {
         let mut open = vec![number];
         while let Some(&innermost) = open.last() {
             let key = self.varint()?;
@@ -59,7 +59,7 @@ impl Reader<'_> {
                 3 if open.len() < MAX_DEPTH => open.push(n),
                 4 if n == innermost => drop(open.pop()),
                 5 => drop(self.take(4)?),
-                _ => return Err(format!("a malformed group at byte {}", self.at)),
+                _ => return Err(Malformed::Group { at: self.at }),
             }
         }
         Ok(())
@@ -92,13 +92,16 @@ impl<'a> Wire<'a> {
         self.reader.at
     }
 
-    fn next_item(&mut self) -> Result<(u32, Item<'a>), String> {
+    fn next_item(&mut self) -> Result<(u32, Item<'a>), Malformed> {
         let r = &mut self.reader;
         let key = r.varint()?;
         let number = u32::try_from(key >> 3)
             .ok()
             .filter(|n| *n > 0 && *n < 1 << 29)
-            .ok_or_else(|| format!("field number {} at byte {}", key >> 3, r.at))?;
+            .ok_or(Malformed::FieldNumber {
+                number: key >> 3,
+                at: r.at,
+            })?;
         let item = match key & 7 {
             0 => Item::Varint(r.varint()?),
             1 => Item::Fixed64(r.fixed(8)?),
@@ -111,14 +114,19 @@ impl<'a> Wire<'a> {
                 Item::Group
             }
             5 => Item::Fixed32(r.fixed(4)? as u32),
-            other => return Err(format!("wire type {other} at byte {}", r.at)),
+            wire_type => {
+                return Err(Malformed::WireType {
+                    wire_type,
+                    at: r.at,
+                })
+            }
         };
         Ok((number, item))
     }
 }
 
 impl<'a> Iterator for Wire<'a> {
-    type Item = Result<(u32, Item<'a>), String>;
+    type Item = Result<(u32, Item<'a>), Malformed>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.reader.at >= self.reader.bytes.len() {
