@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use super::replay::cli_actor;
-use crate::archive::{Grant, Grants, Role, TokenSpec};
 use crate::archive::{self, Archive};
+use crate::archive::{Grant, Grants, Role, TokenSpec};
 use crate::auth::{
     check_name, check_password, hash_password, new_secret, secret_hash, MAX_TOKEN_DAYS,
     TOKEN_PREFIX,
@@ -142,7 +142,11 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                     &cli_actor(),
                 )
                 .await?;
-            println!("user {} is {}", name.trim(), Grants::of(role, &grant).describe());
+            println!(
+                "user {} is {}",
+                name.trim(),
+                Grants::of(role, &grant).describe()
+            );
         }
         UserCommand::Passwd { name, connection } => {
             let password_hash = hash(&read_password()?, &name)?;

@@ -111,7 +111,9 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
         ));
     }
     match pattern.chars().find(|c| c.is_control()) {
-        Some(c) => Err(format!("the pattern {pattern:?} holds the control character {c:?}")),
+        Some(c) => Err(format!(
+            "the pattern {pattern:?} holds the control character {c:?}"
+        )),
         None => Ok(()),
     }
 }

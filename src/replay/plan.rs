@@ -93,7 +93,10 @@ impl SelectionRequest {
                 } else {
                     json!({ "ids": ids.len() })
                 };
-                Ok((Selection::Ids(ids).within(self.within.clone()), text.to_string()))
+                Ok((
+                    Selection::Ids(ids).within(self.within.clone()),
+                    text.to_string(),
+                ))
             }
             (None, Some(filter)) => {
                 let filter = filter.filters_only();

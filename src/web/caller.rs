@@ -107,7 +107,10 @@ impl Caller {
     pub async fn may_act_on(&self, state: &AppState, id: i64, raw: &str) -> Result<(), AppError> {
         match self.rights.everywhere_at(Role::Operator) {
             true => Ok(()),
-            false => self.message(state, id, raw, Role::Operator).await.map(|_| ()),
+            false => self
+                .message(state, id, raw, Role::Operator)
+                .await
+                .map(|_| ()),
         }
     }
 

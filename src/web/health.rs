@@ -170,6 +170,9 @@ mod tests {
         let kept = only_queues(text, |q| q == "tenant-a%2Fx/orders" || q == "odd \"q\\");
         assert!(kept.contains("# TYPE lazarus_archived gauge"));
         assert!(kept.contains("} 3\n") && kept.contains("} 5\n"), "{kept}");
-        assert!(!kept.contains("tenant-b") && !kept.contains("ingested"), "{kept}");
+        assert!(
+            !kept.contains("tenant-b") && !kept.contains("ingested"),
+            "{kept}"
+        );
     }
 }

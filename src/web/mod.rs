@@ -163,7 +163,11 @@ fn routes() -> Routes {
         .get(DLQ_VIEWER, "/api", openapi::page::api_page)
         .get(DLQ_VIEWER, "/api/openapi.json", openapi::openapi_json)
         .get(DLQ_VIEWER, "/messages", pages::messages::list_page)
-        .get(DLQ_VIEWER, "/messages/count", pages::messages::count_fragment)
+        .get(
+            DLQ_VIEWER,
+            "/messages/count",
+            pages::messages::count_fragment,
+        )
         .get(DLQ_VIEWER, "/messages/{id}", pages::message::detail_page)
         .get(DLQ_VIEWER, "/replays", pages::replays::list_page)
         .get(DLQ_VIEWER, "/replays/{id}", pages::replays::job_page)
@@ -182,7 +186,11 @@ fn routes() -> Routes {
         )
         .get(DLQ_VIEWER, "/api/replays", api::replays::list_jobs)
         .get(DLQ_VIEWER, "/api/replays/{id}", api::replays::get_job)
-        .get(DLQ_VIEWER, "/api/replays/{id}/items", api::replays::job_items)
+        .get(
+            DLQ_VIEWER,
+            "/api/replays/{id}/items",
+            api::replays::job_items,
+        )
         .get(VIEWER, "/api/dlqs", pages::dlqs::list_dlqs)
         .get(DLQ_VIEWER, "/api/groups", api::groups::list_groups)
         // Operators: replaying and dismissing, on the DLQs their rights reach.
@@ -196,7 +204,11 @@ fn routes() -> Routes {
             "/messages/{id}/dismiss",
             pages::message_actions::dismiss_form,
         )
-        .post(DLQ_OPERATOR, "/messages/select", pages::replays::selection_form)
+        .post(
+            DLQ_OPERATOR,
+            "/messages/select",
+            pages::replays::selection_form,
+        )
         .post(
             DLQ_OPERATOR,
             "/groups/{id}/note",

@@ -41,6 +41,7 @@ mod reconnect;
 mod replay;
 mod replay_policy;
 mod retention;
+mod rights;
 mod seeds;
 mod served;
 mod signin;

@@ -54,7 +54,7 @@ pub const TOKEN_COLUMNS: &str =
     "id, name, role, grants, created_by, created_at, revoked_at, expires_at, owner";
 
 /// What a session lookup selects, both backends.
-pub const SESSION_QUERY: &str = "SELECT u.name, u.password_hash, u.role, u.created_at, \
+pub const SESSION_QUERY: &str = "SELECT u.name, u.password_hash, u.role, u.grants, u.created_at, \
     s.created_at AS session_created_at, s.last_seen FROM sessions s \
     JOIN users u ON u.name = s.user_name WHERE s.token_hash = ";
 

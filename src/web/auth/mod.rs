@@ -137,7 +137,9 @@ async fn identify(
                 .archive
                 .user(user)
                 .await?
-                .map_or(Grants::Everywhere(settings.proxy_default_role), |u| u.grants());
+                .map_or(Grants::Everywhere(settings.proxy_default_role), |u| {
+                    u.grants()
+                });
             let email = text("x-forwarded-email")
                 .filter(|e| e.chars().count() <= MAX_EMAIL_CHARS && !e.contains(char::is_control));
             let name = match email {
@@ -304,7 +306,7 @@ pub async fn authenticate(
                     caller.rights.describe()
                 )),
                 &nav,
-            )
+            );
         }
     }
     with_nav(next.run(request).await, nav)

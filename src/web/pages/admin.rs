@@ -82,6 +82,8 @@ pub struct NewToken {
     id: i64,
     name: String,
     role: Role,
+    /// The DLQs the role is held on; none: every DLQ.
+    grants: Vec<Grant>,
     /// Send as `Authorization: Bearer <token>`; it is not shown again.
     token: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -130,6 +132,7 @@ async fn make_token(
         id,
         name: name.to_owned(),
         role,
+        grants,
         token,
         expires_at,
     })

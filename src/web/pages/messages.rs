@@ -209,9 +209,7 @@ async fn group_named(
         ..crate::archive::GroupQuery::by_cause(1)
     };
     let groups = state.archive.groups(&query).await?;
-    let seen = groups
-        .first()
-        .filter(|g| caller.sees_group(g, state));
+    let seen = groups.first().filter(|g| caller.sees_group(g, state));
     Ok(seen.map(|g| {
         let cause = g.cause();
         format!(

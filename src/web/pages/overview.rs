@@ -15,8 +15,8 @@ use crate::archive::selection::{fields_query, group_filters, group_link};
 use crate::archive::{
     FailureGroup, GroupBy, GroupNote, GroupQuery, HourlyCount, QueueReasonCount, Role,
 };
-use crate::web::caller::Caller;
 use crate::runtime::status::ConsumerState;
+use crate::web::caller::Caller;
 use crate::web::html::{filters, render, utc};
 use crate::web::nav::Nav;
 use crate::web::pages::dlqs::Found;
@@ -181,7 +181,8 @@ pub async fn overview(
     // names, counts, consumers or warnings, nor the instance-wide cards.
     let scope = caller.dlqs_at(Role::Viewer, &state).await.ok().flatten();
     let whole = scope.is_none() && caller.rights.everywhere_at(Role::Viewer);
-    let visible = |queue: &str| whole || scope.as_ref().is_some_and(|s| s.iter().any(|d| d == queue));
+    let visible =
+        |queue: &str| whole || scope.as_ref().is_some_and(|s| s.iter().any(|d| d == queue));
     let mut consumers = state.status.snapshot();
     consumers.retain(|queue, _| visible(queue));
     let mut outages = outages(&consumers);
@@ -279,19 +280,27 @@ pub async fn overview(
             }
         },
     };
-    let dlqs = state.management.as_ref().filter(|_| whole).map(|management| {
-        let found = state
-            .discovery
-            .latest(management, crate::web::pages::dlqs::archived_queues(&state));
-        dlqs_card(found, &mut warnings)
-    });
-    let retention = state.retention.as_ref().filter(|_| whole).map(|policy| RetentionLine {
-        policy: policy.to_string(),
-        last: last_pass
-            .as_ref()
-            .and_then(|r| Some((utc(r.finished_at?), r.deleted))),
-        next: last_pass.as_ref().and_then(|r| r.next_at).map(utc),
-    });
+    let dlqs = state
+        .management
+        .as_ref()
+        .filter(|_| whole)
+        .map(|management| {
+            let found = state
+                .discovery
+                .latest(management, crate::web::pages::dlqs::archived_queues(&state));
+            dlqs_card(found, &mut warnings)
+        });
+    let retention = state
+        .retention
+        .as_ref()
+        .filter(|_| whole)
+        .map(|policy| RetentionLine {
+            policy: policy.to_string(),
+            last: last_pass
+                .as_ref()
+                .and_then(|r| Some((utc(r.finished_at?), r.deleted))),
+            next: last_pass.as_ref().and_then(|r| r.next_at).map(utc),
+        });
     let notifications = (whole && !state.notifications.targets.is_empty()).then(|| {
         let latest = state.notifications.latest();
         NotificationsLine {
