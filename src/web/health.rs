@@ -47,7 +47,8 @@ struct DatabaseState {
 /// consumer consumes, else 503.
 ///
 /// Ready or not for anyone; which queue and what the database said only for someone signed
-/// in: queue names and database errors tell an outsider about the systems behind Lazarus.
+/// in who may view every DLQ: queue names and database errors tell an outsider about the
+/// systems behind Lazarus, and one tenant about another's.
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses(
         (status = 200, description = "Ready", body = Readiness),
@@ -64,7 +65,7 @@ pub(super) async fn readyz(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let signed_in = caller.is_some();
+    let signed_in = caller.is_some_and(|c| c.rights.everywhere_at(Role::Viewer));
     let database = DatabaseState {
         state: if database.is_ok() {
             "ok"

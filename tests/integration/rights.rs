@@ -325,6 +325,20 @@ async fn each_route_shows_and_changes_only_what_the_rights_reach() {
         assert!(line.contains("queue=\""), "a series of no DLQ: {line}");
     }
 
+    // Readiness: whether ready, not which DLQ (that would name the others).
+    let ready = w.call(&vera, "GET", "/readyz", None).await;
+    let ready: Value = serde_json::from_slice(&ready.body).unwrap();
+    assert!(
+        ready.get("ready").is_some() && ready.get("queues").is_none(),
+        "{ready}"
+    );
+    let ready = w.call(&admin, "GET", "/readyz", None).await;
+    let ready: Value = serde_json::from_slice(&ready.body).unwrap();
+    assert!(
+        ready["queues"].get(&w.b).is_some(),
+        "the admin sees every DLQ: {ready}"
+    );
+
     // A viewer may not replay; an operator of another tenant's DLQ may not touch this one.
     let plan = |ids: Vec<&String>| json!({"ids": ids, "dry_run": true});
     assert_eq!(
