@@ -1,6 +1,11 @@
 //! A WebDriver client for headless Chromium (Debian's `chromium` and `chromium-driver`): a
 //! chromedriver of its own per browser, and what the page tests ask of it — find, type,
 //! click, press keys, resize, switch the colour scheme, measure what overflows, screenshot.
+//!
+//! Why not fantoccini: WebDriver is a few JSON calls over the tiny HTTP client the tests
+//! already have (`http`), and fantoccini 0.22 adds 18 crates the tree does not hold (OpenSSL
+//! through native-tls by default; with `rustls-tls`, 14, among them aws-lc-sys, a C build)
+//! and a second copy of icu for `webdriver` — counted with `cargo tree` on 2026-12-06.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
