@@ -168,7 +168,9 @@ impl RetentionArgs {
 /// Where the broker and the archive are (the same flags and variables as `serve`).
 #[derive(Debug, Clone, Args)]
 pub struct ConnectionArgs {
-    /// RabbitMQ to consume from and replay to (amqp:// or amqps://).
+    /// RabbitMQ to consume from and replay to (amqp:// or amqps://); a cluster as every
+    /// node's address, amqp://user:password@node1:5672,node2,node3/vhost: Lazarus connects
+    /// to the first that answers and moves on when it dies.
     #[arg(
         long,
         env = "LAZARUS_AMQP_URL",

@@ -17,6 +17,7 @@ use crate::amqp::consumer::{self, ConsumerContext};
 use crate::amqp::management::Management;
 use crate::archive::{self, Archive};
 use crate::config::ServeConfig;
+use crate::message::broker_nodes::BrokerNodes;
 use crate::message::dlq::Dlq;
 use crate::replay::job;
 use crate::runtime::instance;
@@ -56,6 +57,10 @@ impl Application {
             .policy(&config.connection.amqp_url)
             .map_err(anyhow::Error::msg)
             .context("--retention")?;
+        // A broker given as several addresses is read once here, to refuse a broken list.
+        BrokerNodes::parse(&config.connection.amqp_url)
+            .map_err(anyhow::Error::msg)
+            .context("--amqp-url")?;
         let archive = archive::open_served(&config.connection.database_url)
             .await
             .with_context(|| {
@@ -185,7 +190,10 @@ impl Application {
             tracing::info!("shutting down: finishing in-flight batches");
             trigger.cancel();
         });
-        tracing::info!(address = %addr, queues = ?config.queues, "lazarus is serving");
+        let rabbitmq = BrokerNodes::parse(&config.connection.amqp_url)
+            .map(|b| b.addresses())
+            .unwrap_or_default();
+        tracing::info!(address = %addr, queues = ?config.queues, rabbitmq, "lazarus is serving");
         let settings = ServeSettings {
             header_timeout: Duration::from_secs(config.header_timeout_secs.max(1)),
             max_connections: config

@@ -107,6 +107,7 @@ pub async fn run(dlq: Dlq, ctx: ConsumerContext) {
         ctx.status.set(&dlq, ConsumerState::Connecting);
         let result = consume(&dlq, &ctx, &mut backoff, &mut kind).await;
         ctx.metrics.set_connected(&dlq, false);
+        ctx.status.set_node(&dlq, None);
         match result {
             Ok(()) => break,
             Err(ConsumeError::QueueMissing(_)) => {
@@ -287,8 +288,10 @@ async fn consume_on(
 ) -> Result<(), ConsumeError> {
     let (mut channel, mut stream) = start_consuming(connection, dlq, ctx, kind).await?;
     let queue = &dlq.key();
-    tracing::info!(queue, broker = %connection.server().version, kind = ?kind, "consuming");
+    let node = connection.node();
+    tracing::info!(queue, broker = %connection.server().version, node, kind = ?kind, "consuming");
     ctx.status.set(dlq, ConsumerState::Consuming);
+    ctx.status.set_node(dlq, Some(node));
     ctx.metrics.set_connected(dlq, true);
     backoff.reset();
 

@@ -50,12 +50,14 @@ impl std::fmt::Debug for Management {
 
 impl Management {
     /// `management_url` is `http(s)://[user:password@]host:port[/path]`; without credentials it
-    /// uses the AMQP URL's user and password, and it always looks at the AMQP URL's vhost.
+    /// uses the AMQP URL's user and password, and it always looks at the AMQP URL's vhost (a
+    /// broker given as several addresses names them once for all its nodes; the management
+    /// URL names the node whose API answers).
     pub fn new(management_url: &str, amqp_url: &str) -> Result<Self, ManagementError> {
         let target: Target = management_url.parse().map_err(|_| {
             ManagementError::Url(crate::support::secret_url::redact_url(management_url))
         })?;
-        let amqp: AMQPUri = amqp_url
+        let amqp: AMQPUri = crate::message::broker_nodes::first_node_url(amqp_url)
             .parse()
             .map_err(|_| ManagementError::Url(crate::support::secret_url::redact_url(amqp_url)))?;
         let target = if target.has_credentials() {
@@ -239,6 +241,16 @@ mod tests {
                 .with_credentials("app", "pw")
         );
         assert!(!format!("{m:?}").contains("pw"), "{m:?}");
+        // A broker given as several addresses: its one user and vhost.
+        let m = Management::new("http://n2:15672", "amqp://app:pw@n1,n2:5673,n3/prod").unwrap();
+        assert_eq!(m.vhost, "prod");
+        assert_eq!(
+            m.target,
+            "http://n2:15672"
+                .parse::<Target>()
+                .unwrap()
+                .with_credentials("app", "pw")
+        );
         assert_eq!(path_segment("/"), "%2F");
         assert_eq!(path_segment("a dlq"), "a%20dlq");
         assert!(matches!(

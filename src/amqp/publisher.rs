@@ -142,6 +142,11 @@ impl Publisher {
         })
     }
 
+    /// The broker node it publishes to, as `host:port`.
+    pub fn node(&self) -> &str {
+        self.connection.node()
+    }
+
     /// `Some(reason)` while the broker blocks publishing on this connection (a memory or
     /// disk alarm): publishes wait in the socket until it clears.
     pub fn blocked(&self) -> watch::Receiver<Option<String>> {

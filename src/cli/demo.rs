@@ -339,10 +339,11 @@ async fn worker(connection: &Connection, queue: &'static str) -> anyhow::Result<
 }
 
 /// Declares the topology, starts the failing workers, publishes `messages` messages.
-/// Returns the connection, which keeps the workers alive while it lives.
+/// Returns the connection, which keeps the workers alive while it lives. (A broker given as
+/// several addresses: its first node.)
 pub async fn run(amqp_url: &str, messages: usize) -> anyhow::Result<Connection> {
     let connection = lapin::Connection::connect(
-        amqp_url,
+        &crate::message::broker_nodes::first_node_url(amqp_url),
         lapin::ConnectionProperties::default().with_connection_name("lazarus demo".into()),
     )
     .await

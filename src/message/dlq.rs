@@ -153,9 +153,10 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// The vhost `amqp_url` names (`/` when it names none): the instance's home.
+/// The vhost `amqp_url` names (`/` when it names none): the instance's home. A broker given
+/// as several addresses names it once for all of them.
 pub fn home_vhost(amqp_url: &str) -> String {
-    amqp_url
+    crate::message::broker_nodes::first_node_url(amqp_url)
         .parse::<lapin::uri::AMQPUri>()
         .map_or_else(|_| "/".to_owned(), |uri| uri.vhost)
 }
@@ -279,6 +280,7 @@ mod tests {
         assert_eq!(home_vhost("amqp://guest:guest@127.0.0.1:5672"), "/");
         assert_eq!(home_vhost("amqp://127.0.0.1:5672/%2f"), "/");
         assert_eq!(home_vhost("amqp://127.0.0.1:5672/shop?heartbeat=5"), "shop");
+        assert_eq!(home_vhost("amqp://u:p@n1:5672,n2,n3:5673/shop"), "shop");
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! history (`death`), its body as text and decoded (`body`, `structured`), masked
 //! (`masking`), the framework that failed it and why (`conventions`, `cause`), the search
 //! language that finds it (`search`, `field_match`, `cjk`), and where a replay of it may go
-//! (`exchange_policy`). Nothing here imports anything else of Lazarus.
+//! (`exchange_policy`); and the broker it came from: its vhost and its nodes, from the AMQP
+//! URL (`dlq`, `broker_nodes`). Nothing here imports anything else of Lazarus.
 
 pub mod body;
+pub mod broker_nodes;
 pub mod cause;
 pub mod cjk;
 pub mod codec;

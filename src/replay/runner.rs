@@ -139,6 +139,12 @@ impl<'a> Runner<'a> {
             let place = crate::message::dlq::in_vhost(vhost);
             match opened {
                 Ok(publisher) => {
+                    tracing::info!(
+                        job = id,
+                        vhost,
+                        node = publisher.node(),
+                        "replay job publishing"
+                    );
                     self.publishers.insert(vhost.to_owned(), publisher);
                 }
                 // NOT_ALLOWED: no such vhost, or no access to it. Waiting would not mend it.

@@ -30,6 +30,8 @@ pub struct IngestStatus {
     queues: Arc<Mutex<BTreeMap<Dlq, ConsumerState>>>,
     /// What puts a DLQ's messages at risk although it is consumed (a delivery limit).
     warnings: Arc<Mutex<BTreeMap<Dlq, String>>>,
+    /// The broker node (`host:port`) each consuming DLQ's connection is open to.
+    nodes: Arc<Mutex<BTreeMap<Dlq, String>>>,
 }
 
 impl IngestStatus {
@@ -50,6 +52,21 @@ impl IngestStatus {
     pub fn snapshot(&self) -> BTreeMap<String, ConsumerState> {
         let queues = self.queues.lock().expect("status lock poisoned");
         queues.iter().map(|(d, s)| (d.key(), s.clone())).collect()
+    }
+
+    /// The node a DLQ's consumer is connected to (`None`: none, while it reconnects).
+    pub fn set_node(&self, dlq: &Dlq, node: Option<&str>) {
+        let mut nodes = self.nodes.lock().expect("status lock poisoned");
+        match node {
+            Some(node) => nodes.insert(dlq.clone(), node.to_owned()),
+            None => nodes.remove(dlq),
+        };
+    }
+
+    /// The node each connected consumer is on, by the key of its DLQ.
+    pub fn nodes(&self) -> BTreeMap<String, String> {
+        let nodes = self.nodes.lock().expect("status lock poisoned");
+        nodes.iter().map(|(d, n)| (d.key(), n.clone())).collect()
     }
 
     /// Reports a risk to a DLQ's messages (kept until the process restarts).

@@ -32,6 +32,10 @@ pub(super) struct Readiness {
     /// What puts a DLQ's messages at risk although it is consumed (signed in only).
     #[serde(skip_serializing_if = "Option::is_none")]
     warnings: Option<BTreeMap<String, String>>,
+    /// The RabbitMQ node (`host:port`) each connected consumer is on (signed in only): with a
+    /// broker given as several addresses, the one that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -79,6 +83,7 @@ pub(super) async fn readyz(
         database,
         queues: signed_in.then(|| state.status.snapshot()),
         warnings: signed_in.then(|| state.status.warnings()),
+        nodes: signed_in.then(|| state.status.nodes()),
     };
     (code, Json(readiness))
 }

@@ -19,6 +19,8 @@
 //!   tests that must SIGKILL or stop the broker: [`PrivateBroker::kill9`], [`start`] again on
 //!   the same data, [`stop`]; dropped, it is killed and its directory removed (a later run
 //!   removes what a killed test process left behind).
+//! - [`PrivateCluster`]: three (or more) private 4.x nodes clustered — one Erlang cookie, one
+//!   epmd, each `join_cluster`ed to the first — to SIGKILL one node of at a time.
 //!
 //! [`start`]: PrivateBroker::start
 //! [`stop`]: PrivateBroker::stop
@@ -311,6 +313,13 @@ impl PrivateBroker {
     /// [`PrivateBroker::new`] with these plugins (`[rabbitmq_management].`) and lines added
     /// to its `rabbitmq.conf`.
     pub async fn configured(broker: Broker, plugins: &str, extra_conf: &str) -> PrivateBroker {
+        let mut node = Self::create(broker, plugins, extra_conf);
+        node.start().await;
+        node
+    }
+
+    /// A node's directory and settings, not started yet.
+    fn create(broker: Broker, plugins: &str, extra_conf: &str) -> PrivateBroker {
         static N: AtomicU32 = AtomicU32::new(0);
         sweep_stale_nodes();
         let port = free_port();
@@ -347,14 +356,17 @@ impl PrivateBroker {
                 std::fs::write(dir.join("etc/extra.conf"), extra_conf).unwrap();
             }
         }
-        let mut node = PrivateBroker {
+        PrivateBroker {
             broker,
             port,
             dir,
             server: None,
-        };
-        node.start().await;
-        node
+        }
+    }
+
+    /// Its Erlang node name (a 4.x node's, as `scripts/rabbitmq4.sh` names it).
+    pub fn node_name(&self) -> String {
+        format!("r4p{}@localhost", self.port)
     }
 
     /// Its default vhost, as guest.
@@ -439,6 +451,31 @@ impl PrivateBroker {
         queue_messages(|| self.ctl_command(&list_queues("/")), queue).await
     }
 
+    /// Runs `rabbitmq-queues` against this 4.x node: its output, or what it said failing.
+    pub async fn queues(&self, args: &[&str]) -> Result<String, String> {
+        assert_eq!(
+            self.broker,
+            Broker::Rabbitmq4,
+            "rabbitmq-queues on a 4.x node"
+        );
+        let mut command = Command::new(RABBITMQ4_SH);
+        command.arg("queues").arg(&self.dir).args(args);
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .map_err(|e| e.to_string())?;
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        match out.status.success() {
+            true => Ok(said.into_owned()),
+            false => Err(said.into_owned()),
+        }
+    }
+
+    /// Whether the node's VM runs.
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
     async fn try_ctl(&self, args: &[&str]) -> bool {
         let mut command = self.ctl_command(args);
         tokio::task::spawn_blocking(move || command.output().is_ok_and(|o| o.status.success()))
@@ -511,6 +548,103 @@ impl Drop for PrivateBroker {
         if let Some(mut server) = self.server.take() {
             let _ = server.kill();
             let _ = server.wait();
+        }
+    }
+}
+
+/// Private RabbitMQ 4.x nodes in one cluster: the same Erlang cookie, one epmd (on the first
+/// node's epmd port, which `scripts/rabbitmq4.sh` reads from each node's `epmd_port`), every
+/// other node `join_cluster`ed to the first. Each node is a [`PrivateBroker`], to kill and
+/// start again on its own; dropped, the nodes go last first (the shared epmd with the first).
+pub struct PrivateCluster {
+    pub nodes: Vec<PrivateBroker>,
+}
+
+impl PrivateCluster {
+    /// Boots `size` nodes and clusters them; waits until the first lists them all running.
+    pub async fn new(size: usize) -> PrivateCluster {
+        assert!(size >= 2, "a cluster of {size}");
+        let mut nodes: Vec<PrivateBroker> = (0..size)
+            .map(|_| PrivateBroker::create(Broker::Rabbitmq4, "[].", ""))
+            .collect();
+        let epmd = (u32::from(nodes[0].port) + 19000).to_string();
+        let cookie = format!("LAZARUSTESTCLUSTER{}", nodes[0].port);
+        for node in &nodes {
+            std::fs::write(node.dir.join("epmd_port"), &epmd).unwrap();
+            let file = node.dir.join("home/.erlang.cookie");
+            std::fs::write(&file, &cookie).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        }
+        // One at a time: the first starts the shared epmd, and the machine has few cores.
+        for node in &mut nodes {
+            node.start().await;
+        }
+        let first = nodes[0].node_name();
+        for node in &nodes[1..] {
+            node.ctl(&["stop_app"]).await;
+            node.ctl(&["join_cluster", &first]).await;
+            node.ctl(&["start_app"]).await;
+        }
+        let cluster = PrivateCluster { nodes };
+        cluster.wait_until_all_running().await;
+        cluster
+    }
+
+    /// `amqp://guest:guest@127.0.0.1:P1,127.0.0.1:P2,…/%2f`: every node, as one broker.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("amqp://guest:guest@{}/%2f", hosts.join(","))
+    }
+
+    /// The index of the node whose AMQP port or Erlang name `id` holds.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| id == n.node_name() || id.rsplit(':').next() == Some(&n.port.to_string()))
+    }
+
+    /// A running node, to ask the cluster things.
+    pub fn any_running(&self) -> &PrivateBroker {
+        self.nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("a node of the cluster runs")
+    }
+
+    /// Waits until a running node lists every node of the cluster as running.
+    pub async fn wait_until_all_running(&self) {
+        let start = Instant::now();
+        loop {
+            let status = self
+                .any_running()
+                .ctl(&["cluster_status", "--formatter", "json"])
+                .await;
+            let running = serde_json::from_str::<serde_json::Value>(&status)
+                .ok()
+                .and_then(|s| s["running_nodes"].as_array().map(Vec::len))
+                .unwrap_or(0);
+            if running == self.nodes.len() {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOOT_TIMEOUT,
+                "the cluster runs {running} of {} nodes: {status}",
+                self.nodes.len()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        while let Some(node) = self.nodes.pop() {
+            drop(node);
         }
     }
 }

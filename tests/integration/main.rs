@@ -11,6 +11,7 @@ mod bounds;
 mod broker_crash;
 mod browser;
 mod causes;
+mod cluster;
 mod contract;
 mod crash;
 mod demo;

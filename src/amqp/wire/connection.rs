@@ -18,6 +18,8 @@ use super::method::{
     self, put_frame, CloseReason, Incoming, Method, FRAME_BODY, FRAME_END, FRAME_HEADER,
     FRAME_HEARTBEAT, FRAME_METHOD,
 };
+use super::nodes::{self, Placement};
+use crate::message::broker_nodes::BrokerNodes;
 use crate::message::codec::{decode_content_header, ContentHeader, EncodeError, MAX_INBOUND_FRAME};
 use crate::message::headers::{AmqpValue, Bytes, Table};
 
@@ -37,6 +39,9 @@ pub enum WireError {
     Protocol(String),
     #[error("the connection was closed")]
     Closed,
+    /// None of a broker's several nodes could be connected to: what each said.
+    #[error("no node of the broker answered ({0})")]
+    Unreachable(String),
     #[error(transparent)]
     Encode(#[from] EncodeError),
 }
@@ -66,6 +71,21 @@ impl WireError {
     /// user may not use it): the broker is there, and waiting does not mend it.
     pub fn vhost_refused(&self) -> bool {
         matches!(self, WireError::ConnectionClosed(r) if r.code == 530)
+    }
+
+    /// The broker refused the connection on opening (530 NOT_ALLOWED, 403 ACCESS_REFUSED):
+    /// the nodes of a cluster share their vhosts and users, so another would say the same.
+    fn refused_by_every_node(&self) -> bool {
+        matches!(self, WireError::ConnectionClosed(r) if r.code == 530 || r.code == 403)
+    }
+
+    /// Whether this end of a connection says its node is gone (its socket, its heartbeats,
+    /// or the node closed it), not that Lazarus closed it or broke the protocol itself.
+    fn node_lost(&self) -> bool {
+        matches!(
+            self,
+            WireError::Io(_) | WireError::MissedHeartbeats(_) | WireError::ConnectionClosed(_)
+        )
     }
 }
 
@@ -171,10 +191,13 @@ struct Shared {
     channels: Mutex<HashMap<u16, ChannelSink>>,
     blocked: watch::Sender<Option<String>>,
     failure: watch::Sender<Option<WireError>>,
+    /// The node the connection is open to.
+    node: Placement,
 }
 
 impl Shared {
     /// Ends everything: each channel hears why, and so does whoever waits on the connection.
+    /// A node lost is left for the next in the broker's rotation.
     fn fail(&self, error: WireError) {
         let sinks: Vec<ChannelSink> = self
             .channels
@@ -189,6 +212,9 @@ impl Shared {
         }
         self.failure.send_if_modified(|f| {
             if f.is_none() {
+                if error.node_lost() {
+                    self.node.failed();
+                }
                 *f = Some(error);
                 true
             } else {
@@ -228,34 +254,58 @@ impl Connection {
         Self::open_in(amqp_url, "", name).await
     }
 
-    /// Opens a connection to `vhost` of the URL's broker (empty: the URL's own vhost).
+    /// Opens a connection to `vhost` of the URL's broker (empty: the URL's own vhost). A
+    /// broker given as several addresses (`amqp://u:p@n1,n2,n3/vhost`) is tried a node at a
+    /// time in its rotation ([`nodes`]): from the one after the node that failed last.
     pub async fn open_in(amqp_url: &str, vhost: &str, name: &str) -> Result<Self, WireError> {
-        let mut uri: AMQPUri = amqp_url
-            .parse()
-            .map_err(|e: String| WireError::Protocol(format!("invalid AMQP URL: {e}")))?;
-        if !vhost.is_empty() {
-            uri.vhost = vhost.to_owned();
+        let invalid = |e: String| WireError::Protocol(format!("invalid AMQP URL: {e}"));
+        let broker = BrokerNodes::parse(amqp_url).map_err(invalid)?;
+        let mut uris: Vec<AMQPUri> = Vec::with_capacity(broker.nodes().len());
+        for node in broker.nodes() {
+            let mut uri: AMQPUri = node.url().parse().map_err(invalid)?;
+            if !vhost.is_empty() {
+                uri.vhost = vhost.to_owned();
+            }
+            uris.push(uri);
         }
-        let runtime = lapin::runtime::default_runtime()
-            .map_err(|e| WireError::Protocol(format!("no async runtime: {e}")))?;
-        let connect = uri.connect_async(&runtime);
-        let timeout = Duration::from_millis(uri.query.connection_timeout.unwrap_or(10_000));
-        let stream = tokio::time::timeout(timeout, connect).await.map_err(|_| {
-            WireError::Io(Arc::new(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no answer from {} within {timeout:?}", uri.authority.host),
-            )))
-        })??;
-        let (read, mut write) = stream.split();
-        let mut read = BufReader::with_capacity(256 * 1024, read);
-        let tuned = tokio::time::timeout(timeout, handshake(&mut read, &mut write, &uri, name))
-            .await
-            .map_err(|_| {
-                WireError::Protocol(format!(
-                    "the broker did not finish the handshake within {timeout:?}"
-                ))
-            })??;
+        let rotation = nodes::rotation(&broker);
+        let order = rotation.lock().expect("rotation lock poisoned").order();
+        let several = order.len() > 1;
+        let mut said = Vec::new();
+        for index in order {
+            let address = broker.nodes()[index].address();
+            match open_node(&uris[index], name).await {
+                Ok(tuned) => {
+                    let node = Placement::connected(rotation.clone(), index, address);
+                    if !said.is_empty() {
+                        tracing::info!(
+                            node = address,
+                            connection = name,
+                            "connected to another RabbitMQ node"
+                        );
+                    }
+                    return Ok(Self::start(tuned, node));
+                }
+                Err(e) if !several || e.refused_by_every_node() => return Err(e),
+                Err(e) => {
+                    rotation
+                        .lock()
+                        .expect("rotation lock poisoned")
+                        .failed(index);
+                    tracing::warn!(node = address, connection = name, error = %e, "RabbitMQ node did not answer; trying the next");
+                    said.push(format!("{address}: {e}"));
+                }
+            }
+        }
+        Err(WireError::Unreachable(said.join("; ")))
+    }
 
+    /// The connection's reader and writer tasks, on a stream that finished its handshake.
+    fn start<R, W>((read, write, tuned): (R, W, Tuned), node: Placement) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (out, out_rx) = mpsc::channel(64);
         let shared = Arc::new(Shared {
             out,
@@ -263,11 +313,12 @@ impl Connection {
             channels: Mutex::new(HashMap::new()),
             blocked: watch::channel(None).0,
             failure: watch::channel(None).0,
+            node,
         });
         let heartbeat = Duration::from_secs(tuned.heartbeat.into());
         let reader = tokio::spawn(read_loop(read, shared.clone(), heartbeat));
         let writer = tokio::spawn(write_loop(write, out_rx, shared.clone(), heartbeat));
-        Ok(Connection {
+        Connection {
             inner: Arc::new(Inner {
                 shared,
                 frame_max: tuned.frame_max,
@@ -276,7 +327,12 @@ impl Connection {
                 server: tuned.server,
                 tasks: vec![reader, writer],
             }),
-        })
+        }
+    }
+
+    /// The node it is open to, as `host:port` (no user or password).
+    pub fn node(&self) -> &str {
+        self.inner.shared.node.address()
     }
 
     pub fn server(&self) -> &ServerInfo {
@@ -660,6 +716,41 @@ fn unexpected(m: Incoming) -> WireError {
     WireError::Protocol(format!("unexpected reply {m:?}"))
 }
 
+/// Connects to one node and goes through the handshake: its stream, split, and what the
+/// handshake settled.
+async fn open_node(
+    uri: &AMQPUri,
+    name: &str,
+) -> Result<
+    (
+        impl AsyncRead + Unpin + Send + 'static,
+        impl AsyncWrite + Unpin + Send + 'static,
+        Tuned,
+    ),
+    WireError,
+> {
+    let runtime = lapin::runtime::default_runtime()
+        .map_err(|e| WireError::Protocol(format!("no async runtime: {e}")))?;
+    let connect = uri.connect_async(&runtime);
+    let timeout = Duration::from_millis(uri.query.connection_timeout.unwrap_or(10_000));
+    let stream = tokio::time::timeout(timeout, connect).await.map_err(|_| {
+        WireError::Io(Arc::new(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer from {} within {timeout:?}", uri.authority.host),
+        )))
+    })??;
+    let (read, mut write) = stream.split();
+    let mut read = BufReader::with_capacity(256 * 1024, read);
+    let tuned = tokio::time::timeout(timeout, handshake(&mut read, &mut write, uri, name))
+        .await
+        .map_err(|_| {
+            WireError::Protocol(format!(
+                "the broker did not finish the handshake within {timeout:?}"
+            ))
+        })??;
+    Ok((read, write, tuned))
+}
+
 /// What the handshake settled.
 struct Tuned {
     frame_max: u32,
@@ -873,9 +964,11 @@ async fn read_frames<R: AsyncRead + Unpin>(
                         }
                         Incoming::ConnectionCloseOk => return WireError::Closed,
                         Incoming::ConnectionBlocked { reason } => {
+                            shared.node.blocked(true);
                             shared.blocked.send_replace(Some(reason));
                         }
                         Incoming::ConnectionUnblocked => {
+                            shared.node.blocked(false);
                             shared.blocked.send_replace(None);
                         }
                         _ => {}

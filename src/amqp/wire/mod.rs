@@ -11,6 +11,7 @@
 
 mod connection;
 pub mod method;
+mod nodes;
 
 pub use crate::message::codec::{ContentHeader, MAX_INBOUND_FRAME};
 pub use connection::{
