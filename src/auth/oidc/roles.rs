@@ -75,8 +75,8 @@ pub struct Mapped {
 /// A role a group gives everywhere holds on every DLQ: a grant of the same role or a lower
 /// one on some DLQs adds nothing to it, and one of a higher role keeps its DLQs — so a viewer
 /// everywhere who is an operator of `billing.*` holds `viewer of */*, operator of billing.*`.
-/// (Routes of the whole archive, `/api/dlqs`, want the role everywhere and refuse that mix;
-/// every DLQ's messages answer as the grants say.)
+/// (A grant on `*/*` is one on every DLQ: routes of the whole archive that want a viewer take
+/// that mix too.)
 pub fn grants_for(
     mappings: &[RoleMapping],
     groups: &[String],
