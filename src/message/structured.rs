@@ -8,6 +8,20 @@
 //! most; nesting is bounded too, and a length prefix never allocates. Byte strings become hex
 //! strings (base64 in protobuf, as its JSON has them), extension types `{"ext": type, "hex":
 //! …}`, non-text map keys their JSON text; a repeated map key is written each time.
+//!
+//! Why not `rmpv` or `ciborium` (issue 34; measured by
+//! `cargo bench --bench decoders --features decoder-crates`, figures in docs/benchmarks.md): each builds its value tree before any JSON is written, so 16 MiB
+//! of MessagePack nils cost rmpv 960 MiB of peak heap and 43× our time (ours stops at the
+//! 8 MiB budget with 12 MiB), CBOR nulls ciborium 768 MiB and 51×; their depth limits and
+//! capped preallocation do hold against deep nesting and 4 GiB length prefixes, as ours do.
+//! Streamed instead, through their serde deserializers and `serde-transcode` into a writer
+//! that stops at the budget: rmp-serde does as well as ours (the same peak, 0.8–1.2× the
+//! time), ciborium takes 1.8–4× our time and re-escapes a failing value's error at every level
+//! it wraps (21 bytes, 20 arrays deep and cut short, cost 56 MiB; 100,000 deep, over 6 GiB).
+//! What keeps our MessagePack is then what both crates write: byte strings and extension
+//! types as arrays of numbers, text that is not UTF-8 as numbers (CBOR: refused), a map with
+//! an array key refused whole — and the few lines saved beside the `JsonText` writer that
+//! protobuf and AMQP 1.0 need anyway.
 
 use std::fmt;
 
