@@ -99,6 +99,9 @@ pub struct TargetCount {
     /// The vhost the messages go back into, their own; absent: the AMQP URL's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vhost: String,
+    /// The broker they go back to, their own: `default` (`--amqp-url`) or a `--broker` name.
+    #[serde(default = "crate::archive::model::default_broker")]
+    pub broker: String,
     pub exchange: String,
     pub routing_key: String,
     pub messages: i64,
@@ -303,6 +306,8 @@ pub struct OutgoingMessage {
     pub message_id: i64,
     /// The vhost it was archived from, and is published back into (empty: the AMQP URL's).
     pub vhost: String,
+    /// The broker it was archived from, and is published back to.
+    pub broker: String,
     pub target: ReplayTarget,
     pub properties: MessageProperties,
     pub headers: Option<Table>,
