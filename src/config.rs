@@ -511,10 +511,9 @@ impl ServeConfig {
             window: self.replay_window.max(1),
             lease: Duration::from_secs(self.job_lease_secs.max(1)),
             policy: Arc::new(self.replay_policy()),
-            brokers: self
-                .connection
-                .brokers()
-                .unwrap_or_else(|_| crate::message::brokers::Brokers::single(&self.connection.amqp_url)),
+            brokers: self.connection.brokers().unwrap_or_else(|_| {
+                crate::message::brokers::Brokers::single(&self.connection.amqp_url)
+            }),
             ..RunnerSettings::new(&self.connection.amqp_url)
         }
     }

@@ -361,25 +361,11 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
             let file =
                 std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
             let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-            import(
-                archive.as_ref(),
-                &mut input,
-                &brokers,
-                &rules,
-                &mut refused,
-            )
-            .await?
+            import(archive.as_ref(), &mut input, &brokers, &rules, &mut refused).await?
         }
         _ => {
             let mut input = std::io::stdin().lock();
-            import(
-                archive.as_ref(),
-                &mut input,
-                &brokers,
-                &rules,
-                &mut refused,
-            )
-            .await?
+            import(archive.as_ref(), &mut input, &brokers, &rules, &mut refused).await?
         }
     };
     if imported.refused > REFUSALS_SAID {

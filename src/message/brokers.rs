@@ -126,15 +126,15 @@ mod tests {
         assert_eq!(b.key(), "b:orders.dlq");
         assert_eq!(Dlq::from_stored(&b.key(), "b", ""), b);
         // b's own vhost is its home; another is keyed as at home, behind the prefix.
-        assert_eq!(brokers.parse_queue("b:shop/x").unwrap(), Dlq::home("x").on("b"));
+        assert_eq!(
+            brokers.parse_queue("b:shop/x").unwrap(),
+            Dlq::home("x").on("b")
+        );
         let other = brokers.parse_queue("b:t/x").unwrap();
         assert_eq!(other.key(), "b:t/x");
         assert_eq!(Dlq::from_stored(&other.key(), "b", "t"), other);
         // A name with `:` of no broker is the default broker's.
-        assert_eq!(
-            brokers.parse_queue("c:x").unwrap(),
-            Dlq::home("c:x")
-        );
+        assert_eq!(brokers.parse_queue("c:x").unwrap(), Dlq::home("c:x"));
         let all = brokers
             .parse_queues(&["orders.dlq".into(), "b:orders.dlq".into()])
             .unwrap();
@@ -161,7 +161,9 @@ mod tests {
             ("b".to_owned(), "amqp://b".to_owned()),
             ("b".to_owned(), "amqp://c".to_owned()),
         ];
-        assert!(Brokers::new("amqp://a", &dup).unwrap_err().contains("twice"));
+        assert!(Brokers::new("amqp://a", &dup)
+            .unwrap_err()
+            .contains("twice"));
         let bad = [("B:x".to_owned(), "amqp://b".to_owned())];
         assert!(Brokers::new("amqp://a", &bad).is_err());
         let url = [("b".to_owned(), "http://b".to_owned())];

@@ -173,7 +173,8 @@ pub fn push_condition<'a, DB: sqlx::Database>(
         "vhost" => "vhost",
         // Only other brokers' messages are indexed (`messages_broker`): said so, it serves.
         "broker" if value != crate::message::dlq::DEFAULT_BROKER => {
-            q.push(" AND broker <> 'default' AND broker = ").push_bind(value);
+            q.push(" AND broker <> 'default' AND broker = ")
+                .push_bind(value);
             return;
         }
         "broker" => "broker",

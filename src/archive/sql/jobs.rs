@@ -168,7 +168,9 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     let order = format!("{order}, 5, 6");
     let targets = conn
         .fetch_all(
-            &format!("{targets_of} AND i.outcome IS NULL GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY {order}"),
+            &format!(
+                "{targets_of} AND i.outcome IS NULL GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY {order}"
+            ),
             args![id],
         )
         .await?;
