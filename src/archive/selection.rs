@@ -45,9 +45,10 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub vhost: Option<String>,
-    /// Only messages of DLQs on this broker (`default`: `--amqp-url`'s; else a `--broker`).
+    /// Only messages of DLQs on this broker (`default`: `--amqp-url`'s; else a `--broker`
+    /// name). On the command line `--from-broker`, `--broker` naming a cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[arg(long)]
+    #[arg(long = "from-broker")]
     pub broker: Option<String>,
     /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -166,7 +166,7 @@ mod tests {
             .contains("twice"));
         let bad = [("B:x".to_owned(), "amqp://b".to_owned())];
         assert!(Brokers::new("amqp://a", &bad).is_err());
-        let url = [("b".to_owned(), "http://b".to_owned())];
+        let url = [("b".to_owned(), "mq-b:5672".to_owned())];
         assert!(Brokers::new("amqp://a", &url).is_err());
         let default = [("default".to_owned(), "amqp://d".to_owned())];
         assert_eq!(
