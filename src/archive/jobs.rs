@@ -99,8 +99,12 @@ pub struct TargetCount {
     /// The vhost the messages go back into, their own; absent: the AMQP URL's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vhost: String,
-    /// The broker they go back to, their own: `default` (`--amqp-url`) or a `--broker` name.
-    #[serde(default = "crate::archive::model::default_broker")]
+    /// The broker they go back to, their own: a `--broker` name; absent: `default`
+    /// (`--amqp-url`).
+    #[serde(
+        default = "crate::archive::model::default_broker",
+        skip_serializing_if = "crate::archive::model::is_default_broker"
+    )]
     pub broker: String,
     pub exchange: String,
     pub routing_key: String,

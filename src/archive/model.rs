@@ -846,3 +846,8 @@ pub struct ItemRow {
 pub fn default_broker() -> String {
     crate::message::dlq::DEFAULT_BROKER.to_owned()
 }
+
+/// Whether `broker` is `default`, which a plan's target leaves unsaid.
+pub fn is_default_broker(broker: &str) -> bool {
+    broker == crate::message::dlq::DEFAULT_BROKER
+}

@@ -157,7 +157,7 @@ async fn two_clusters_are_archived_apart_and_replayed_each_into_its_own() {
     let targets = job["plan"]["targets"].as_array().unwrap();
     let brokers: Vec<&str> = targets
         .iter()
-        .map(|t| t["broker"].as_str().unwrap_or(""))
+        .map(|t| t["broker"].as_str().unwrap_or("default"))
         .collect();
     assert!(
         brokers.len() == 2 && brokers.contains(&"b") && brokers.contains(&"default"),
