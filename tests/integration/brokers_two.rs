@@ -163,6 +163,8 @@ async fn two_clusters_are_archived_apart_and_replayed_each_into_its_own() {
         brokers.len() == 2 && brokers.contains(&"b") && brokers.contains(&"default"),
         "{job}"
     );
+    let page = app.get(&format!("/replays/{id}")).await.text();
+    assert!(page.contains("on broker b"), "{page}");
     let done = app
         .wait_for_job(id, Duration::from_secs(30), |j| j["state"] == "completed")
         .await;
