@@ -1,8 +1,10 @@
 //! Who may look and who may replay: authentication modes, the role each route needs,
 //! password hashing (argon2id) and the passwords accepted, session and API token secrets,
-//! and sign-in throttling. Pure rules here; the HTTP side is `web::auth`.
+//! sign-in throttling, and signing in at an OpenID provider (`oidc`). The HTTP side is
+//! `web::auth`.
 
 mod hashing;
+pub mod oidc;
 mod passwords;
 mod throttle;
 
@@ -31,6 +33,9 @@ pub enum AuthMode {
     /// A reverse proxy (oauth2-proxy style) signs people in and sends X-Forwarded-User;
     /// honoured only from `--trusted-proxy` addresses.
     Proxy,
+    /// People sign in at an OpenID provider (`--oidc-issuer`); their groups give their
+    /// roles, taken again at every sign-in; sessions in cookies.
+    Oidc,
 }
 
 /// The authentication settings of a running instance.
@@ -47,6 +52,8 @@ pub struct AuthSettings {
     pub session_max: Duration,
     /// Mark the session cookie `Secure` (serve over TLS, or behind a TLS proxy).
     pub secure_cookies: bool,
+    /// The OpenID provider of `--auth oidc`.
+    pub oidc: Option<std::sync::Arc<oidc::Oidc>>,
 }
 
 impl AuthSettings {
@@ -59,6 +66,7 @@ impl AuthSettings {
             session_idle: Duration::from_secs(3600),
             session_max: Duration::from_secs(12 * 3600),
             secure_cookies: false,
+            oidc: None,
         }
     }
 }
@@ -73,12 +81,30 @@ impl AuthSettings {
             SESSION_COOKIE
         }
     }
+
+    /// The cookie that holds a sign-in while the browser is at the OpenID provider.
+    pub fn pending_cookie(&self) -> &'static str {
+        if self.secure_cookies {
+            SECURE_PENDING_COOKIE
+        } else {
+            PENDING_COOKIE
+        }
+    }
+
+    /// Whether people sign in with a session cookie (not a proxy's headers).
+    pub fn sessions(&self) -> bool {
+        matches!(self.mode, AuthMode::Users | AuthMode::Oidc)
+    }
 }
 
 /// The name of the session cookie over plain HTTP…
 pub const SESSION_COOKIE: &str = "lazarus_session";
 /// …and with `--secure-cookies`.
 pub const SECURE_SESSION_COOKIE: &str = "__Host-lazarus_session";
+/// A sign-in at the OpenID provider under way, over plain HTTP…
+pub const PENDING_COOKIE: &str = "lazarus_oidc";
+/// …and with `--secure-cookies`.
+pub const SECURE_PENDING_COOKIE: &str = "__Host-lazarus_oidc";
 /// The prefix of API tokens (so they are recognisable in a secret scanner).
 pub const TOKEN_PREFIX: &str = "lzr_";
 /// The longest user name accepted (sign-in, the proxy's header, `lazarus user add`).

@@ -242,6 +242,68 @@ impl std::str::FromStr for BrokerArg {
     }
 }
 
+/// A secret given as a flag or variable: `Debug` shows `***`.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+/// `--auth oidc`: the OpenID provider people sign in at, and what their groups give them.
+#[derive(Debug, Clone, Args)]
+pub struct OidcArgs {
+    /// With --auth oidc: the OpenID provider's issuer URL (its discovery document is at
+    /// ISSUER/.well-known/openid-configuration).
+    #[arg(long, env = "LAZARUS_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// With --auth oidc: Lazarus's client id at the provider.
+    #[arg(long, env = "LAZARUS_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// With --auth oidc: Lazarus's client secret at the provider (better in the variable than
+    /// on the command line). None: a public client, PKCE alone.
+    #[arg(long, env = "LAZARUS_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<Secret>,
+    /// With --auth oidc: where the provider sends people back,
+    /// https://YOUR-HOST/login/oidc/callback (registered at the provider). Default: under
+    /// --public-url.
+    #[arg(long, env = "LAZARUS_OIDC_REDIRECT_URL")]
+    pub oidc_redirect_url: Option<String>,
+    /// Scopes asked for besides openid (add `groups` where the provider gives the group
+    /// claim only for it).
+    #[arg(long = "oidc-scope", env = "LAZARUS_OIDC_SCOPE", value_delimiter = ',', default_values_t = ["profile".to_owned(), "email".to_owned()])]
+    pub oidc_scopes: Vec<String>,
+    /// The claim of the ID token (or userinfo) that names the user.
+    #[arg(
+        long,
+        env = "LAZARUS_OIDC_NAME_CLAIM",
+        default_value = "preferred_username"
+    )]
+    pub oidc_name_claim: String,
+    /// The claim that lists the user's groups (a dotted path reaches into objects:
+    /// realm_access.roles).
+    #[arg(long, env = "LAZARUS_OIDC_ROLE_CLAIM", default_value = "groups")]
+    pub oidc_role_claim: String,
+    /// GROUP=ROLE or GROUP=ROLE:PATTERN: members of GROUP hold ROLE everywhere, or on the
+    /// DLQs PATTERN names (repeatable; in the variable separated by ';'). A user in several
+    /// mapped groups holds all their grants; taken again at every sign-in.
+    #[arg(long = "oidc-role", env = "LAZARUS_OIDC_ROLE", value_delimiter = ';')]
+    pub oidc_roles: Vec<crate::auth::oidc::RoleMapping>,
+    /// The role of a user in no mapped group. None: they may not sign in.
+    #[arg(long, env = "LAZARUS_OIDC_DEFAULT_ROLE")]
+    pub oidc_default_role: Option<Role>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DemoConfig {
     #[command(flatten)]
@@ -323,8 +385,9 @@ pub struct ServeConfig {
     #[arg(long, env = "LAZARUS_INSTANCE_NAME")]
     pub instance_name: Option<String>,
 
-    /// How callers sign in: none (loopback only), users (built-in, `lazarus user add`) or
-    /// proxy (X-Forwarded-User from --trusted-proxy addresses).
+    /// How callers sign in: none (loopback only), users (built-in, `lazarus user add`),
+    /// proxy (X-Forwarded-User from --trusted-proxy addresses) or oidc (at an OpenID
+    /// provider, --oidc-issuer).
     #[arg(long, env = "LAZARUS_AUTH", value_enum, default_value = "none")]
     pub auth: AuthMode,
 
@@ -354,6 +417,9 @@ pub struct ServeConfig {
     /// Mark the session cookie Secure: set it when people reach Lazarus over HTTPS.
     #[arg(long, env = "LAZARUS_SECURE_COOKIES")]
     pub secure_cookies: bool,
+
+    #[command(flatten)]
+    pub oidc: OidcArgs,
 
     /// A JSON pointer (e.g. /card/number) whose value viewers see as *** in bodies and
     /// business fields (repeatable).
@@ -483,6 +549,10 @@ impl ServeConfig {
         if self.auth == AuthMode::Proxy && self.trusted_proxies.is_empty() {
             return Err("--auth proxy needs --trusted-proxy: the proxy's address".into());
         }
+        let oidc = match self.auth {
+            AuthMode::Oidc => Some(Arc::new(self.oidc()?)),
+            _ => None,
+        };
         Ok(AuthSettings {
             mode: self.auth,
             trusted_proxies: self
@@ -494,6 +564,38 @@ impl ServeConfig {
             session_idle: Duration::from_secs(self.session_idle_secs.max(1)),
             session_max: Duration::from_secs(self.session_max_secs.max(1)),
             secure_cookies: self.secure_cookies,
+            oidc,
+        })
+    }
+
+    /// The OpenID provider of `--auth oidc`, its settings checked.
+    fn oidc(&self) -> Result<crate::auth::oidc::Oidc, String> {
+        let o = &self.oidc;
+        let need = |value: &Option<String>, flag: &str| {
+            value
+                .clone()
+                .ok_or_else(|| format!("--auth oidc needs {flag}"))
+        };
+        let redirect_url = match (&o.oidc_redirect_url, &self.webhooks.public_url) {
+            (Some(url), _) => url.clone(),
+            (None, Some(public)) => {
+                format!("{}/login/oidc/callback", public.trim_end_matches('/'))
+            }
+            (None, None) => {
+                return Err("--auth oidc needs --oidc-redirect-url (or --public-url):                      https://YOUR-HOST/login/oidc/callback"
+                    .into())
+            }
+        };
+        crate::auth::oidc::Oidc::new(crate::auth::oidc::OidcSettings {
+            issuer: need(&o.oidc_issuer, "--oidc-issuer")?,
+            client_id: need(&o.oidc_client_id, "--oidc-client-id")?,
+            client_secret: o.oidc_client_secret.as_ref().map(|s| s.0.clone()),
+            redirect_url,
+            scopes: o.oidc_scopes.clone(),
+            name_claim: o.oidc_name_claim.clone(),
+            role_claim: o.oidc_role_claim.clone(),
+            roles: o.oidc_roles.clone(),
+            default_role: o.oidc_default_role,
         })
     }
 
@@ -537,11 +639,12 @@ mod tests {
         config.connection.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
         config.connection.database_url = "postgres://lazarus:dbpass@db/lazarus".into();
         config.management_url = Some("https://admin:mgmtpass@mq:15672".into());
+        config.oidc.oidc_client_secret = Some(Secret("oidcpass".into()));
         config.webhooks.webhooks = vec!["https://u:pw1@hooks.slack.com/services/T0/B0/s3cr3t"
             .parse()
             .unwrap()];
         let debug = format!("{config:?}");
-        for secret in ["hunter2", "dbpass", "mgmtpass", "pw1", "s3cr3t"] {
+        for secret in ["hunter2", "dbpass", "mgmtpass", "pw1", "s3cr3t", "oidcpass"] {
             assert!(!debug.contains(secret), "{debug}");
         }
         // Derived, so no setting is left out: those a hand-written Debug once forgot are there.

@@ -6,7 +6,7 @@
 //!
 //! | layer | what it owns |
 //! |---|---|
-//! | `cli`, `config`, `startup` | the command line, the settings, putting the app together |
+//! | `cli`, `config`, `startup` | the command line (which borrows nothing of `web`), the settings, putting the app together |
 //! | `web` | pages, the JSON API, sign-in, assets |
 //! | `replay`, `retention`, `notify`, `auth` | the services: each imports none of the others |
 //! | `amqp` | the wire client, consumers, publisher, management API, discovery |

@@ -117,6 +117,19 @@ impl Grants {
         }
     }
 
+    /// The role held on every DLQ, if any: the role everywhere, or one granted on a pattern
+    /// that names every DLQ (`*/*`).
+    pub fn everywhere(&self) -> Option<Role> {
+        match self {
+            Grants::Everywhere(role) => Some(*role),
+            Grants::On(grants) => grants
+                .iter()
+                .filter(|g| names_every_dlq(&g.on))
+                .map(|g| g.role)
+                .max(),
+        }
+    }
+
     /// The highest role held on some DLQ.
     pub fn highest(&self) -> Option<Role> {
         match self {
@@ -136,6 +149,14 @@ impl Grants {
                 .join(", "),
         }
     }
+}
+
+/// Whether a pattern names every DLQ of every vhost: `*/*` (stars only, on both sides).
+fn names_every_dlq(pattern: &str) -> bool {
+    let stars = |part: &str| !part.is_empty() && part.chars().all(|c| c == '*');
+    pattern
+        .split_once('/')
+        .is_some_and(|(vhost, name)| stars(vhost) && stars(name))
 }
 
 /// The grants column as stored: `ROLE:PATTERN` lines (a pattern holds no line break).
@@ -203,7 +224,7 @@ impl Rights {
     pub fn everywhere_at(&self, role: Role) -> bool {
         self.layers
             .iter()
-            .all(|l| matches!(l, Grants::Everywhere(r) if *r >= role))
+            .all(|l| l.everywhere().is_some_and(|r| r >= role))
     }
 
     /// The DLQs (keys) among `keys` on which `role` is held; `None` when it is held on every
@@ -415,5 +436,72 @@ impl AccountChange<'_> {
                 ("token_revoke", format!("API token {id} revoked"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(role: Role, on: &str) -> Grant {
+        Grant {
+            role,
+            on: on.to_owned(),
+        }
+    }
+
+    #[test]
+    fn rights_are_each_dlqs_role_the_least_of_their_layers() {
+        let home = "/";
+        let a = Dlq::parse("tenant-a/orders.dlq", home).unwrap();
+        let b = Dlq::parse("tenant-b/orders.dlq", home).unwrap();
+        let billing = Dlq::parse("billing.dlq", home).unwrap();
+        let mixed = Grants::On(vec![
+            grant(Role::Viewer, "*/*"),
+            grant(Role::Operator, "tenant-a/*"),
+        ]);
+        let rights = Rights::new(mixed.clone());
+        assert_eq!(rights.role_on(&a, home), Some(Role::Operator));
+        assert_eq!(rights.role_on(&b, home), Some(Role::Viewer));
+        assert_eq!(rights.role_on(&billing, home), Some(Role::Viewer));
+        assert!(rights.everywhere_at(Role::Viewer) && !rights.everywhere_at(Role::Operator));
+        let keys = ["tenant-a/orders.dlq", "tenant-b/orders.dlq", "billing.dlq"];
+        assert_eq!(rights.dlqs_at(Role::Viewer, keys, home), None);
+        assert_eq!(
+            rights.dlqs_at(Role::Operator, keys, home),
+            Some(vec!["tenant-a/orders.dlq".to_owned()])
+        );
+        // A token of operator everywhere, owned by someone with the mixed grants: theirs.
+        let token = Rights::everywhere(Role::Operator).capped_by(mixed);
+        assert_eq!(token.role_on(&b, home), Some(Role::Viewer));
+        assert_eq!(token.role_on(&a, home), Some(Role::Operator));
+        // A tenant's viewer: nothing of the other tenant, nor of the home vhost.
+        let vera = Rights::new(Grants::On(vec![grant(Role::Viewer, "tenant-a/*")]));
+        assert_eq!(vera.role_on(&b, home), None);
+        assert_eq!(vera.role_on(&billing, home), None);
+        assert_eq!(vera.highest(), Some(Role::Viewer));
+        assert_eq!(
+            vera.dlqs_at(Role::Viewer, keys, home),
+            Some(vec!["tenant-a/orders.dlq".to_owned()])
+        );
+        assert_eq!(vera.dlqs_at(Role::Operator, keys, home), Some(vec![]));
+        assert_eq!(vera.describe(), "viewer of tenant-a/*");
+    }
+
+    #[test]
+    fn grants_are_read_back_as_stored_and_admin_is_never_of_some_dlqs() {
+        let grants = vec![
+            grant(Role::Viewer, "tenant-a/*"),
+            grant(Role::Operator, "billing.*"),
+        ];
+        let stored = stored_grants(&grants);
+        assert_eq!(grants_from_stored(stored.as_deref()).unwrap(), grants);
+        assert_eq!(stored_grants(&[]), None);
+        assert!(grants_from_stored(None).unwrap().is_empty());
+        assert!(Grant::parse("admin:tenant-a/*").is_err());
+        assert!(Grant::parse("viewer:").is_err() && Grant::parse("viewer:/x").is_err());
+        assert!(Grant::parse("viewer").is_err());
+        assert!(names_every_dlq("*/*") && names_every_dlq("**/*"));
+        assert!(!names_every_dlq("*") && !names_every_dlq("*/orders.*"));
     }
 }

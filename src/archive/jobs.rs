@@ -360,7 +360,8 @@ pub struct AuditEntry {
     pub at: OffsetDateTime,
     pub actor: String,
     /// `replay`, `edit_replay`, `dismiss`, `job_plan`, `job_start`, `job_pause`,
-    /// `job_resume`, `job_cancel`, `job_complete`, `login`, `login_failed`, `logout`,
+    /// `job_resume`, `job_cancel`, `job_complete`, `login`, `login_failed`, `login_refused`,
+    /// `logout`,
     /// `user_put`, `user_password`, `user_remove`, `token_create`, `token_revoke`, `purge`,
     /// `retention`.
     pub action: String,

@@ -1,6 +1,7 @@
-//! Outgoing HTTP(S) requests to URLs users configure (webhooks, the management API): the URL
-//! read and shown without its secrets, one connection per request, TLS through the same rustls
-//! connector (and system roots, `SSL_CERT_FILE` included) that `amqps://` uses.
+//! Outgoing HTTP(S) requests to URLs users configure (webhooks, the management API, an OpenID
+//! provider): the URL read and shown without its secrets, one connection per request, TLS
+//! through the same rustls connector (and system roots, `SSL_CERT_FILE` included) that
+//! `amqps://` uses; redirects are never followed.
 
 use std::time::Duration;
 
@@ -213,16 +214,18 @@ pub async fn post_json(
     json: Bytes,
     timeout: Duration,
 ) -> Result<Answer, HttpError> {
-    let (answer, _) = send(
-        target,
-        Method::POST,
-        &target.path,
-        Some(json),
-        MAX_WEBHOOK_ANSWER,
-        timeout,
-    )
-    .await?;
-    Ok(answer)
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(&target.path)
+        .header(CONTENT_TYPE, "application/json");
+    if let Some(authorization) = target.authorization_header()? {
+        request = request.header(AUTHORIZATION, authorization);
+    }
+    let request = request
+        .body(Full::new(json))
+        .map_err(|e| target.unreachable(e.to_string()))?;
+    let (parts, _) = send(target, request, MAX_WEBHOOK_ANSWER, timeout).await?;
+    Ok(answer(&parts))
 }
 
 /// GETs `path` (after the URL's own path, which must not end in `/`) from `target`: the answer
@@ -234,44 +237,101 @@ pub async fn get(
     timeout: Duration,
 ) -> Result<(Answer, Bytes), HttpError> {
     let full = format!("{}{path}", target.path.trim_end_matches('/'));
-    match send(target, Method::GET, &full, None, max, timeout).await? {
-        (answer, Some(body)) => Ok((answer, body)),
-        (_, None) => Err(HttpError::TooLong {
-            target: target.redacted(),
-            max,
-        }),
+    let mut request = Request::builder().method(Method::GET).uri(full);
+    if let Some(authorization) = target.authorization_header()? {
+        request = request.header(AUTHORIZATION, authorization);
+    }
+    let request = request
+        .body(Full::default())
+        .map_err(|e| target.unreachable(e.to_string()))?;
+    match send(target, request, max, timeout).await? {
+        (parts, Some(body)) => Ok((answer(&parts), body)),
+        (_, None) => Err(too_long(target, max)),
     }
 }
 
-async fn send(
-    target: &Target,
-    method: Method,
-    path: &str,
-    json: Option<Bytes>,
+/// Sends `request` as it is — its URI absolute (http:// or https://), its method, headers and
+/// body its own — and returns the whole answer, within `timeout`; a body longer than `max`
+/// bytes is an error. A redirect is an answer like any other: it is not followed. (The
+/// OpenID Connect client's HTTP: discovery, keys, tokens, userinfo.)
+pub async fn exchange_whole(
+    request: Request<Vec<u8>>,
     max: usize,
     timeout: Duration,
-) -> Result<(Answer, Option<Bytes>), HttpError> {
-    let unreachable = |reason: String| HttpError::Unreachable {
+) -> Result<hyper::Response<Vec<u8>>, HttpError> {
+    let target: Target = request.uri().to_string().parse()?;
+    let (mut parts, body) = request.into_parts();
+    parts.uri = target
+        .path
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| target.unreachable(e.to_string()))?;
+    parts.headers.remove(HOST);
+    let request = Request::from_parts(parts, Full::new(Bytes::from(body)));
+    match send(&target, request, max, timeout).await? {
+        (parts, Some(body)) => Ok(hyper::Response::from_parts(parts, body.to_vec())),
+        (_, None) => Err(too_long(&target, max)),
+    }
+}
+
+fn too_long(target: &Target, max: usize) -> HttpError {
+    HttpError::TooLong {
         target: target.redacted(),
-        reason,
-    };
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header(HOST, target.host_header())
-        .header(USER_AGENT, concat!("lazarus/", env!("CARGO_PKG_VERSION")));
-    if json.is_some() {
-        request = request.header(CONTENT_TYPE, "application/json");
+        max,
     }
-    if let Some(authorization) = &target.authorization {
-        let mut value =
-            HeaderValue::from_str(authorization).map_err(|e| unreachable(e.to_string()))?;
-        value.set_sensitive(true);
-        request = request.header(AUTHORIZATION, value);
+}
+
+/// What a receiver answered, of the head of its answer.
+fn answer(parts: &hyper::http::response::Parts) -> Answer {
+    let retry_after = parts
+        .headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    Answer {
+        status: parts.status,
+        retry_after,
     }
-    let request = request
-        .body(Full::new(json.unwrap_or_default()))
-        .map_err(|e| unreachable(e.to_string()))?;
+}
+
+impl Target {
+    fn unreachable(&self, reason: String) -> HttpError {
+        HttpError::Unreachable {
+            target: self.redacted(),
+            reason,
+        }
+    }
+
+    /// The `Authorization` header of the URL's userinfo, marked sensitive.
+    fn authorization_header(&self) -> Result<Option<HeaderValue>, HttpError> {
+        self.authorization
+            .as_deref()
+            .map(|authorization| {
+                let mut value = HeaderValue::from_str(authorization)
+                    .map_err(|e| self.unreachable(e.to_string()))?;
+                value.set_sensitive(true);
+                Ok(value)
+            })
+            .transpose()
+    }
+}
+
+/// Sends `request` (its URI the path) to `target` with our Host and User-Agent: the head of
+/// the answer, and its body unless longer than `max` bytes.
+async fn send(
+    target: &Target,
+    mut request: Request<Full<Bytes>>,
+    max: usize,
+    timeout: Duration,
+) -> Result<(hyper::http::response::Parts, Option<Bytes>), HttpError> {
+    let headers = request.headers_mut();
+    let host = HeaderValue::from_str(&target.host_header())
+        .map_err(|e| target.unreachable(e.to_string()))?;
+    headers.insert(HOST, host);
+    headers.insert(
+        USER_AGENT,
+        HeaderValue::from_static(concat!("lazarus/", env!("CARGO_PKG_VERSION"))),
+    );
     tokio::time::timeout(timeout, connect_and_send(target, request, max))
         .await
         .map_err(|_| HttpError::Timeout {
@@ -284,7 +344,7 @@ async fn connect_and_send(
     target: &Target,
     request: Request<Full<Bytes>>,
     max: usize,
-) -> Result<(Answer, Option<Bytes>), HttpError> {
+) -> Result<(hyper::http::response::Parts, Option<Bytes>), HttpError> {
     let unreachable = |reason: String| HttpError::Unreachable {
         target: target.redacted(),
         reason,
@@ -318,12 +378,12 @@ async fn connect_and_send(
     }
 }
 
-/// The answer, and its body unless it is longer than `max` bytes.
+/// The head of the answer, and its body unless it is longer than `max` bytes.
 async fn exchange<I>(
     io: I,
     request: Request<Full<Bytes>>,
     max: usize,
-) -> Result<(Answer, Option<Bytes>), String>
+) -> Result<(hyper::http::response::Parts, Option<Bytes>), String>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -333,25 +393,13 @@ where
     let connection = tokio::spawn(connection);
     let result = match sender.send_request(request).await {
         Ok(response) => {
-            let status = response.status();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let body = Limited::new(response.into_body(), max)
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, max)
                 .collect()
                 .await
                 .ok()
                 .map(|b| b.to_bytes());
-            Ok((
-                Answer {
-                    status,
-                    retry_after,
-                },
-                body,
-            ))
+            Ok((parts, body))
         }
         Err(e) => Err(e.to_string()),
     };

@@ -156,6 +156,8 @@ fn routes() -> Routes {
             auth::signin::login.layer(DefaultBodyLimit::max(auth::signin::MAX_LOGIN_FORM_BYTES)),
         )
         .post(PUBLIC, "/logout", auth::signin::logout)
+        .get(PUBLIC, "/login/oidc", auth::oidc::start)
+        .get(PUBLIC, "/login/oidc/callback", auth::oidc::callback)
         .get(PUBLIC, "/healthz", health::healthz)
         .get(PUBLIC, "/readyz", health::readyz)
         .get(PUBLIC, assets::HTMX, assets::htmx)

@@ -38,7 +38,7 @@ async fn broker_sigkilled_mid_ingest_every_message_archived_once() {
 
     let url = broker.url();
     let app = TestApp::spawn_with(&[dlq], |c| c.connection.amqp_url = url.into()).await;
-    let mut archived_at_kills = Vec::new();
+    let mut archived_at_kills: Vec<i64> = Vec::new();
     for kill in 1..=KILLS {
         // Early, so that the rest takes longer than the kill on a busy machine: the first an
         // eighth in, each later one soon after ingest resumed (redelivered backlogs drain fast).

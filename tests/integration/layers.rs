@@ -30,6 +30,10 @@ const LAYERS: [(&str, u8); 14] = [
     ("main", 9),
 ];
 
+/// Pairs kept apart although the first stands above the second: the command line borrows
+/// nothing of the web (formatting both use is `support`'s).
+const APART: [(&str, &str); 1] = [("cli", "web")];
+
 /// Files that are no layer's: the module tree itself, and property tests (test code only).
 const OUTSIDE: [&str; 2] = ["lib", "proptests"];
 
@@ -210,6 +214,8 @@ fn read_the_tree(src: &Path) -> Finding {
                 Some("may not import a layer above its own")
             } else if target_rank == own_rank {
                 Some("may not import a layer beside its own")
+            } else if APART.contains(&(layer, target)) {
+                Some("is kept apart from it (what both need goes below them)")
             } else {
                 None
             };

@@ -35,6 +35,7 @@ mod limits;
 mod lost_acks;
 mod manual;
 mod masks;
+mod oidc;
 mod openapi;
 mod overview_live;
 mod pages;

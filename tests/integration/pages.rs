@@ -282,6 +282,30 @@ async fn list_page_filters_and_answers_htmx_with_rows_only() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
 }
 
+on_both_backends!(a_common_word_is_counted_to_a_thousand_and_all_on_request);
+/// The list counts matches exactly up to 1,000 and says "more than 1,000" beyond, with a
+/// button that counts them all with the same filters.
+async fn a_common_word_is_counted_to_a_thousand_and_all_on_request() {
+    let many: Vec<IncomingMessage> = (0..1_203)
+        .map(|i| dead_letter(&format!("m-{i}"), br#"{"note": "commonword"}"#, &[]))
+        .collect();
+    let pages = Pages::with(many).await;
+    let (status, capped, _) = pages.get("/messages/count?q=commonword", true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(capped.starts_with("more than 1,000 match"), "{capped}");
+    let link = r#"hx-get="/messages/count?q=commonword&#38;exact=1""#;
+    assert!(
+        capped.contains(link) && capped.contains("count all"),
+        "{capped}"
+    );
+    let (status, all, _) = pages
+        .get("/messages/count?q=commonword&exact=1", true)
+        .await;
+    assert_eq!((status, all.as_str()), (StatusCode::OK, "1,203 match"));
+    let (_, few, _) = pages.get("/messages/count?q=message_id:m-7", true).await;
+    assert_eq!(few, "1 message matches");
+}
+
 on_both_backends!(a_group_links_filter_is_shown_editable_and_removable);
 /// Followed from a failure group, the list is filtered by the error: that filter is shown as
 /// a chip and in an input of its own (it was a hidden field that survived every later

@@ -1,9 +1,11 @@
 //! Authentication on every request: who the caller is (session cookie, bearer token,
 //! trusted proxy, or nobody in `--auth none`), and whether the route's access allows them.
-//! Signing in and out is `signin`; what the page header shows of the caller is `nav`.
+//! Signing in and out is `signin` (at an OpenID provider: `oidc`); what the page header
+//! shows of the caller is `nav`.
 
 pub mod access;
 pub mod client;
+pub mod oidc;
 pub mod signin;
 
 use std::net::SocketAddr;
@@ -101,7 +103,7 @@ async fn identify(
         }));
     }
     match settings.mode {
-        AuthMode::Users => {
+        AuthMode::Users | AuthMode::Oidc => {
             let Some(secret) = cookie(headers, settings.session_cookie()) else {
                 return Ok(None);
             };
@@ -272,7 +274,7 @@ pub async fn authenticate(
             request.extensions_mut().insert(caller);
         }
         (Some(_), None)
-            if state.auth.mode == AuthMode::Users
+            if state.auth.sessions()
                 && page
                 && request.method() == axum::http::Method::GET
                 && !is_htmx(&headers) =>

@@ -1,7 +1,8 @@
-//! Signing in and out (`--auth users`): the sign-in page; the password check — admitted by
-//! the throttle before anything is hashed, hashed a few at a time off the async threads —
-//! the session cookie (`__Host-` and `Secure` over HTTPS, with an absolute lifetime); and
-//! what the audit log keeps of it, compactly: a guesser cannot flood it.
+//! Signing in and out (`--auth users`): the sign-in page (with `--auth oidc`, its link to
+//! the provider); the password check — admitted by the throttle before anything is hashed,
+//! hashed a few at a time off the async threads — the session cookie (`__Host-` and
+//! `Secure` over HTTPS, with an absolute lifetime); and what the audit log keeps of it,
+//! compactly: a guesser cannot flood it.
 
 use askama::Template;
 use axum::extract::{FromRequest, Request, State};
@@ -12,8 +13,8 @@ use serde::Deserialize;
 
 use crate::archive::Actor;
 use crate::auth::{
-    check_name, secret_hash, verify_password, AuthMode, Failure, Refusal, LOGIN_WINDOW,
-    MAX_PASSWORD_BYTES,
+    check_name, secret_hash, verify_password, AuthMode, AuthSettings, Failure, Refusal,
+    LOGIN_WINDOW, MAX_PASSWORD_BYTES,
 };
 use crate::web::auth::client::client_ip;
 use crate::web::auth::{cookie, peer};
@@ -31,6 +32,26 @@ pub struct LoginPage {
     pub nav: Nav,
     pub next: String,
     pub error: Option<String>,
+    /// With `--auth oidc`: where signing in at the provider starts (no password form).
+    pub provider: Option<String>,
+}
+
+impl LoginPage {
+    /// The sign-in page of `settings`' mode, back to `next` afterwards.
+    pub fn new(settings: &AuthSettings, next: String, error: Option<String>) -> Self {
+        let provider = settings.oidc.as_ref().map(|_| {
+            format!(
+                "/login/oidc?next={}",
+                crate::archive::selection::query_value(&next)
+            )
+        });
+        LoginPage {
+            nav: Nav::new(None, settings.mode),
+            next,
+            error,
+            provider,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -39,7 +60,7 @@ pub struct LoginQuery {
 }
 
 /// Only a path on this site may be returned to after signing in (no open redirect).
-fn safe_next(next: Option<&str>) -> String {
+pub(crate) fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if n.starts_with('/')
@@ -58,14 +79,14 @@ pub async fn login_page(
     State(state): State<AppState>,
     axum::extract::Query(query): axum::extract::Query<LoginQuery>,
 ) -> Response {
-    if state.auth.mode != AuthMode::Users {
+    if !state.auth.sessions() {
         return Redirect::to("/").into_response();
     }
-    render(&LoginPage {
-        nav: Nav::new(None, state.auth.mode),
-        next: safe_next(query.next.as_deref()),
-        error: None,
-    })
+    render(&LoginPage::new(
+        &state.auth,
+        safe_next(query.next.as_deref()),
+        None,
+    ))
 }
 
 /// Never `Debug`: it holds a password.
@@ -119,15 +140,11 @@ pub async fn login(State(state): State<AppState>, request: Request) -> Response 
         }
     };
     let next = safe_next(form.next.as_deref());
-    let mode = state.auth.mode;
+    let settings = state.auth.clone();
     let again = |status: StatusCode, error: String| {
         (
             status,
-            render(&LoginPage {
-                nav: Nav::new(None, mode),
-                next: next.clone(),
-                error: Some(error),
-            }),
+            render(&LoginPage::new(&settings, next.clone(), Some(error))),
         )
             .into_response()
     };
@@ -219,20 +236,24 @@ pub async fn login(State(state): State<AppState>, request: Request) -> Response 
         n => format!("signed in, after {n} failed attempts"),
     };
     let _ = state.archive.record(&actor, "login", &line).await;
+    let mut response = Redirect::to(&next).into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session_cookie(&state.auth, &secret));
+    response
+}
+
+/// The `Set-Cookie` of a new session whose secret is `secret`.
+pub(crate) fn session_cookie(settings: &AuthSettings, secret: &str) -> HeaderValue {
     let mut cookie = format!(
         "{}={secret}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        state.auth.session_cookie(),
-        state.auth.session_max.as_secs()
+        settings.session_cookie(),
+        settings.session_max.as_secs()
     );
-    if state.auth.secure_cookies {
+    if settings.secure_cookies {
         cookie.push_str("; Secure");
     }
-    let mut response = Redirect::to(&next).into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&cookie).expect("a cookie is ASCII"),
-    );
-    response
+    HeaderValue::from_str(&cookie).expect("a cookie is ASCII")
 }
 
 /// `POST /logout`: ends the session and clears the cookie.

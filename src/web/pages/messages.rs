@@ -1,7 +1,7 @@
 //! The message list: filters, keyset pages, htmx partial updates of the rows.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -161,17 +161,30 @@ fn value(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("")
 }
 
-/// Matches counted at most: past it the list says "more than 10,000".
-pub const COUNT_CAP: u64 = 10_000;
+/// Matches counted at first: past it the list says "more than 1,000", and counts them all
+/// when asked ("count all"): a common word in millions costs the list nothing until then.
+pub const COUNT_CAP: u64 = 1_000;
+
+/// Past [`COUNT_CAP`]: "more than 1,000 match", and the button that counts them all.
+#[derive(Template)]
+#[template(path = "partials/match_count.html")]
+struct MoreThanPartial {
+    cap: String,
+    all: String,
+}
 
 /// `/messages/count`: how many messages the list's filters find, as the list shows it (asked
-/// for after the rows are shown, so counting never holds them up).
+/// for after the rows are shown, so counting never holds them up); with `exact=1`, all of
+/// them, however many.
 pub async fn count_fragment(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
+    RawQuery(raw): RawQuery,
     AppQuery(form): AppQuery<ListParams>,
 ) -> Result<Response, PageError> {
+    let exact = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .any(|(k, v)| k == "exact" && v == "1");
     let (filter, _) = caller
         .filter(&state, &form)
         .await
@@ -181,15 +194,26 @@ pub async fn count_fragment(
         .acquire()
         .await
         .map_err(|e| PageError::new(e, &headers))?;
+    let cap = if exact {
+        i64::MAX as u64
+    } else {
+        COUNT_CAP + 1
+    };
     let n = state
         .archive
-        .count_messages(&filter, COUNT_CAP + 1)
+        .count_messages(&filter, cap)
         .await
         .map_err(|e| PageError::new(e, &headers))?;
     let text = match n {
         0 => "no message matches".to_owned(),
         1 => "1 message matches".to_owned(),
-        n if n > COUNT_CAP => format!("more than {} match", thousands(COUNT_CAP)),
+        n if n > COUNT_CAP && !exact => {
+            let more = MoreThanPartial {
+                cap: thousands(COUNT_CAP),
+                all: format!("/messages/count?{}&exact=1", form.to_query(None)),
+            };
+            return Ok(([(header::CACHE_CONTROL, "no-store")], render(&more)).into_response());
+        }
         n => format!("{} match", thousands(n)),
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], text).into_response())
