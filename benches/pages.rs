@@ -114,6 +114,7 @@ fn message(i: usize, rows: usize, start: OffsetDateTime) -> IncomingMessage {
         Some(Decoded::Protobuf) => ("application/x-protobuf", protobuf(&body)),
     };
     IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: queue.into(),
         exchange: "dlx".into(),

@@ -79,6 +79,7 @@ fn dead_letter(base: &str, i: usize) -> IncomingMessage {
         ),
     ]);
     IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: format!("{base}.dlq"),
         exchange: format!("{base}.dlx"),

@@ -179,6 +179,18 @@ pub struct ConnectionArgs {
     )]
     pub amqp_url: SecretUrl,
 
+    /// Another cluster to archive, NAME=AMQP_URL (repeatable; NAME of a-z, 0-9, - and _):
+    /// its DLQs are `--queue NAME:name`, its messages keyed `NAME:…` and replayed back to it.
+    /// `--amqp-url` is the broker named `default`.
+    #[arg(
+        long = "broker",
+        env = "LAZARUS_BROKER",
+        value_name = "NAME=AMQP_URL",
+        value_delimiter = ' ',
+        hide_env_values = true
+    )]
+    pub brokers: Vec<BrokerArg>,
+
     /// The archive: sqlite://path (created when missing) or postgres://user@host/database
     /// (shared by several instances).
     #[arg(
@@ -188,6 +200,46 @@ pub struct ConnectionArgs {
         hide_env_values = true
     )]
     pub database_url: SecretUrl,
+}
+
+impl ConnectionArgs {
+    /// `--amqp-url` as `default` and every `--broker`, by name.
+    pub fn brokers(&self) -> Result<crate::message::brokers::Brokers, String> {
+        let named: Vec<(String, String)> = self
+            .brokers
+            .iter()
+            .map(|b| (b.name.clone(), b.url.expose().to_owned()))
+            .collect();
+        crate::message::brokers::Brokers::new(&self.amqp_url, &named)
+    }
+}
+
+/// One `--broker NAME=AMQP_URL`.
+#[derive(Clone)]
+pub struct BrokerArg {
+    pub name: String,
+    pub url: SecretUrl,
+}
+
+impl std::fmt::Debug for BrokerArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={:?}", self.name, self.url)
+    }
+}
+
+impl std::str::FromStr for BrokerArg {
+    type Err = String;
+
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let (name, url) = spec
+            .split_once('=')
+            .ok_or_else(|| "give NAME=AMQP_URL".to_owned())?;
+        crate::message::dlq::check_broker_name(name)?;
+        Ok(BrokerArg {
+            name: name.to_owned(),
+            url: url.into(),
+        })
+    }
 }
 
 /// A secret given as a flag or variable: `Debug` shows `***`.
@@ -561,6 +613,9 @@ impl ServeConfig {
             window: self.replay_window.max(1),
             lease: Duration::from_secs(self.job_lease_secs.max(1)),
             policy: Arc::new(self.replay_policy()),
+            brokers: self.connection.brokers().unwrap_or_else(|_| {
+                crate::message::brokers::Brokers::single(&self.connection.amqp_url)
+            }),
             ..RunnerSettings::new(&self.connection.amqp_url)
         }
     }

@@ -318,6 +318,7 @@ proptest! {
     ) {
         // Keys never start a vhost with `/` or hold `%` unescaped, and an empty vhost is home's.
         let dlq = |i: usize| crate::message::dlq::Dlq {
+            broker: crate::message::dlq::DEFAULT_BROKER.to_owned(),
             vhost: crate::message::dlq::stored_vhost(&vhosts[i], &home),
             name: names[i].clone(),
         };

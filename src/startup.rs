@@ -80,7 +80,13 @@ impl Application {
         );
         let schemas = config.schemas().map_err(anyhow::Error::msg)?;
         let home = crate::message::dlq::home_vhost(&config.connection.amqp_url);
-        let dlqs = crate::message::dlq::parse_all(&config.queues, &home)
+        let brokers = config
+            .connection
+            .brokers()
+            .map_err(anyhow::Error::msg)
+            .context("--broker")?;
+        let dlqs = brokers
+            .parse_queues(&config.queues)
             .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
         // Checked here, so that a threshold naming no DLQ stops Lazarus with the reason.
         crate::notify::Thresholds::new(&config.webhooks.thresholds, &home)
@@ -101,6 +107,7 @@ impl Application {
             &config.connection.amqp_url,
         );
         state.auth = Arc::new(auth);
+        state.brokers = Arc::new(brokers);
         state.masking = Arc::new(web::masking::Masking::new(&config.masks, &config.fields));
         state.schemas = schemas;
         state.replay_policy = Arc::new(config.replay_policy());
@@ -248,7 +255,18 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         shutdown: token.clone(),
     };
     for dlq in &dlqs {
-        tracker.spawn(consumer::supervise(dlq.clone(), ctx.clone()));
+        // Each DLQ is consumed from its own broker; the management API (`--management-url`)
+        // is the default broker's only.
+        let mut ctx = ctx.clone();
+        if !dlq.is_default_broker() {
+            ctx.amqp_url = state
+                .brokers
+                .url(&dlq.broker)
+                .expect("--queue names only brokers --broker gives")
+                .to_owned();
+            ctx.management = None;
+        }
+        tracker.spawn(consumer::supervise(dlq.clone(), ctx));
     }
     match &management {
         Some(management) if config.discover.discover => {

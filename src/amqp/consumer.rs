@@ -354,7 +354,7 @@ async fn consume_deliveries(
                 Event::Delivery(delivery) => {
                     watch.check(&delivery, ctx);
                     let offset = stream.as_mut().and_then(|s| s.read(dlq, &delivery, ctx));
-                    batch.push(queue, &dlq.vhost, delivery, offset, &ctx.rules);
+                    batch.push(queue, &dlq.broker, &dlq.vhost, delivery, offset, &ctx.rules);
                     if batch.is_full(&ctx.settings) {
                         hand_over(channel, dlq, &mut batch, ctx, storing).await?;
                     }
@@ -544,6 +544,7 @@ impl Batch {
     fn push(
         &mut self,
         queue: &str,
+        broker: &str,
         vhost: &str,
         mut delivery: Box<Delivery>,
         stream_offset: Option<u64>,
@@ -564,6 +565,7 @@ impl Batch {
         } = *delivery;
         self.messages.push(PreparedMessage::with_rules(
             IncomingMessage {
+                broker: broker.to_owned(),
                 vhost: vhost.to_owned(),
                 queue: queue.to_owned(),
                 exchange: exchange.to_text().into_owned(),

@@ -38,6 +38,7 @@ impl DiscoveredDlq {
     /// The DLQ as `--queue` and the archive know it (`home`: the AMQP URL's vhost).
     pub fn identity(&self, home: &str) -> crate::message::dlq::Dlq {
         crate::message::dlq::Dlq {
+            broker: crate::message::dlq::DEFAULT_BROKER.to_owned(),
             vhost: crate::message::dlq::stored_vhost(&self.vhost, home),
             name: self.name.clone(),
         }

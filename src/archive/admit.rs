@@ -17,10 +17,11 @@ pub const MAX_BODY_BYTES: usize = 128 << 20;
 
 /// Why `m` could not have come from a DLQ, or `Ok`.
 pub fn check(m: &IncomingMessage) -> Result<(), String> {
+    crate::message::dlq::check_broker_name(&m.broker)?;
     if !m.vhost.is_empty() {
         check_name("vhost", &m.vhost)?;
     }
-    let dlq = Dlq::from_key(&m.queue, &m.vhost);
+    let dlq = Dlq::from_stored(&m.queue, &m.broker, &m.vhost);
     check_name("queue", &dlq.name)?;
     if dlq.key() != m.queue {
         return Err(format!("queue key {:?} is not of its vhost", m.queue));
@@ -71,6 +72,7 @@ mod tests {
 
     fn message() -> IncomingMessage {
         IncomingMessage {
+            broker: "default".into(),
             vhost: "v".into(),
             queue: "v/q".into(),
             exchange: "x".into(),
@@ -92,6 +94,7 @@ mod tests {
         // RabbitMQ takes `?` and markup in a vhost's name: so does the archive.
         m.vhost = "tenant?<b>a/1</b>".into();
         m.queue = Dlq {
+            broker: crate::message::dlq::DEFAULT_BROKER.to_owned(),
             vhost: m.vhost.clone(),
             name: "orders.dlq".into(),
         }

@@ -46,6 +46,7 @@ mod tests {
 
     fn delivery(body: &[u8], redelivered: bool) -> PreparedMessage {
         PreparedMessage::new(IncomingMessage {
+            broker: "default".into(),
             vhost: String::new(),
             queue: "dlq".into(),
             exchange: String::new(),

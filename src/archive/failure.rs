@@ -112,6 +112,8 @@ pub struct Source<'a> {
     pub queue: &'a str,
     /// Its vhost as the archive stores it (empty: the AMQP URL's, `home_vhost`).
     pub vhost: &'a str,
+    /// Its broker (`default`: `--amqp-url`'s), whose `broker:` prefix a key of another has.
+    pub broker: &'a str,
     pub home_vhost: &'a str,
     pub routing_key: &'a str,
     pub headers: Option<&'a Table>,
@@ -125,7 +127,7 @@ pub struct Source<'a> {
 /// The failure of a dead letter: with its convention's names where it follows one, else as
 /// [`failure`] reads any message.
 pub fn read(source: &Source<'_>, error_headers: &[String]) -> Failure {
-    let dlq = crate::message::dlq::Dlq::from_key(source.queue, source.vhost);
+    let dlq = crate::message::dlq::Dlq::from_stored(source.queue, source.broker, source.vhost);
     let vhost = crate::message::dlq::named_vhost(source.vhost, source.home_vhost);
     let delivery = conventions::Delivery {
         queue: &dlq.name,

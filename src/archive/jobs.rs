@@ -99,6 +99,13 @@ pub struct TargetCount {
     /// The vhost the messages go back into, their own; absent: the AMQP URL's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vhost: String,
+    /// The broker they go back to, their own: a `--broker` name; absent: `default`
+    /// (`--amqp-url`).
+    #[serde(
+        default = "crate::archive::model::default_broker",
+        skip_serializing_if = "crate::archive::model::is_default_broker"
+    )]
+    pub broker: String,
     pub exchange: String,
     pub routing_key: String,
     pub messages: i64,
@@ -303,6 +310,8 @@ pub struct OutgoingMessage {
     pub message_id: i64,
     /// The vhost it was archived from, and is published back into (empty: the AMQP URL's).
     pub vhost: String,
+    /// The broker it was archived from, and is published back to.
+    pub broker: String,
     pub target: ReplayTarget,
     pub properties: MessageProperties,
     pub headers: Option<Table>,

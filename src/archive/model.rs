@@ -164,6 +164,9 @@ pub struct MessageSummary {
     /// The vhost of that DLQ (the archive keeps the AMQP URL's own as empty; the API and
     /// pages name it).
     pub vhost: String,
+    /// The broker of that DLQ: `default` (`--amqp-url`) or a `--broker` name.
+    #[serde(default = "default_broker")]
+    pub broker: String,
     #[serde(with = "time::serde::rfc3339")]
     pub archived_at: OffsetDateTime,
     pub message_id: Option<String>,
@@ -319,6 +322,8 @@ pub struct MessageFilter {
     pub queue: Option<String>,
     /// The vhost of that DLQ, as stored (empty: the AMQP URL's own).
     pub vhost: Option<String>,
+    /// The broker of that DLQ (`default`: `--amqp-url`'s).
+    pub broker: Option<String>,
     /// The reason of its first death ([`NO_REASON`] for messages without history).
     pub reason: Option<String>,
     /// The queue of its first death (the DLQ for messages without history).
@@ -360,6 +365,7 @@ impl MessageFilter {
     pub fn open_group(&self) -> Option<&str> {
         let only_group = self.queue.is_none()
             && self.vhost.is_none()
+            && self.broker.is_none()
             && self.reason.is_none()
             && self.first_death_queue.is_none()
             && self.error.is_none()
@@ -391,6 +397,7 @@ impl MessageFilter {
         let named = [
             ("queue", &self.queue),
             ("vhost", &self.vhost),
+            ("broker", &self.broker),
             ("reason", &self.reason),
             ("first_death_queue", &self.first_death_queue),
             ("error", &self.error),
@@ -589,6 +596,10 @@ pub struct ExportedMessage {
     /// instance's AMQP URL vhost.
     #[serde(default)]
     pub vhost: String,
+    /// The DLQ's broker: `default` (`--amqp-url`'s; also when absent, a file of an earlier
+    /// version) or a `--broker` name.
+    #[serde(default = "default_broker")]
+    pub broker: String,
     #[serde(with = "time::serde::rfc3339")]
     pub archived_at: OffsetDateTime,
     /// The exchange and routing key it was delivered into the DLQ with.
@@ -627,17 +638,23 @@ pub struct ExportedMessage {
 impl ExportedMessage {
     /// As a file carries it between instances: the vhost named (the archive keeps the AMQP
     /// URL's own, `home`, as empty) and the queue by its name within that vhost.
-    pub fn portable(mut self, home: &str) -> Self {
-        let dlq = crate::message::dlq::Dlq::from_key(&self.queue, &self.vhost);
-        self.vhost = dlq.vhost_name(home).to_owned();
+    /// The broker by its name, the queue without its `broker:` prefix.
+    pub fn portable(mut self, brokers: &crate::message::brokers::Brokers) -> Self {
+        let dlq = crate::message::dlq::Dlq::from_stored(&self.queue, &self.broker, &self.vhost);
+        let home = brokers.home(&self.broker);
+        self.vhost = dlq.vhost_name(&home).to_owned();
         self.queue = dlq.name;
         self
     }
 
-    /// Back in the archive's form, on the instance whose AMQP URL vhost is `home`.
-    pub fn stored(mut self, home: &str) -> Self {
-        self.vhost = crate::message::dlq::stored_vhost(&self.vhost, home);
-        self.queue = crate::message::dlq::qualify(&self.vhost, &self.queue);
+    /// Back in the archive's form, on the instance whose brokers are `brokers`.
+    pub fn stored(mut self, brokers: &crate::message::brokers::Brokers) -> Self {
+        let home = brokers.home(&self.broker);
+        self.vhost = crate::message::dlq::stored_vhost(&self.vhost, &home);
+        self.queue = crate::message::dlq::on_broker(
+            &self.broker,
+            crate::message::dlq::qualify(&self.vhost, &self.queue),
+        );
         self
     }
 }
@@ -823,4 +840,14 @@ pub struct ItemRow {
     pub detail: Option<String>,
     pub attempts: i64,
     pub finished_at: Option<i64>,
+}
+
+/// `default`: the broker `--amqp-url` names, where a record of an earlier version names none.
+pub fn default_broker() -> String {
+    crate::message::dlq::DEFAULT_BROKER.to_owned()
+}
+
+/// Whether `broker` is `default`, which a plan's target leaves unsaid.
+pub fn is_default_broker(broker: &str) -> bool {
+    broker == crate::message::dlq::DEFAULT_BROKER
 }

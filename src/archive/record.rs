@@ -15,6 +15,8 @@ pub struct IncomingMessage {
     /// The DLQ as the archive keys it ([`Dlq::key`](crate::message::dlq::Dlq::key)): its name
     /// (`/name` when it holds `/`), or `vhost/name` outside the AMQP URL's vhost.
     pub queue: String,
+    /// The DLQ's broker: `default` (`--amqp-url`) or a `--broker` name.
+    pub broker: String,
     /// The DLQ's vhost; empty: the AMQP URL's own.
     pub vhost: String,
     pub exchange: String,
@@ -345,6 +347,7 @@ fn derived(
         &super::failure::Source {
             queue: &message.queue,
             vhost: &message.vhost,
+            broker: &message.broker,
             home_vhost: &rules.home_vhost,
             routing_key: &message.routing_key,
             headers: message.headers.as_ref(),
@@ -386,6 +389,7 @@ fn derived(
 pub(crate) struct Stored<'a> {
     pub queue: &'a str,
     pub vhost: &'a str,
+    pub broker: &'a str,
     pub routing_key: &'a str,
     pub properties: &'a MessageProperties,
     pub headers: Option<&'a Table>,
@@ -424,6 +428,7 @@ pub(crate) fn stored_failure(m: &Stored<'_>, rules: &IngestRules) -> super::Fail
         &super::failure::Source {
             queue: m.queue,
             vhost: m.vhost,
+            broker: m.broker,
             home_vhost: &rules.home_vhost,
             routing_key: m.routing_key,
             headers: m.headers,
@@ -489,6 +494,7 @@ impl PreparedMessage {
         };
         Self::new(IncomingMessage {
             queue: "(lazarus write probe)".into(),
+            broker: "default".into(),
             vhost: String::new(),
             exchange: String::new(),
             routing_key: String::new(),
@@ -526,7 +532,10 @@ impl PreparedMessage {
         history.sanitize(column_text);
         if let Some(first) = history.first_death.as_mut() {
             // Two vhosts' same-named queues are different failure groups.
-            first.queue = crate::message::dlq::qualify(&message.vhost, &first.queue);
+            first.queue = crate::message::dlq::on_broker(
+                &message.broker,
+                crate::message::dlq::qualify(&message.vhost, &first.queue),
+            );
         }
         // Without a death history's target, the framework's: a replay needs none chosen.
         let framework = framework.map(|mut f| {
@@ -682,6 +691,7 @@ mod tests {
 
     fn message() -> IncomingMessage {
         IncomingMessage {
+            broker: "default".into(),
             vhost: String::new(),
             queue: "dlq".into(),
             exchange: "dlx".into(),
@@ -1062,6 +1072,7 @@ mod tests {
             headers.insert("x-death", AmqpValue::Array(vec![AmqpValue::Table(entry)]));
         }
         IncomingMessage {
+            broker: "default".into(),
             vhost: "shop".into(),
             queue: "shop/submit-order_error".into(),
             headers: Some(headers),

@@ -45,6 +45,11 @@ pub struct ListParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
     pub vhost: Option<String>,
+    /// Only messages of DLQs on this broker (`default`: `--amqp-url`'s; else a `--broker`
+    /// name). On the command line `--from-broker`, `--broker` naming a cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long = "from-broker")]
+    pub broker: Option<String>,
     /// First-death reason: rejected, expired, maxlen, delivery_limit, or none.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[arg(long)]
@@ -278,6 +283,7 @@ impl ListParams {
         let filter = MessageFilter {
             queue: text(&self.queue),
             vhost: given(&self.vhost).map(stored_vhost),
+            broker: text(&self.broker),
             reason: given(&self.reason).map(str::to_lowercase),
             first_death_queue: text(&self.first_death_queue),
             error: text(&self.error),

@@ -34,7 +34,7 @@ pub struct ExportConfig {
 pub async fn write(
     archive: &dyn Archive,
     selection: &Selection,
-    home_vhost: &str,
+    brokers: &crate::message::brokers::Brokers,
     out: &mut dyn Write,
 ) -> anyhow::Result<(u64, u64)> {
     let (mut after, mut messages, mut bytes) = (0, 0u64, 0u64);
@@ -48,7 +48,7 @@ pub async fn write(
         after = last.id;
         for m in batch {
             bytes += m.unread_body.map_or(m.body.len() as u64, |b| b.size);
-            let mut line = ExportLine::new(&mut m.portable(home_vhost));
+            let mut line = ExportLine::new(&mut m.portable(brokers));
             while let Some(piece) = line.next(archive).await? {
                 out.write_all(&piece)?;
             }
@@ -73,6 +73,11 @@ fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 
 pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
     let home_vhost = crate::message::dlq::home_vhost(&config.connection.amqp_url);
+    let brokers = config
+        .connection
+        .brokers()
+        .map_err(anyhow::Error::msg)
+        .context("--broker")?;
     let filter = config.filter.filters_only();
     let selection = match (config.ids.is_empty(), filter == ListParams::default()) {
         (false, true) => Selection::Ids(config.ids.clone()),
@@ -94,11 +99,11 @@ pub async fn run(config: ExportConfig) -> anyhow::Result<()> {
             let file =
                 create_private(path).with_context(|| format!("creating {}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);
-            write(archive.as_ref(), &selection, &home_vhost, &mut out).await?
+            write(archive.as_ref(), &selection, &brokers, &mut out).await?
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            write(archive.as_ref(), &selection, &home_vhost, &mut out).await?
+            write(archive.as_ref(), &selection, &brokers, &mut out).await?
         }
     };
     eprintln!(

@@ -17,6 +17,7 @@ use crate::archive::{
     PreparedMessage,
 };
 use crate::config::{ConnectionArgs, IngestArgs};
+use crate::message::brokers::Brokers;
 use crate::support::secret_url::redact_url;
 
 #[derive(Debug, Clone, Args)]
@@ -54,7 +55,7 @@ pub struct Imported {
 pub async fn import(
     archive: &dyn Archive,
     input: &mut dyn BufRead,
-    home_vhost: &str,
+    brokers: &Brokers,
     rules: &IngestRules,
     refused: &mut dyn FnMut(usize, &str),
 ) -> anyhow::Result<Imported> {
@@ -73,7 +74,7 @@ pub async fn import(
                 "{length} bytes long; a line holds at most {MAX_LINE_BYTES}"
             ))),
             Line::Read if line.trim_ascii().is_empty() => None,
-            Line::Read => Some(parse(&line, home_vhost)),
+            Line::Read => Some(parse(&line, brokers)),
         };
         if line.capacity() > BATCH_BYTES {
             // A long line's buffer is not kept beside what it became.
@@ -102,14 +103,15 @@ pub async fn import(
 }
 
 /// An exported line as this archive would store it, or why it is refused.
-fn parse(line: &[u8], home_vhost: &str) -> Result<ExportedMessage, String> {
+fn parse(line: &[u8], brokers: &Brokers) -> Result<ExportedMessage, String> {
     let m: ExportedMessage =
         serde_json::from_slice(line).map_err(|e| format!("not an exported message ({e})"))?;
     if !m.vhost.is_empty() {
         crate::message::dlq::check_name("vhost", &m.vhost)?;
     }
     crate::message::dlq::check_name("queue", &m.queue)?;
-    let m = m.stored(home_vhost);
+    crate::message::dlq::check_broker_name(&m.broker)?;
+    let m = m.stored(brokers);
     admit::check_body("body", m.body.len())?;
     for r in &m.replays {
         if let Some(body) = &r.edited_body {
@@ -317,6 +319,7 @@ fn incoming(m: &mut ExportedMessage) -> IncomingMessage {
 /// [`incoming`] with an empty body.
 fn incoming_without_body(m: &ExportedMessage) -> IncomingMessage {
     IncomingMessage {
+        broker: m.broker.clone(),
         vhost: m.vhost.clone(),
         queue: m.queue.clone(),
         exchange: m.exchange.clone(),
@@ -333,6 +336,11 @@ fn incoming_without_body(m: &ExportedMessage) -> IncomingMessage {
 
 pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let home_vhost = crate::message::dlq::home_vhost(&config.connection.amqp_url);
+    let brokers = config
+        .connection
+        .brokers()
+        .map_err(anyhow::Error::msg)
+        .context("--broker")?;
     let rules = archive::IngestRules {
         home_vhost: home_vhost.clone(),
         ..config.ingest.rules()
@@ -353,25 +361,11 @@ pub async fn run(config: ImportConfig) -> anyhow::Result<()> {
             let file =
                 std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
             let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-            import(
-                archive.as_ref(),
-                &mut input,
-                &home_vhost,
-                &rules,
-                &mut refused,
-            )
-            .await?
+            import(archive.as_ref(), &mut input, &brokers, &rules, &mut refused).await?
         }
         _ => {
             let mut input = std::io::stdin().lock();
-            import(
-                archive.as_ref(),
-                &mut input,
-                &home_vhost,
-                &rules,
-                &mut refused,
-            )
-            .await?
+            import(archive.as_ref(), &mut input, &brokers, &rules, &mut refused).await?
         }
     };
     if imported.refused > REFUSALS_SAID {

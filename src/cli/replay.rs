@@ -154,8 +154,12 @@ fn target_line(t: &TargetCount) -> String {
         .target_from
         .as_ref()
         .map_or_else(String::new, |from| format!(" (target from {from})"));
+    let on = match t.broker.as_str() {
+        crate::message::dlq::DEFAULT_BROKER => String::new(),
+        broker => format!(" on broker {broker:?}"),
+    };
     format!(
-        "{}{}{from}",
+        "{}{}{on}{from}",
         target.label(),
         crate::message::dlq::in_vhost(&t.vhost)
     )
@@ -243,6 +247,11 @@ pub async fn run(config: ReplayConfig, shutdown: CancellationToken) -> anyhow::R
     let settings = RunnerSettings {
         on_shutdown: JobState::Paused,
         policy: Arc::new(policy),
+        brokers: config
+            .connection
+            .brokers()
+            .map_err(anyhow::Error::msg)
+            .context("--broker")?,
         ..RunnerSettings::new(&config.connection.amqp_url)
     };
     let printer = tokio::spawn(print_progress(archive.clone(), job.id));
@@ -330,6 +339,7 @@ mod tests {
     fn a_target_a_framework_gave_says_so() {
         let mut t = TargetCount {
             vhost: "shop".into(),
+            broker: "default".into(),
             exchange: String::new(),
             routing_key: "submit-order".into(),
             messages: 3,

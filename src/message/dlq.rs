@@ -6,21 +6,39 @@
 //! has its own key and [`Dlq::parse`] reads it back: a home queue `a/b` (`/a/b`) and the
 //! queue `b` of vhost `a` (`a/b`) never share one.
 
-/// A DLQ, in the home vhost (`vhost` empty) or in a named one.
+/// A DLQ, in the home vhost (`vhost` empty) or in a named one, of the default broker
+/// (`--amqp-url`) or of one `--broker NAME=URL` names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Dlq {
-    /// Empty: the AMQP URL's own vhost.
+    /// [`DEFAULT_BROKER`], or the name `--broker` gives a cluster.
+    pub broker: String,
+    /// Empty: the broker URL's own vhost.
     pub vhost: String,
     pub name: String,
 }
 
+/// The broker `--amqp-url` names, as the archive's `broker` column holds it.
+pub const DEFAULT_BROKER: &str = "default";
+
 impl Dlq {
-    /// A DLQ of the home vhost.
+    /// A DLQ of the default broker's home vhost.
     pub fn home(name: impl Into<String>) -> Self {
         Dlq {
+            broker: DEFAULT_BROKER.to_owned(),
             vhost: String::new(),
             name: name.into(),
         }
+    }
+
+    /// The same DLQ on the broker `broker`.
+    pub fn on(mut self, broker: &str) -> Self {
+        self.broker = broker.to_owned();
+        self
+    }
+
+    /// Whether it is on the broker `--amqp-url` names.
+    pub fn is_default_broker(&self) -> bool {
+        self.broker == DEFAULT_BROKER
     }
 
     /// Reads `name`, `vhost/name` (the vhost percent-encoded where it holds `/` or `%`:
@@ -39,6 +57,7 @@ impl Dlq {
         }
         check_name("queue", name).map_err(|e| format!("{spec:?}: {e}"))?;
         Ok(Dlq {
+            broker: DEFAULT_BROKER.to_owned(),
             vhost: stored_vhost(&vhost, home),
             name: name.to_owned(),
         })
@@ -48,15 +67,20 @@ impl Dlq {
     /// name at home (`/name` when the name holds `/`), `vhost/name` elsewhere (`/` and `%`
     /// in the vhost percent-encoded, so the first `/` always ends the vhost, and an empty
     /// vhost before it is home's). One key per DLQ: `Dlq::parse(&d.key(), home) == d`.
+    /// A DLQ of another broker than the default is keyed `broker:` and its key there.
     pub fn key(&self) -> String {
-        qualify(&self.vhost, &self.name)
+        on_broker(&self.broker, qualify(&self.vhost, &self.name))
     }
 
     /// The DLQ in words: `queue "b" of vhost "a"`, `queue "a/b" of the AMQP URL's vhost`.
     pub fn describe(&self) -> String {
-        match self.vhost.as_str() {
+        let words = match self.vhost.as_str() {
             "" => format!("queue {:?} of the AMQP URL's vhost", self.name),
             vhost => format!("queue {:?} of vhost {vhost:?}", self.name),
+        };
+        match self.is_default_broker() {
+            true => words,
+            false => format!("{words} on broker {:?}", self.broker),
         }
     }
 
@@ -69,6 +93,19 @@ impl Dlq {
     /// stored beside it: the name is what follows the prefix that vhost's key has (none for
     /// a home name without `/`).
     pub fn from_key(key: &str, vhost: &str) -> Self {
+        Self::from_stored(key, DEFAULT_BROKER, vhost)
+    }
+
+    /// [`Dlq::from_key`] with the broker stored beside the key, whose `broker:` prefix the
+    /// key of another broker than the default carries.
+    pub fn from_stored(key: &str, broker: &str, vhost: &str) -> Self {
+        let key = match broker {
+            "" | DEFAULT_BROKER => key,
+            broker => key
+                .strip_prefix(broker)
+                .and_then(|k| k.strip_prefix(':'))
+                .unwrap_or(key),
+        };
         let name = match (vhost.is_empty(), key.split_once('/')) {
             (true, None) => key,
             (_, Some((_, name))) => name,
@@ -76,6 +113,10 @@ impl Dlq {
             (false, None) => key,
         };
         Dlq {
+            broker: match broker {
+                "" => DEFAULT_BROKER.to_owned(),
+                broker => broker.to_owned(),
+            },
             vhost: vhost.to_owned(),
             name: name.to_owned(),
         }
@@ -94,8 +135,21 @@ impl std::fmt::Display for Dlq {
 /// by its name, `home`), the rest the name. Vhost and name are matched apart: `*/orders.dlq`
 /// is `orders.dlq` of any vhost, never a home queue named `x/orders.dlq`. Discovery
 /// (`--discover-include`) and rights (`viewer of tenant-a/*`) read patterns so.
+///
+/// A DLQ of another broker than the default is named by a pattern `BROKER:…` only (the rest
+/// read as above); a pattern without that prefix never names one.
 pub fn pattern_matches(pattern: &str, dlq: &Dlq, home: &str) -> bool {
     use super::exchange_policy::glob;
+    let pattern = match dlq.is_default_broker() {
+        true => pattern,
+        false => match pattern
+            .strip_prefix(dlq.broker.as_str())
+            .and_then(|p| p.strip_prefix(':'))
+        {
+            Some(rest) => rest,
+            None => return false,
+        },
+    };
     match pattern.split_once('/') {
         Some((vhost, name)) => glob(vhost, &escape(dlq.vhost_name(home))) && glob(name, &dlq.name),
         None => dlq.vhost.is_empty() && glob(pattern, &dlq.name),
@@ -192,6 +246,31 @@ pub fn in_vhost(vhost: &str) -> String {
     match vhost {
         "" => String::new(),
         vhost => format!(" in vhost {vhost:?}"),
+    }
+}
+
+/// A key of the default broker as `broker` keys it: unchanged on the default one,
+/// `broker:key` on another.
+pub fn on_broker(broker: &str, key: String) -> String {
+    match broker {
+        "" | DEFAULT_BROKER => key,
+        broker => format!("{broker}:{key}"),
+    }
+}
+
+/// Whether `name` can name a broker (`--broker NAME=URL`): 1 to 32 of `a-z`, `0-9`, `-`
+/// and `_`, so that `NAME:` never holds a key's `/` or `:` of its own.
+pub fn check_broker_name(name: &str) -> Result<(), String> {
+    let fine = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    match fine {
+        true => Ok(()),
+        false => Err(format!(
+            "{name:?} cannot name a broker: 1 to 32 of a-z, 0-9, - and _"
+        )),
     }
 }
 

@@ -4,10 +4,11 @@
 //! (`masking`), the framework that failed it and why (`conventions`, `cause`), the search
 //! language that finds it (`search`, `field_match`, `cjk`), and where a replay of it may go
 //! (`exchange_policy`); and the broker it came from: its vhost and its nodes, from the AMQP
-//! URL (`dlq`, `broker_nodes`). Nothing here imports anything else of Lazarus.
+//! URL (`dlq`, `broker_nodes`), and the brokers by name (`brokers`). Nothing here imports anything else of Lazarus.
 
 pub mod body;
 pub mod broker_nodes;
+pub mod brokers;
 pub mod cause;
 pub mod cjk;
 pub mod codec;

@@ -15,9 +15,10 @@ pub const MAX_PREFIXES: usize = 4;
 pub const MIN_PREFIX_CHARS: usize = 3;
 
 /// Fields every archive knows; configured business fields (`--field`) come on top.
-pub const BUILT_IN_FIELDS: [&str; 11] = [
+pub const BUILT_IN_FIELDS: [&str; 12] = [
     "queue",
     "vhost",
+    "broker",
     "reason",
     "exchange",
     "routing_key",

@@ -36,8 +36,9 @@ pub(super) struct Runner<'a> {
     archive: &'a dyn Archive,
     settings: &'a RunnerSettings,
     shutdown: &'a CancellationToken,
-    /// A publisher per vhost the job's messages came from (empty key: the AMQP URL's vhost).
-    publishers: BTreeMap<String, Publisher>,
+    /// A publisher per broker and vhost the job's messages came from (empty vhost: the
+    /// broker URL's).
+    publishers: BTreeMap<(String, String), Publisher>,
     /// Whether the job's `detail` says it waits for something (as this runner last noted).
     detail_shown: AtomicBool,
 }
@@ -126,26 +127,38 @@ impl<'a> Runner<'a> {
 
     /// A publisher into `vhost` on a live connection, reconnecting with backoff while the
     /// broker is away.
-    async fn publisher(&mut self, id: i64, vhost: &str) -> Result<&mut Publisher, Stop> {
+    async fn publisher(
+        &mut self,
+        id: i64,
+        broker: &str,
+        vhost: &str,
+    ) -> Result<&mut Publisher, Stop> {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-        while !self.publishers.contains_key(vhost) {
-            let opened =
-                match Connection::open_in(&self.settings.amqp_url, vhost, "lazarus replay job")
-                    .await
-                {
-                    Ok(connection) => Publisher::open(connection).await,
-                    Err(e) => Err(e),
-                };
+        let key = (broker.to_owned(), vhost.to_owned());
+        let Some(url) = self.settings.brokers.url(broker) else {
+            return Err(Stop::Refused(format!(
+                "the messages came from the broker {broker:?}, which this instance has no \
+                 --broker for, so nothing more was published. Start it with \
+                 --broker {broker}=AMQP_URL, then resume, or cancel the job."
+            )));
+        };
+        let url = url.to_owned();
+        while !self.publishers.contains_key(&key) {
+            let opened = match Connection::open_in(&url, vhost, "lazarus replay job").await {
+                Ok(connection) => Publisher::open(connection).await,
+                Err(e) => Err(e),
+            };
             let place = crate::message::dlq::in_vhost(vhost);
             match opened {
                 Ok(publisher) => {
                     tracing::info!(
                         job = id,
+                        broker,
                         vhost,
                         node = publisher.node(),
                         "replay job publishing"
                     );
-                    self.publishers.insert(vhost.to_owned(), publisher);
+                    self.publishers.insert(key.clone(), publisher);
                 }
                 // NOT_ALLOWED: no such vhost, or no access to it. Waiting would not mend it.
                 Err(e) if e.vhost_refused() => {
@@ -163,7 +176,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        Ok(self.publishers.get_mut(vhost).expect("just opened"))
+        Ok(self.publishers.get_mut(&key).expect("just opened"))
     }
 
     async fn close_publishers(&mut self) {
@@ -174,18 +187,18 @@ impl<'a> Runner<'a> {
 
     /// Checks every target exchange of the job exists; pauses the job when one does not.
     async fn check_exchanges(&mut self, job: &ReplayJob) -> Result<(), Stop> {
-        let exchanges: BTreeSet<(&str, &str)> = job
+        let exchanges: BTreeSet<(&str, &str, &str)> = job
             .plan
             .targets
             .iter()
-            .map(|t| (t.vhost.as_str(), t.exchange.as_str()))
-            .filter(|(_, e)| self.settings.policy.allows(e))
+            .map(|t| (t.broker.as_str(), t.vhost.as_str(), t.exchange.as_str()))
+            .filter(|(_, _, e)| self.settings.policy.allows(e))
             .collect();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-        let mut pending: Vec<(&str, &str)> = exchanges.into_iter().collect();
-        while let Some(&(vhost, exchange)) = pending.first() {
+        let mut pending: Vec<(&str, &str, &str)> = exchanges.into_iter().collect();
+        while let Some(&(broker, vhost, exchange)) = pending.first() {
             let exists = self
-                .publisher(job.id, vhost)
+                .publisher(job.id, broker, vhost)
                 .await?
                 .exchange_exists(exchange)
                 .await;
@@ -214,7 +227,8 @@ impl<'a> Runner<'a> {
                 }
                 Err(e) => {
                     // The broker went away mid-check: check the same exchange again.
-                    self.publishers.remove(vhost);
+                    self.publishers
+                        .remove(&(broker.to_owned(), vhost.to_owned()));
                     let detail = format!("waiting for RabbitMQ: {e}");
                     self.wait(job.id, backoff.next_delay(), Some(&detail))
                         .await?;
@@ -334,8 +348,8 @@ impl<'a> Runner<'a> {
         let job_tag = id.to_string();
         let bodies = ArchivedBodies(self.archive);
         let batches = by_vhost(current, &job_tag, &bodies);
-        for vhost in batches.keys() {
-            if let Err(stop) = self.publisher(id, vhost).await {
+        for (broker, vhost) in batches.keys() {
+            if let Err(stop) = self.publisher(id, broker, vhost).await {
                 // Nothing of this step went out: it is to be done again, not reported as
                 // possibly published.
                 outcomes.extend(current.iter().map(|m| not_sent(m.message_id)));
@@ -347,14 +361,16 @@ impl<'a> Runner<'a> {
         let mut publishers = std::mem::take(&mut self.publishers);
         // A resource alarm blocks every connection to the node alike: one tells.
         let first = batches.keys().next().expect("one batch at least");
-        let mut blocked = publishers[*first].blocked();
+        let first = (first.0.to_owned(), first.1.to_owned());
+        let mut blocked = publishers[&first].blocked();
         let mut published: Vec<ItemOutcome> = current
             .iter()
             .filter_map(|m| Some(unreadable(m.message_id, m.unreadable.clone()?)))
             .collect();
         let publish = async {
-            for (vhost, batch) in batches {
-                let publisher = publishers.get_mut(vhost).expect("opened above");
+            for ((broker, vhost), batch) in batches {
+                let key = (broker.to_owned(), vhost.to_owned());
+                let publisher = publishers.get_mut(&key).expect("opened above");
                 publisher
                     .publish_all(batch, settings.window, |message_id, o| {
                         published.push(item_outcome(message_id, o))
@@ -564,22 +580,23 @@ impl Pace {
     }
 }
 
-/// A step's readable messages by the vhost they came from (at least one entry: a step of only
-/// unreadable records still goes through the broker's check).
+/// A step's readable messages by the broker and vhost they came from (at least one entry: a
+/// step of only unreadable records still goes through the default broker's check).
+#[allow(clippy::type_complexity)]
 fn by_vhost<'m>(
     current: &'m [OutgoingMessage],
     job: &'m str,
     bodies: &'m ArchivedBodies<'m>,
-) -> BTreeMap<&'m str, Vec<ReplayMessage<'m>>> {
-    let mut batches: BTreeMap<&str, Vec<ReplayMessage<'_>>> = BTreeMap::new();
+) -> BTreeMap<(&'m str, &'m str), Vec<ReplayMessage<'m>>> {
+    let mut batches: BTreeMap<(&str, &str), Vec<ReplayMessage<'_>>> = BTreeMap::new();
     for m in current.iter().filter(|m| m.unreadable.is_none()) {
         batches
-            .entry(m.vhost.as_str())
+            .entry((m.broker.as_str(), m.vhost.as_str()))
             .or_default()
             .push(to_replay(m, job, bodies));
     }
     if batches.is_empty() {
-        batches.insert("", Vec::new());
+        batches.insert((crate::message::dlq::DEFAULT_BROKER, ""), Vec::new());
     }
     batches
 }

@@ -14,7 +14,8 @@ use crate::runtime::metrics::Metrics;
 /// How a runner works.
 #[derive(Debug, Clone)]
 pub struct RunnerSettings {
-    pub amqp_url: String,
+    /// Every broker by name: each message goes back to its own.
+    pub brokers: crate::message::brokers::Brokers,
     /// This runner's name in the lease (unique per process).
     pub owner: String,
     /// The instance name this runner claims jobs under while the process holds it: it then
@@ -42,7 +43,7 @@ pub struct RunnerSettings {
 impl RunnerSettings {
     pub fn new(amqp_url: &str) -> Self {
         RunnerSettings {
-            amqp_url: amqp_url.to_owned(),
+            brokers: crate::message::brokers::Brokers::single(amqp_url),
             owner: runner_name(),
             identity: None,
             lease: Duration::from_secs(15),

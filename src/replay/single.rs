@@ -30,6 +30,9 @@ pub enum ReplayError {
     MissingExchange(String, String),
     #[error("RabbitMQ is unreachable: {0}")]
     Broker(String),
+    /// The message came from a broker this instance has no `--broker` for.
+    #[error("the message came from the broker {0:?}, which this instance has no --broker for; nothing was published")]
+    UnknownBroker(String),
     /// The message's vhost, refused by the broker on opening: what [`crate::message::dlq::refused`]
     /// and the broker said.
     #[error("{0} ({1}): it does not exist, or the user may not use it; nothing was published")]
@@ -175,7 +178,7 @@ impl ReplayAnswer {
 /// Replays one message once for its request key.
 pub async fn replay_one(
     archive: Arc<dyn Console>,
-    amqp_url: &str,
+    brokers: &crate::message::brokers::Brokers,
     request: SingleReplay<'_>,
 ) -> Result<ReplayAnswer, ReplayError> {
     let id = request.id;
@@ -210,8 +213,12 @@ pub async fn replay_one(
             .unwrap_or_default();
         return Err(ReplayError::InProgress(at));
     }
-    // Back into the vhost it came from.
+    // Back to the broker and into the vhost it came from.
     let vhost = &message.summary.vhost;
+    let broker = &message.summary.broker;
+    let amqp_url = brokers
+        .url(broker)
+        .ok_or_else(|| ReplayError::UnknownBroker(broker.clone()))?;
     let connection = Connection::open_in(amqp_url, vhost, "lazarus replay")
         .await
         .map_err(|e| match e.vhost_refused() {

@@ -40,9 +40,13 @@ impl Caller {
     }
 
     /// Their role on the DLQ of a message (its `queue` and `vhost` columns), if any.
+    /// Patterns are matched against the key as `--queue` reads it on the default broker, as
+    /// [`Caller::least_role`] reads a list's: another broker's `us:tenant/q` is matched by
+    /// `us:tenant/*`, its home queue `us:q` by `us:*`.
     pub fn role_on(&self, queue: &str, vhost: &str, state: &AppState) -> Option<Role> {
-        self.rights
-            .role_on(&Dlq::from_key(queue, vhost), &state.home_vhost)
+        let dlq =
+            Dlq::parse(queue, &state.home_vhost).unwrap_or_else(|_| Dlq::from_key(queue, vhost));
+        self.rights.role_on(&dlq, &state.home_vhost)
     }
 
     /// Their role for what a list of the DLQs `dlqs` ([`Caller::dlqs_at`]) shows: the least

@@ -62,6 +62,7 @@ impl From<ReplayError> for AppError {
             ReplayError::NoTarget
             | ReplayError::MissingExchange(..)
             | ReplayError::VhostRefused(..)
+            | ReplayError::UnknownBroker(_)
             | ReplayError::InvalidEdit(_) => AppError::BadRequest(e.to_string()),
             ReplayError::Broker(_) => AppError::Unavailable(e.to_string()),
             ReplayError::NotAllowed(_) => AppError::Forbidden(e.to_string()),

@@ -56,6 +56,9 @@ pub struct AppState {
     pub business_fields: Arc<[String]>,
     /// Where replays publish (the broker Lazarus consumes from).
     pub amqp_url: Arc<str>,
+    /// Every broker by name (`--amqp-url` as `default`, each `--broker`): a replay goes back
+    /// to its message's.
+    pub brokers: Arc<crate::message::brokers::Brokers>,
     /// The AMQP URL's vhost: the one archived messages with an empty vhost are in.
     pub home_vhost: Arc<str>,
     /// Wakes this process's replay job runner when a job is queued or resumed.
@@ -104,6 +107,7 @@ impl AppState {
             status: IngestStatus::default(),
             business_fields: business_fields.into(),
             amqp_url: Arc::from(amqp_url),
+            brokers: Arc::new(crate::message::brokers::Brokers::single(amqp_url)),
             home_vhost: Arc::from(crate::message::dlq::home_vhost(amqp_url)),
             jobs_wake: Arc::new(Notify::new()),
             auth: Arc::new(AuthSettings::none()),

@@ -299,6 +299,7 @@ fn exported(id: i64, vhost: &str, queue: &str) -> lazarus::archive::ExportedMess
         id,
         queue: queue.into(),
         vhost: vhost.into(),
+        broker: "default".into(),
         archived_at: time::OffsetDateTime::now_utc(),
         exchange: "dlx".into(),
         routing_key: "work".into(),

@@ -588,6 +588,7 @@ async fn shutdown_stores_and_acks_the_batch_in_flight() {
 
 fn incoming(redelivered: bool) -> IncomingMessage {
     IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: "dlq".into(),
         exchange: "dlx".into(),

@@ -795,6 +795,7 @@ fn dead_letter(queue: &str, n: usize) -> lazarus::archive::PreparedMessage {
     headers.insert("x-first-death-reason", text("rejected"));
     headers.insert("x-first-death-exchange", text(""));
     lazarus::archive::PreparedMessage::new(lazarus::archive::IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: queue.into(),
         exchange: String::new(),

@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod bounds;
 mod broker_crash;
+mod brokers_two;
 mod browser;
 mod causes;
 mod cluster;

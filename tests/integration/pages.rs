@@ -45,6 +45,7 @@ fn dead_letter(message_id: &str, body: &[u8], extra: &[(&str, AmqpValue)]) -> In
         headers.insert((*k).to_owned(), v.clone());
     }
     IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: "orders.dlq".into(),
         exchange: "shop.dlx".into(),

@@ -449,6 +449,7 @@ async fn an_archive_of_an_earlier_version_gets_one_key_per_dlq() {
             ("x-first-death-exchange", AmqpValue::text("")),
         ]);
         PreparedMessage::new(IncomingMessage {
+            broker: "default".into(),
             vhost: vhost.into(),
             queue: queue.into(),
             exchange: String::new(),

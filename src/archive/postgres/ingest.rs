@@ -99,22 +99,22 @@ async fn insert_batch(
     } = overview(rows);
     sqlx::query(
         "WITH new_messages AS (\
-         INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, \
+         INSERT INTO messages (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
          failed_queue, replay_target_from, convention_problems) \
-         SELECT id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
+         SELECT id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, search::tsvector, snippet, error_type, cause, message_type, \
          convention, failed_queue, replay_target_from, convention_problems \
-         FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $4::bigint[], $5::text[], $6::text[], \
+         FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $73::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
          $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[], \
          $55::text[], $56::text[], $57::text[], $62::text[], $63::text[], $64::text[], $65::text[]) \
-         AS t (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, \
+         AS t (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
@@ -239,6 +239,8 @@ async fn insert_batch(
     .bind(group_minutes.keys().map(|k| k.0.message_type).collect::<Vec<_>>())
     .bind(group_minutes.keys().map(|k| k.1).collect::<Vec<_>>())
     .bind(group_minutes.values().copied().collect::<Vec<_>>())
+    // Its broker (issue 36).
+    .bind(col(&|m| Some(&m.message.broker)))
     .execute(conn)
     .await?;
     Ok(())

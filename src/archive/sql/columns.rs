@@ -6,7 +6,7 @@ use crate::archive::audit_text::{PAGE_ACTOR_CHARS, PAGE_SUMMARY_CHARS};
 macro_rules! summary_columns {
     ($status:literal) => {
         concat!(
-            "id, queue, vhost, archived_at, message_id, correlation_id, content_type, content_encoding, ",
+            "id, queue, vhost, broker, archived_at, message_id, correlation_id, content_type, content_encoding, ",
             "body_size, deaths, first_death_queue, first_death_reason, first_death_exchange, ",
             "replay_exchange, replay_routing_key, error, replay_of, snippet, ",
             "error_type, cause, message_type, convention, failed_queue, replay_target_from, ",

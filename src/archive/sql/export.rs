@@ -140,6 +140,7 @@ impl<T: SqlArchive> Export for T {
                     unread_body,
                     queue: m.summary.queue,
                     vhost: m.summary.vhost,
+                    broker: m.summary.broker,
                     archived_at: m.summary.archived_at,
                     exchange: m.delivered_exchange,
                     routing_key: m.delivered_routing_key,

@@ -171,6 +171,13 @@ pub fn push_condition<'a, DB: sqlx::Database>(
             return;
         }
         "vhost" => "vhost",
+        // Only other brokers' messages are indexed (`messages_broker`): said so, it serves.
+        "broker" if value != crate::message::dlq::DEFAULT_BROKER => {
+            q.push(" AND broker <> 'default' AND broker = ")
+                .push_bind(value);
+            return;
+        }
+        "broker" => "broker",
         "reason" if value == NO_REASON => {
             q.push(" AND first_death_reason IS NULL");
             return;

@@ -145,7 +145,8 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     let d = conn.dialect();
     // Ties in byte order, whatever the database's collation.
     let order = format!(
-        "n DESC, {}, {}, {}",
+        "n DESC, {}, {}, {}, {}",
+        d.byte_order("coalesce(m.broker, 'default')"),
         d.byte_order("coalesce(m.vhost, '')"),
         d.byte_order("target_exchange"),
         d.byte_order("target_routing_key")
@@ -153,7 +154,8 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     // Each target is in the vhost of its messages (a message retention took: the home one).
     // A target its messages' framework convention gave is said with the header(s) it came
     // from, one row per source.
-    let targets_of = "SELECT coalesce(m.vhost, '') AS vhost, i.target_exchange, \
+    let targets_of = "SELECT coalesce(m.vhost, '') AS vhost, \
+                      coalesce(m.broker, 'default') AS broker, i.target_exchange, \
                       i.target_routing_key, \
                       CASE WHEN i.target_exchange = m.replay_exchange \
                       AND i.target_routing_key = m.replay_routing_key \
@@ -163,10 +165,12 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
                       THEN m.replay_target_from END AS target_from, \
                       count(*) AS n FROM replay_job_items i \
                       LEFT JOIN messages m ON m.id = i.message_id WHERE i.job_id = $1";
-    let order = format!("{order}, 4, 5");
+    let order = format!("{order}, 5, 6");
     let targets = conn
         .fetch_all(
-            &format!("{targets_of} AND i.outcome IS NULL GROUP BY 1, 2, 3, 4, 5 ORDER BY {order}"),
+            &format!(
+                "{targets_of} AND i.outcome IS NULL GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY {order}"
+            ),
             args![id],
         )
         .await?;
@@ -180,7 +184,7 @@ async fn plan_of(conn: &mut Conn<'_>, id: i64) -> Result<Plan, sqlx::Error> {
     let refused = conn
         .fetch_all(
             &format!(
-                "{targets_of} AND i.outcome = 'skipped' AND i.detail = $2 GROUP BY 1, 2, 3, 4, 5 \
+                "{targets_of} AND i.outcome = 'skipped' AND i.detail = $2 GROUP BY 1, 2, 3, 4, 5, 6 \
                  ORDER BY {order}"
             ),
             args![id, NOT_ALLOWED],

@@ -360,7 +360,7 @@ impl<T: SqlArchive> JobLease for T {
         let rows = conn
             .fetch_all(
                 &format!(
-                    "SELECT i.message_id, m.vhost, i.target_exchange, i.target_routing_key, m.properties, \
+                    "SELECT i.message_id, m.vhost, m.broker, i.target_exchange, i.target_routing_key, m.properties, \
                      m.headers, m.convention, m.body_size, CASE WHEN m.body_size <= {CHUNK_BYTES} THEN b.body END AS body \
                      FROM replay_job_items i JOIN messages m ON m.id = i.message_id \
                      JOIN message_bodies b ON b.message_id = i.message_id \

@@ -32,6 +32,7 @@ struct StoredRow {
     id: i64,
     queue: String,
     vhost: String,
+    broker: String,
     routing_key: String,
     properties: MessageProperties,
     headers: Option<Table>,
@@ -72,7 +73,7 @@ async fn read_bodies(
         let Some(m) = stored.iter().find(|m| m.id == id) else {
             continue;
         };
-        let name = crate::message::dlq::Dlq::from_key(&m.queue, &m.vhost).name;
+        let name = crate::message::dlq::Dlq::from_stored(&m.queue, &m.broker, &m.vhost).name;
         let text = head.and_then(|h| {
             body_text(
                 &m.properties,
@@ -130,7 +131,7 @@ pub async fn batch(
     }
     let rows = db
         .fetch_all(
-            "SELECT id, queue, vhost, routing_key, properties, headers, error FROM messages \
+            "SELECT id, queue, vhost, broker, routing_key, properties, headers, error FROM messages \
              WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
             args![next_id, last_id, i64::from(limit.max(1))],
         )
@@ -155,6 +156,7 @@ pub async fn batch(
             id,
             queue: row.column("queue")?,
             vhost: row.column("vhost")?,
+            broker: row.column("broker")?,
             routing_key: row.column("routing_key")?,
             properties,
             headers,
@@ -169,6 +171,7 @@ pub async fn batch(
             &Stored {
                 queue: &m.queue,
                 vhost: &m.vhost,
+                broker: &m.broker,
                 routing_key: &m.routing_key,
                 properties: &m.properties,
                 headers: m.headers.as_ref(),

@@ -218,6 +218,7 @@ fn search_text(
         return None;
     }
     let message = IncomingMessage {
+        broker: "default".into(),
         vhost: stored.summary.vhost.clone(),
         queue: stored.summary.queue,
         exchange: stored.delivered_exchange,

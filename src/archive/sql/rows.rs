@@ -92,6 +92,7 @@ pub fn summary_from_row<R: ArchiveRow>(row: &R) -> Result<MessageSummary, Archiv
         id,
         queue: row.column("queue")?,
         vhost: row.column("vhost")?,
+        broker: row.column("broker")?,
         error: row.column("error")?,
         error_type: row.column("error_type")?,
         cause: row.column("cause")?,
@@ -298,6 +299,7 @@ pub fn outgoing_from_row<R: ArchiveRow>(row: &R) -> Result<OutgoingMessage, Arch
     Ok(OutgoingMessage {
         message_id,
         vhost: row.column("vhost")?,
+        broker: row.column("broker")?,
         target: ReplayTarget {
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
@@ -328,6 +330,7 @@ pub fn plan_from_rows<R: ArchiveRow>(
     let target = |row: &R| -> Result<TargetCount, sqlx::Error> {
         Ok(TargetCount {
             vhost: row.column("vhost")?,
+            broker: row.column("broker")?,
             exchange: row.column("target_exchange")?,
             routing_key: row.column("target_routing_key")?,
             messages: row.column("n")?,

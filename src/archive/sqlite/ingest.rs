@@ -40,7 +40,7 @@ async fn archived_copies(
     Ok(archived)
 }
 
-/// Rows per multi-row INSERT: 32 columns each stays far below SQLite's 32,766 parameters.
+/// Rows per multi-row INSERT: 33 columns each stays far below SQLite's 32,766 parameters.
 const ROWS_PER_STATEMENT: usize = 500;
 
 async fn insert_messages(
@@ -48,7 +48,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, vhost, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, failed_queue, replay_target_from, convention_problems) ",
+        "INSERT INTO messages (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, failed_queue, replay_target_from, convention_problems) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -58,6 +58,7 @@ async fn insert_messages(
             .push_bind(&m.fingerprint[..])
             .push_bind(&msg.queue)
             .push_bind(&msg.vhost)
+            .push_bind(&msg.broker)
             .push_bind(millis(msg.received_at))
             .push_bind(&m.columns.exchange)
             .push_bind(&m.columns.routing_key)

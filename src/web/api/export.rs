@@ -30,9 +30,9 @@ pub(crate) async fn export_messages(
     let text = params.filters_only().to_query(None);
     let selection = Arc::new(Selection::Filter(Box::new(filter)));
     // Each message as a file carries it: its vhost named.
-    let home = state.home_vhost.clone();
+    let brokers = state.brokers.clone();
     let portable = move |batch: Vec<ExportedMessage>| -> Vec<ExportedMessage> {
-        batch.into_iter().map(|m| m.portable(&home)).collect()
+        batch.into_iter().map(|m| m.portable(&brokers)).collect()
     };
     let first = state
         .archive

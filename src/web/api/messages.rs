@@ -273,7 +273,7 @@ pub(crate) async fn replay_message(
     });
     let answer = replay_one(
         state.archive.clone(),
-        &state.amqp_url,
+        &state.brokers,
         SingleReplay {
             id: numeric,
             target: request.target,

@@ -206,7 +206,11 @@ fn framework(
         encoding,
         crate::message::conventions::MAX_BODY_BYTES + 1,
     );
-    let dlq = crate::message::dlq::Dlq::from_key(&message.summary.queue, &message.summary.vhost);
+    let dlq = crate::message::dlq::Dlq::from_stored(
+        &message.summary.queue,
+        &message.summary.broker,
+        &message.summary.vhost,
+    );
     crate::message::conventions::read(&crate::message::conventions::Delivery {
         queue: &dlq.name,
         vhost,
@@ -482,7 +486,7 @@ pub async fn detail_page(
         died_in: s
             .first_death
             .as_ref()
-            .map(|f| crate::message::dlq::Dlq::from_key(&f.queue, &s.vhost).name),
+            .map(|f| crate::message::dlq::Dlq::from_stored(&f.queue, &s.broker, &s.vhost).name),
         archived_at: utc(s.archived_at),
         delivered: format!(
             "{} → {}{}",

@@ -98,7 +98,7 @@ pub async fn replay_form(
     let edit = form.edit(&original).map_err(page_error)?;
     let answer = replay_one(
         state.archive.clone(),
-        &state.amqp_url,
+        &state.brokers,
         SingleReplay {
             id: numeric,
             target: Some(target),

@@ -521,6 +521,14 @@ async fn reaches(state: &AppState, job: &ReplayJob) -> Vec<String> {
     }
     let mut out = Vec::new();
     for t in job.plan.targets.iter().take(REACH_LOOKUPS) {
+        // `--management-url` is the default broker's: another's reach is not known here.
+        if t.broker != crate::message::dlq::DEFAULT_BROKER {
+            out.push(format!(
+                "not known (the management API is the default broker's, not {:?}'s)",
+                t.broker
+            ));
+            continue;
+        }
         let vhost = crate::message::dlq::named_vhost(&t.vhost, management.vhost());
         out.push(
             match management.reach(vhost, &t.exchange, &t.routing_key).await {

@@ -44,6 +44,7 @@ async fn jobs_are_planned_started_paused_resumed_and_cancelled_as_documented() {
     let target = |exchange: &str, routing_key: &str, messages| TargetCount {
         target_from: None,
         vhost: String::new(),
+        broker: "default".into(),
         exchange: exchange.into(),
         routing_key: routing_key.into(),
         messages,

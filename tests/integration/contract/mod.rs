@@ -115,6 +115,7 @@ pub(super) fn delivery(queue: &str, name: &str, death: Option<Death<'_>>) -> Inc
         headers
     });
     IncomingMessage {
+        broker: "default".into(),
         vhost: String::new(),
         queue: queue.into(),
         exchange: "dlx".into(),
