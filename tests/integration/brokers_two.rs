@@ -5,35 +5,9 @@
 
 use std::time::Duration;
 
-use lapin::ExchangeKind;
-
 use crate::brokers::{Broker, Vhost};
 use crate::helpers::*;
-
-/// In the vhost at `url`: exchange `orders` routing `order` to `orders.work` (where every
-/// message dies at once into `orders.dlq`, an x-death of its own) and to `orders.audit`,
-/// which keeps a copy.
-async fn shop(url: &str, prefix: &str, n: usize) -> Topology {
-    let mut t = Topology::on(url).await;
-    t.exchange("orders", ExchangeKind::Direct).await;
-    t.queue("orders.dlq", Default::default()).await;
-    dying_queue(&mut t, "orders.work", "orders.dlq").await;
-    t.queue("orders.audit", Default::default()).await;
-    t.bind("orders.work", "orders", "order").await;
-    t.bind("orders.audit", "orders", "order").await;
-    for i in 0..n {
-        t.publish(
-            "orders",
-            "order",
-            b"{}",
-            json_props(&format!("{prefix}-{i}")),
-        )
-        .await;
-    }
-    t.wait_for_depth("orders.audit", n as u32, Duration::from_secs(5))
-        .await;
-    t
-}
+use crate::vhosts::shop;
 
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids.sort();

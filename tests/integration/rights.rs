@@ -14,15 +14,13 @@ use lazarus::archive::{Actor, Grant, Role, TokenSpec};
 use lazarus::auth::{hash_password, secret_hash, AuthMode, TOKEN_PREFIX};
 use serde_json::{json, Value};
 
+use lazarus::archive::selection::query_value as encoded;
+use lazarus::message::dlq::escape as escaped;
+
 use crate::helpers::*;
 
 /// Messages dead-lettered into each DLQ.
 const EACH: usize = 3;
-
-/// A vhost as `--queue` and the archive's keys write it.
-fn escaped(vhost: &str) -> String {
-    vhost.replace('%', "%25").replace('/', "%2F")
-}
 
 /// In the vhost at `url`: `work` dead-letters every message at once into `dlq`; `n` messages
 /// whose bodies hold `word` and a word every DLQ's messages share.
@@ -166,10 +164,6 @@ impl World {
             .await;
         page["messages"][0]["id"].as_str().unwrap().to_owned()
     }
-}
-
-fn encoded(value: &str) -> String {
-    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 fn grant(role: Role, on: &str) -> Grant {

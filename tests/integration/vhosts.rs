@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use lapin::ExchangeKind;
 
+use lazarus::archive::selection::query_value as encoded;
+use lazarus::message::dlq::escape as escaped;
+
 use crate::helpers::*;
 
 /// In the vhost at `url`: exchange `orders` routing `order` to `orders.work` (where every
 /// message dies at once into `orders.dlq`) and to `orders.audit`, which keeps a copy.
-async fn shop(url: &str, prefix: &str, n: usize) -> Topology {
+pub(crate) async fn shop(url: &str, prefix: &str, n: usize) -> Topology {
     let mut t = Topology::on(url).await;
     t.exchange("orders", ExchangeKind::Direct).await;
     t.queue("orders.dlq", Default::default()).await;
@@ -38,16 +41,6 @@ async fn replayed_into(url: &str) -> Vec<String> {
     let mut links = drain_links(url, "orders.audit").await;
     links.sort();
     links
-}
-
-/// A vhost as `--queue` and the archive's keys write it.
-fn escaped(vhost: &str) -> String {
-    vhost.replace('%', "%25").replace('/', "%2F")
-}
-
-/// A query string value.
-fn encoded(value: &str) -> String {
-    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 /// Lazarus with `home` as its AMQP URL's vhost, archiving `queues`.
