@@ -102,9 +102,14 @@ impl Caller {
             return Ok(None);
         }
         let keys = archived_dlqs(state).await?;
-        Ok(self
-            .rights
-            .dlqs_at(role, keys.iter().map(String::as_str), &state.home_vhost))
+        Ok(self.dlqs_among(role, &keys, state))
+    }
+
+    /// Of the DLQs `keys`, those on which they hold `role`; `None` when they hold it on every
+    /// DLQ.
+    pub fn dlqs_among(&self, role: Role, keys: &[String], state: &AppState) -> Option<Vec<String>> {
+        self.rights
+            .dlqs_at(role, keys.iter().map(String::as_str), &state.home_vhost)
     }
 
     /// `Ok` when they may replay or dismiss the message `id`: operator on its DLQ.

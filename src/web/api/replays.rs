@@ -31,8 +31,19 @@ pub async fn create(
     mut request: JobRequest,
     caller: &Caller,
 ) -> Result<Planned, AppError> {
-    request.selection.within = caller.dlqs_at(Role::Operator, state).await?;
-    let left_out = left_out(state, caller, &request.selection).await?;
+    let left_out = match caller.rights.everywhere_at(Role::Operator) {
+        true => 0,
+        false => {
+            // The archived DLQs read once: those acted on, and those only seen.
+            let archived = archived_dlqs(state).await?;
+            let acted_on = caller.dlqs_among(Role::Operator, &archived, state);
+            let seen = caller
+                .dlqs_among(Role::Viewer, &archived, state)
+                .unwrap_or(archived);
+            request.selection.within = acted_on;
+            left_out(state, &request.selection, seen).await?
+        }
+    };
     let job = plan::create_job(
         &*state.archive,
         &request,
@@ -47,18 +58,15 @@ pub async fn create(
 }
 
 /// How many messages of `selection` (already kept to the DLQs the caller may act on) are
-/// of DLQs the caller may see but not act on: what an action left out, said to them.
+/// of the DLQs `seen` (those the caller may view) but not acted on: what an action left out,
+/// said to them.
 async fn left_out(
     state: &AppState,
-    caller: &Caller,
     selection: &SelectionRequest,
+    seen: Vec<String>,
 ) -> Result<u64, AppError> {
     let Some(acted_on) = &selection.within else {
         return Ok(0);
-    };
-    let seen = match caller.dlqs_at(Role::Viewer, state).await? {
-        Some(seen) => seen,
-        None => archived_dlqs(state).await?,
     };
     let only_seen: Vec<String> = seen.into_iter().filter(|d| !acted_on.contains(d)).collect();
     if only_seen.is_empty() {
