@@ -50,8 +50,8 @@ impl IngestArgs {
 pub struct DiscoverArgs {
     /// Archive every dead-letter queue of the AMQP URL's vhost (of others too, with a
     /// --discover-include vhost/pattern) that the management API shows (needs
-    /// --management-url), besides those --queue names, and look for new ones every
-    /// --discover-interval-secs. Retry and delay queues (a DLQ with a dead-letter exchange of
+    /// --management-url; on each broker given one, its DLQs under its NAME: keys), besides
+    /// those --queue names, and look for new ones every --discover-interval-secs. Retry and delay queues (a DLQ with a dead-letter exchange of
     /// its own) are left alone. Lazarus declares no queue.
     #[arg(long, env = "LAZARUS_DISCOVER")]
     pub discover: bool,
@@ -240,6 +240,61 @@ impl std::str::FromStr for BrokerArg {
             url: url.into(),
         })
     }
+}
+
+/// One `--management-url [NAME=]URL`: the management API of the broker NAME (none: the
+/// default broker's).
+#[derive(Clone)]
+pub struct ManagementArg {
+    pub broker: Option<String>,
+    pub url: SecretUrl,
+}
+
+impl std::fmt::Debug for ManagementArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.broker {
+            Some(name) => write!(f, "{name}={:?}", self.url),
+            None => write!(f, "{:?}", self.url),
+        }
+    }
+}
+
+impl std::str::FromStr for ManagementArg {
+    type Err = String;
+
+    /// A URL starts with its scheme; anything else is NAME=URL (a password may hold `=`).
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let scheme = |s: &str| {
+            let s = s.to_ascii_lowercase();
+            s.starts_with("http://") || s.starts_with("https://")
+        };
+        if scheme(spec) {
+            return Ok(ManagementArg {
+                broker: None,
+                url: spec.into(),
+            });
+        }
+        let (name, url) = spec
+            .split_once('=')
+            .ok_or_else(|| "give http(s)://… or NAME=http(s)://…".to_owned())?;
+        crate::message::dlq::check_broker_name(name)?;
+        Ok(ManagementArg {
+            broker: Some(name.to_owned()),
+            url: url.into(),
+        })
+    }
+}
+
+/// Each broker's management API (`--management-url`), checked against the brokers.
+pub fn managements(
+    args: &[ManagementArg],
+    brokers: &crate::message::brokers::Brokers,
+) -> Result<crate::amqp::managements::Managements, String> {
+    let specs: Vec<(Option<String>, String)> = args
+        .iter()
+        .map(|a| (a.broker.clone(), a.url.expose().to_owned()))
+        .collect();
+    crate::amqp::managements::Managements::new(&specs, brokers)
 }
 
 /// A secret given as a flag or variable: `Debug` shows `***`.
@@ -448,9 +503,16 @@ pub struct ServeConfig {
 
     /// RabbitMQ's management API (http(s)://[user:password@]host:15672), read only: each DLQ's
     /// delivery limit is checked there when it is first consumed. Without credentials, the
-    /// AMQP URL's are used.
-    #[arg(long, env = "LAZARUS_MANAGEMENT_URL", hide_env_values = true)]
-    pub management_url: Option<SecretUrl>,
+    /// AMQP URL's are used. NAME=URL is the API of the --broker NAME (with its AMQP URL's
+    /// credentials); repeatable, one per broker; in the variable separated by spaces.
+    #[arg(
+        long = "management-url",
+        env = "LAZARUS_MANAGEMENT_URL",
+        value_name = "[NAME=]URL",
+        value_delimiter = ' ',
+        hide_env_values = true
+    )]
+    pub management_urls: Vec<ManagementArg>,
 
     #[command(flatten)]
     pub retention: RetentionArgs,
@@ -638,13 +700,18 @@ mod tests {
         let mut config = ServeConfig::defaults();
         config.connection.amqp_url = "amqp://app:hunter2@mq:5672/prod".into();
         config.connection.database_url = "postgres://lazarus:dbpass@db/lazarus".into();
-        config.management_url = Some("https://admin:mgmtpass@mq:15672".into());
+        config.management_urls = vec![
+            "https://admin:mgmtpass@mq:15672".parse().unwrap(),
+            "us=https://ops:uspass@mq-us:15672".parse().unwrap(),
+        ];
         config.oidc.oidc_client_secret = Some(Secret("oidcpass".into()));
         config.webhooks.webhooks = vec!["https://u:pw1@hooks.slack.com/services/T0/B0/s3cr3t"
             .parse()
             .unwrap()];
         let debug = format!("{config:?}");
-        for secret in ["hunter2", "dbpass", "mgmtpass", "pw1", "s3cr3t", "oidcpass"] {
+        for secret in [
+            "hunter2", "dbpass", "mgmtpass", "uspass", "pw1", "s3cr3t", "oidcpass",
+        ] {
             assert!(!debug.contains(secret), "{debug}");
         }
         // Derived, so no setting is left out: those a hand-written Debug once forgot are there.
@@ -659,6 +726,40 @@ mod tests {
             assert!(debug.contains(field), "{field} missing from {debug}");
         }
         assert!(debug.contains("https://hooks.slack.com/…"), "{debug}");
+    }
+
+    #[test]
+    fn a_management_url_may_name_its_broker() {
+        let arg = |s: &str| s.parse::<ManagementArg>();
+        let plain = arg("http://mq:15672").unwrap();
+        assert_eq!((plain.broker, &*plain.url), (None, "http://mq:15672"));
+        // A password holding `=` is no broker name.
+        let eq = arg("HTTPS://ops:a=b@mq:15671").unwrap();
+        assert_eq!(eq.broker, None);
+        let named = arg("us=http://ops:a=b@mq-us:15672").unwrap();
+        assert_eq!(
+            (named.broker.as_deref(), &*named.url),
+            (Some("us"), "http://ops:a=b@mq-us:15672")
+        );
+        assert!(format!("{named:?}").starts_with("us="));
+        assert!(!format!("{named:?}").contains("a=b"), "{named:?}");
+        assert!(arg("mq:15672").is_err());
+        assert!(arg("US=http://mq").is_err());
+        // As LAZARUS_MANAGEMENT_URL gives them: separated by spaces.
+        use clap::FromArgMatches;
+        let serve = ServeConfig::augment_args(clap::Command::new("serve"));
+        let matches = serve.get_matches_from([
+            "serve",
+            "--management-url",
+            "http://a:15672 us=http://b:15672",
+        ]);
+        let config = ServeConfig::from_arg_matches(&matches).unwrap();
+        let brokers: Vec<Option<&str>> = config
+            .management_urls
+            .iter()
+            .map(|m| m.broker.as_deref())
+            .collect();
+        assert_eq!(brokers, [None, Some("us")]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::amqp::adopt;
 use crate::amqp::consumer::{self, ConsumerContext};
-use crate::amqp::management::Management;
+use crate::amqp::managements::Managements;
 use crate::archive::{self, Archive};
 use crate::config::ServeConfig;
 use crate::message::broker_nodes::BrokerNodes;
@@ -37,8 +37,8 @@ pub struct Application {
     /// The archive, as the consumers and the job runner use it (`background`) and as HTTP
     /// requests reach it (`requests`; the web's state holds its `Console` side).
     archive: archive::ServedArchive,
-    /// RabbitMQ's management API, when `--management-url` names it.
-    management: Option<Arc<Management>>,
+    /// Each broker's management API that `--management-url` names.
+    managements: Arc<Managements>,
     /// The DLQs `--queue` names.
     dlqs: Vec<Dlq>,
 }
@@ -69,28 +69,32 @@ impl Application {
                     redact_url(&config.connection.database_url)
                 )
             })?;
-        let management = config
-            .management_url
-            .as_deref()
-            .map(|url| Management::new(url, &config.connection.amqp_url).map(Arc::new))
-            .transpose()?;
-        anyhow::ensure!(
-            !config.discover.discover || management.is_some(),
-            "--discover finds DLQs through RabbitMQ's management API: give --management-url"
-        );
-        let schemas = config.schemas().map_err(anyhow::Error::msg)?;
-        let home = crate::message::dlq::home_vhost(&config.connection.amqp_url);
         let brokers = config
             .connection
             .brokers()
             .map_err(anyhow::Error::msg)
             .context("--broker")?;
+        let managements = Arc::new(
+            crate::config::managements(&config.management_urls, &brokers)
+                .map_err(anyhow::Error::msg)?,
+        );
+        anyhow::ensure!(
+            !config.discover.discover || !managements.is_empty(),
+            "--discover finds DLQs through RabbitMQ's management API: give --management-url"
+        );
+        let schemas = config.schemas().map_err(anyhow::Error::msg)?;
+        let home = crate::message::dlq::home_vhost(&config.connection.amqp_url);
         let dlqs = brokers
             .parse_queues(&config.queues)
             .map_err(|e| anyhow::anyhow!("--queue {e}"))?;
         // Checked here, so that a threshold naming no DLQ stops Lazarus with the reason.
         crate::notify::Thresholds::new(&config.webhooks.thresholds, &home)
             .map_err(anyhow::Error::msg)?;
+        // An archive whose default-broker DLQs are keyed as another broker's is refused before
+        // anything is consumed into it (a database not answering yet: once it does).
+        if archive.is_prepared() {
+            refuse_key_clashes(&*archive.requests, &brokers).await?;
+        }
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -112,7 +116,7 @@ impl Application {
         state.schemas = schemas;
         state.replay_policy = Arc::new(config.replay_policy());
         state.settle = Duration::from_secs(config.settle_secs);
-        state.management = management.clone();
+        state.managements = managements.clone();
         state.retention = (!retention.is_empty()).then(|| Arc::from(retention.describe()));
         state.notifications = crate::notify::NotifyStatus::new(
             config
@@ -138,7 +142,7 @@ impl Application {
             listener,
             state,
             archive,
-            management,
+            managements,
             dlqs,
         })
     }
@@ -173,9 +177,10 @@ impl Application {
             listener,
             state,
             archive,
-            management,
+            managements,
             dlqs,
         } = self;
+        let refused = Arc::new(std::sync::OnceLock::new());
         // Not ready until each DLQ is consumed: none is before the archive takes writes.
         for dlq in &dlqs {
             state.status.set(dlq, ConsumerState::Connecting);
@@ -184,9 +189,10 @@ impl Application {
             config: config.clone(),
             state: state.clone(),
             archive,
-            management,
+            managements,
             dlqs,
             addr,
+            refused: refused.clone(),
         };
         tracker.spawn(start_work(work, token.clone(), tracker.clone()));
         tracker.close();
@@ -212,7 +218,10 @@ impl Application {
         // Whatever stopped the server also stops the consumers.
         token.cancel();
         tracker.wait().await;
-        Ok(())
+        match refused.get() {
+            Some(why) => Err(anyhow::anyhow!("{why}")),
+            None => Ok(()),
+        }
     }
 }
 
@@ -221,9 +230,11 @@ struct Work {
     config: ServeConfig,
     state: AppState,
     archive: archive::ServedArchive,
-    management: Option<Arc<Management>>,
+    managements: Arc<Managements>,
     dlqs: Vec<Dlq>,
     addr: SocketAddr,
+    /// Why the archive was refused once the database answered (it did not at start-up).
+    refused: Arc<std::sync::OnceLock<String>>,
 }
 
 /// Waits until the archive takes a write ([`archive::ServedArchive::prepare`]: created and
@@ -232,6 +243,7 @@ struct Work {
 /// retention, webhooks and the replay job runner. Until then no delivery is taken, so no
 /// restart of a process that cannot store spends a delivery of a quorum DLQ.
 async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) {
+    let checked = work.archive.is_prepared();
     if !archive_ready(&work, &token).await {
         return;
     }
@@ -239,10 +251,19 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         config,
         state,
         archive,
-        management,
+        managements,
         dlqs,
         addr,
+        refused,
     } = work;
+    if !checked {
+        if let Err(e) = refuse_key_clashes(&*archive.background, &state.brokers).await {
+            tracing::error!("{e:#}");
+            let _ = refused.set(format!("{e:#}"));
+            token.cancel();
+            return;
+        }
+    }
     let background = archive.background;
     let ctx = ConsumerContext {
         amqp_url: config.connection.amqp_url.expose().to_owned(),
@@ -251,41 +272,47 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         rules: config.ingest_rules(state.schemas.clone()),
         status: state.status.clone(),
         metrics: state.metrics.clone(),
-        management: management.clone(),
+        management: None,
         shutdown: token.clone(),
     };
+    // Each DLQ is consumed from its own broker, its delivery limit read through that broker's
+    // management API (`--management-url NAME=…`) where one is given.
+    let on_broker = |name: &str| ConsumerContext {
+        amqp_url: state
+            .brokers
+            .url(name)
+            .expect("DLQs are only of brokers --broker gives")
+            .to_owned(),
+        management: managements.get(name).cloned(),
+        ..ctx.clone()
+    };
     for dlq in &dlqs {
-        // Each DLQ is consumed from its own broker; the management API (`--management-url`)
-        // is the default broker's only.
-        let mut ctx = ctx.clone();
-        if !dlq.is_default_broker() {
-            ctx.amqp_url = state
-                .brokers
-                .url(&dlq.broker)
-                .expect("--queue names only brokers --broker gives")
-                .to_owned();
-            ctx.management = None;
-        }
-        tracker.spawn(consumer::supervise(dlq.clone(), ctx));
+        tracker.spawn(consumer::supervise(dlq.clone(), on_broker(&dlq.broker)));
     }
-    match &management {
-        Some(management) if config.discover.discover => {
-            let args = &config.discover;
+    if config.discover.discover {
+        let args = &config.discover;
+        for management in managements.iter() {
             tracker.spawn(adopt::discover(
                 management.clone(),
-                ctx.clone(),
+                on_broker(management.broker()),
                 adopt::Settings {
                     patterns: adopt::Patterns::from(&args.patterns),
                     every: Duration::from_secs(args.discover_interval_secs),
                     configured: dlqs.clone(),
+                    brokers: state.brokers.clone(),
                 },
                 tracker.clone(),
             ));
         }
-        _ if config.queues.is_empty() => {
-            tracing::warn!("no --queue given: serving the archive without consuming anything");
+        let missing = managements.missing(&state.brokers);
+        if !missing.is_empty() {
+            tracing::info!(
+                brokers = ?missing,
+                "--discover: no --management-url NAME=… for these brokers; only their --queue DLQs are archived"
+            );
         }
-        _ => {}
+    } else if config.queues.is_empty() {
+        tracing::warn!("no --queue given: serving the archive without consuming anything");
     }
     let name = match &config.instance_name {
         Some(name) => name.clone(),
@@ -358,6 +385,47 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         state.jobs_wake.clone(),
         token,
     ));
+}
+
+/// Refuses an archive that holds messages of a default-broker DLQ keyed as another broker's
+/// (`us:orders.dlq` of the default broker beside `--broker us`): archived before that broker
+/// was named (or imported), they would be taken for its, in counts, rights, retention and
+/// replays. Read from a small index of the default broker's keys holding `:`.
+async fn refuse_key_clashes(
+    archive: &dyn Archive,
+    brokers: &crate::message::brokers::Brokers,
+) -> anyhow::Result<()> {
+    if !brokers.several() {
+        return Ok(());
+    }
+    let keys = archive
+        .default_keys_with_colon()
+        .await
+        .context("reading the archive's DLQ keys")?;
+    match key_clash(&keys, brokers) {
+        None => Ok(()),
+        Some(why) => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// What is wrong with default-broker DLQ `keys` beside `brokers`, in words (pure).
+fn key_clash(keys: &[String], brokers: &crate::message::brokers::Brokers) -> Option<String> {
+    let clashes: Vec<(&str, &str)> = keys
+        .iter()
+        .filter_map(|k| brokers.clashing(k).map(|b| (k.as_str(), b)))
+        .collect();
+    let (key, broker) = *clashes.first()?;
+    let more = match clashes.len() {
+        1 => String::new(),
+        n => format!(" (and {} more such queues)", n - 1),
+    };
+    Some(format!(
+        "the archive holds messages of the default broker's queue {key:?}{more}, whose key \
+         starts with \"{broker}:\" as those of --broker {broker} do: they would be taken for \
+         broker {broker}'s. Give that broker another name (--broker OTHER=…), or, started \
+         without --broker {broker}, export and purge that queue's messages first \
+         (POST /api/admin/purge)"
+    ))
 }
 
 /// Tries [`archive::ServedArchive::prepare`] until it succeeds (`true`) or shutdown comes
@@ -550,5 +618,30 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_key_another_broker_would_share_is_named_with_its_broker() {
+        let brokers =
+            crate::message::brokers::Brokers::new("amqp://a", &[("us".into(), "amqp://b".into())])
+                .unwrap();
+        let keys = |ks: &[&str]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            key_clash(&keys(&["eu:x", "a:b:c", "tenant/us:x"]), &brokers),
+            None
+        );
+        let why = key_clash(&keys(&["eu:x", "us:orders.dlq"]), &brokers).unwrap();
+        assert!(
+            why.contains("queue \"us:orders.dlq\",") && why.contains("--broker us do"),
+            "{why}"
+        );
+        let why = key_clash(&keys(&["us:a", "us:b"]), &brokers).unwrap();
+        assert!(why.contains("(and 1 more such queues)"), "{why}");
+        assert_eq!(key_clash(&[], &brokers), None);
     }
 }

@@ -3,7 +3,9 @@
 //! too. Which (pure, [`choose`]): those `--discover-include` admits (without it, every DLQ of
 //! the AMQP URL's vhost; a pattern with `/` reaches other vhosts, as `vhost/name`) and
 //! `--discover-exclude` does not, and not a retry or delay queue (one with a dead-letter
-//! exchange of its own: its messages move on). Lazarus still declares nothing.
+//! exchange of its own: its messages move on). Lazarus still declares nothing. Each broker
+//! with a management API is looked at on its own, its DLQs adopted under its keys (`NAME:…`);
+//! a DLQ of the default broker whose key would be another broker's is never adopted.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -52,8 +54,8 @@ pub struct Choice {
     pub left: BTreeMap<Dlq, String>,
 }
 
-/// Of the DLQs found, those to start archiving (`home`: the AMQP URL's vhost; `archived`:
-/// the queues this instance consumes already).
+/// Of the DLQs found on one broker, those to start archiving (`home`: that broker's AMQP URL's
+/// vhost; `archived`: the queues this instance consumes already).
 pub fn choose(
     found: Vec<DiscoveredDlq>,
     home: &str,
@@ -65,20 +67,13 @@ pub fn choose(
         let id = dlq.identity(home);
         let why = if archived.contains(&id) {
             continue;
+        } else if let Some(refused) = &dlq.refused {
+            refused.clone()
         } else if dlq.dead_letters_again {
             "it dead-letters again (a retry or delay queue): name it with --queue to archive it"
                 .to_owned()
         } else if !patterns.admits(&id, home) {
-            let reaches_vhosts = patterns.include.iter().any(|p| p.contains('/'));
-            match id.vhost.is_empty() || reaches_vhosts {
-                false => format!(
-                    "in vhost {:?}: --discover archives the AMQP URL's vhost {home:?} only, \
-                     unless a --discover-include with / names it (such as {}/*)",
-                    dlq.vhost,
-                    crate::message::dlq::escape(&dlq.vhost)
-                ),
-                true => "--discover-include/--discover-exclude leave it out".to_owned(),
-            }
+            left_out(&id, &dlq.vhost, home, patterns)
         } else {
             choice.adopt.push(dlq);
             continue;
@@ -88,17 +83,48 @@ pub fn choose(
     choice
 }
 
+/// Why `patterns` leave out the DLQ `id` (in the vhost `vhost`, its broker's home being `home`).
+fn left_out(id: &Dlq, vhost: &str, home: &str, patterns: &Patterns) -> String {
+    // Patterns name another broker's DLQs as `NAME:…`.
+    let (prefix, whose) = match id.is_default_broker() {
+        true => (String::new(), "the AMQP URL's".to_owned()),
+        false => (format!("{}:", id.broker), format!("broker {}'s", id.broker)),
+    };
+    let names_broker = |p: &String| id.is_default_broker() || p.starts_with(&prefix);
+    let reaches_vhosts = patterns
+        .include
+        .iter()
+        .any(|p| names_broker(p) && p.contains('/'));
+    if !id.vhost.is_empty() && !reaches_vhosts {
+        return format!(
+            "in vhost {vhost:?}: --discover archives {whose} vhost {home:?} only, unless a \
+             --discover-include with / names it (such as {prefix}{}/*)",
+            crate::message::dlq::escape(vhost)
+        );
+    }
+    if !patterns.include.is_empty() && !patterns.include.iter().any(names_broker) {
+        return format!(
+            "no --discover-include names broker {}'s DLQs (a pattern names them as \
+             {prefix}PATTERN)",
+            id.broker
+        );
+    }
+    "--discover-include/--discover-exclude leave it out".to_owned()
+}
+
 /// What `--discover` runs with.
 pub struct Settings {
     pub patterns: Patterns,
     pub every: Duration,
     /// The queues `--queue` names: consumed already.
     pub configured: Vec<Dlq>,
+    /// Every broker: a DLQ of the default one keyed as another's is left alone.
+    pub brokers: Arc<crate::message::brokers::Brokers>,
 }
 
-/// Looks for DLQs every `settings.every` and starts a consumer (on `tracker`) for each new
-/// one chosen, until `shutdown`; each start is logged and audited. A management API that does
-/// not answer is asked again at the next look.
+/// Looks for DLQs on `management`'s broker every `settings.every` and starts a consumer (on
+/// `tracker`; `ctx` is that broker's) for each new one chosen, until `shutdown`; each start is
+/// logged and audited. A management API that does not answer is asked again at the next look.
 pub async fn discover(
     management: Arc<Management>,
     ctx: ConsumerContext,
@@ -110,8 +136,14 @@ pub async fn discover(
     let shutdown = ctx.shutdown.clone();
     loop {
         let consumed: Vec<Dlq> = archived.iter().cloned().collect();
-        match management.discover(&consumed).await {
+        match management.discover(&consumed, &settings.brokers).await {
             Ok(found) => {
+                let refused: HashSet<Dlq> = found
+                    .dlqs
+                    .iter()
+                    .filter(|d| d.refused.is_some())
+                    .map(|d| d.identity(management.vhost()))
+                    .collect();
                 let choice = choose(
                     found.dlqs,
                     management.vhost(),
@@ -120,8 +152,13 @@ pub async fn discover(
                 );
                 for (dlq, why) in choice.left {
                     let queue = dlq.key();
-                    if told.insert(dlq) {
-                        tracing::info!(queue, "--discover leaves this DLQ alone: {why}");
+                    let refused = refused.contains(&dlq);
+                    if !told.insert(dlq) {
+                        continue;
+                    }
+                    match refused {
+                        true => tracing::warn!(queue, "--discover cannot archive this DLQ: {why}"),
+                        false => tracing::info!(queue, "--discover leaves this DLQ alone: {why}"),
                     }
                 }
                 for dlq in choice.adopt {
@@ -142,7 +179,11 @@ pub async fn discover(
                     tracker.spawn(consumer::supervise(id, ctx.clone()));
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "--discover: the management API did not answer"),
+            Err(e) => tracing::warn!(
+                error = %e,
+                broker = management.broker(),
+                "--discover: the management API did not answer"
+            ),
         }
         tokio::select! {
             _ = tokio::time::sleep(settings.every) => {}
@@ -157,6 +198,9 @@ mod tests {
 
     fn dlq(vhost: &str, name: &str, dead_letters_again: bool) -> DiscoveredDlq {
         DiscoveredDlq {
+            broker: "default".into(),
+            key: String::new(),
+            refused: None,
             vhost: vhost.into(),
             name: name.into(),
             kind: "classic".into(),
@@ -191,6 +235,72 @@ mod tests {
         assert!(why("orders.retry").contains("retry or delay queue"));
         assert!(why("billing/invoices.dlq").contains("vhost \"billing\""));
         assert!(why("audit.dlq").contains("--discover-exclude"));
+    }
+
+    #[test]
+    fn another_brokers_dlqs_are_chosen_under_its_keys() {
+        let on_us = |vhost: &str, name: &str| DiscoveredDlq {
+            broker: "us".into(),
+            ..dlq(vhost, name, false)
+        };
+        let found = || {
+            vec![
+                on_us("shop", "orders.dlq"),
+                on_us("shop", "mail.dlq"),
+                on_us("billing", "invoices.dlq"),
+            ]
+        };
+        // Without patterns: us's home vhost (its URL's, `shop`), adopted as us's.
+        let choice = choose(found(), "shop", &HashSet::new(), &Patterns::default());
+        let adopted: Vec<String> = choice
+            .adopt
+            .iter()
+            .map(|d| d.identity("shop").key())
+            .collect();
+        assert_eq!(adopted, ["us:orders.dlq", "us:mail.dlq"]);
+        let why = &choice.left[&Dlq::parse("billing/invoices.dlq", "shop").unwrap().on("us")];
+        assert!(
+            why.contains("broker us's vhost \"shop\"") && why.contains("us:billing/*"),
+            "{why}"
+        );
+        // One already archived (`--queue us:orders.dlq`) is not adopted again; the default
+        // broker's same-named DLQ is not it.
+        let archived = HashSet::from([Dlq::home("orders.dlq").on("us"), Dlq::home("mail.dlq")]);
+        let choice = choose(found(), "shop", &archived, &Patterns::default());
+        let adopted: Vec<&str> = choice.adopt.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(adopted, ["mail.dlq"]);
+        // Patterns name us's DLQs as `us:…`; a pattern without it names none of them.
+        let default_only = Patterns {
+            include: vec!["*.dlq".into()],
+            exclude: Vec::new(),
+        };
+        let choice = choose(found(), "shop", &HashSet::new(), &default_only);
+        assert!(choice.adopt.is_empty());
+        let why = &choice.left[&Dlq::home("orders.dlq").on("us")];
+        assert!(why.contains("us:PATTERN"), "{why}");
+        let named = Patterns {
+            include: vec!["us:orders.*".into(), "us:billing/*".into()],
+            exclude: vec!["us:*/invoices.*".into()],
+        };
+        let choice = choose(found(), "shop", &HashSet::new(), &named);
+        let adopted: Vec<&str> = choice.adopt.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(adopted, ["orders.dlq"]);
+        assert_eq!(choice.left.len(), 2);
+    }
+
+    #[test]
+    fn a_refused_dlq_is_never_adopted() {
+        let refused = DiscoveredDlq {
+            refused: Some("its key \"us:x\" starts with \"us:\"".into()),
+            ..dlq("/", "us:x", false)
+        };
+        let every = Patterns {
+            include: vec!["*".into(), "*/*".into()],
+            exclude: Vec::new(),
+        };
+        let choice = choose(vec![refused], "/", &HashSet::new(), &every);
+        assert!(choice.adopt.is_empty());
+        assert!(choice.left[&Dlq::home("us:x")].contains("starts with \"us:\""));
     }
 
     #[test]

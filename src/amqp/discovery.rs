@@ -11,12 +11,18 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::queue_info::{DeliveryLimit, QueueInfo};
+use crate::message::brokers::Brokers;
+use crate::message::dlq::Dlq;
 
 /// A dead-letter queue found on the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DiscoveredDlq {
+    /// The broker it is on: `default` (`--amqp-url`) or a `--broker` name.
+    pub broker: String,
     pub vhost: String,
     pub name: String,
+    /// The DLQ as `--queue` names it and the archive keys it (`us:orders.dlq` on broker us).
+    pub key: String,
     /// `classic`, `quorum` or `stream`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -24,6 +30,10 @@ pub struct DiscoveredDlq {
     pub sources: Vec<String>,
     /// Whether this instance archives it.
     pub archived: bool,
+    /// Why Lazarus will not archive it, whatever `--queue` or `--discover` say: a DLQ of the
+    /// default broker whose key would be another broker's (`us:…` beside `--broker us`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// What its settings put at risk (in words, in JSON).
     #[serde(serialize_with = "as_words")]
     #[schema(value_type = Vec<String>)]
@@ -35,14 +45,42 @@ pub struct DiscoveredDlq {
 }
 
 impl DiscoveredDlq {
-    /// The DLQ as `--queue` and the archive know it (`home`: the AMQP URL's vhost).
-    pub fn identity(&self, home: &str) -> crate::message::dlq::Dlq {
-        crate::message::dlq::Dlq {
-            broker: crate::message::dlq::DEFAULT_BROKER.to_owned(),
+    /// The DLQ as `--queue` and the archive know it (`home`: its broker's AMQP URL's vhost).
+    pub fn identity(&self, home: &str) -> Dlq {
+        Dlq {
+            broker: self.broker.clone(),
             vhost: crate::message::dlq::stored_vhost(&self.vhost, home),
             name: self.name.clone(),
         }
     }
+}
+
+/// The broker a management API answers for, and its AMQP URL's vhost (where its DLQs are keyed
+/// by name alone).
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub broker: &'a str,
+    pub home: &'a str,
+}
+
+/// Marks the DLQs of the default broker whose key another broker's `NAME:` prefix begins
+/// ([`Brokers::clash`]): their messages would be taken for that broker's, so Lazarus leaves
+/// them alone and says why.
+pub fn refuse_clashes(dlqs: &mut [DiscoveredDlq], here: Place<'_>, brokers: &Brokers) {
+    for d in dlqs {
+        if let Some(broker) = brokers.clash(&d.identity(here.home)) {
+            d.refused = Some(clash_reason(&d.key, broker));
+        }
+    }
+}
+
+/// Why the default broker's DLQ keyed `key` is not archived beside `--broker broker`.
+pub fn clash_reason(key: &str, broker: &str) -> String {
+    format!(
+        "its key {key:?} starts with \"{broker}:\", as broker {broker}'s DLQs are keyed: its \
+         messages would be taken for broker {broker}'s; rename the queue, or give that broker \
+         another name than {broker:?}"
+    )
 }
 
 fn as_words<S: serde::Serializer>(risks: &[Risk], s: S) -> Result<S::Ok, S::Error> {
@@ -230,6 +268,8 @@ pub type Bindings = BTreeMap<(String, String), DlxBindings>;
 /// A queue whose dead letters reach no queue at all: the broker drops them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DeadEnd {
+    /// The broker it is on: `default` (`--amqp-url`) or a `--broker` name.
+    pub broker: String,
     pub vhost: String,
     pub queue: String,
     /// Its dead-letter exchange (`""`: the default exchange).
@@ -240,7 +280,8 @@ pub struct DeadEnd {
 /// The queues among `queues` whose dead letters go nowhere: their dead-letter exchange does
 /// not exist, has nothing bound to it, or (the default exchange) their dead-letter routing key
 /// names no queue. Bindings that route by key are not judged: a queue bound at all counts.
-pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
+/// `broker`: whose queues they are.
+pub fn dead_ends(queues: &[Value], bindings: &Bindings, broker: &str) -> Vec<DeadEnd> {
     let by_name = by_name(queues);
     let mut out = Vec::new();
     for source in queues {
@@ -274,6 +315,7 @@ pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
         };
         if let Some(reason) = reason {
             out.push(DeadEnd {
+                broker: broker.to_owned(),
                 vhost: vhost.to_owned(),
                 queue: text(source, "name").to_owned(),
                 exchange,
@@ -285,13 +327,14 @@ pub fn dead_ends(queues: &[Value], bindings: &Bindings) -> Vec<DeadEnd> {
     out
 }
 
-/// The DLQs among `queues` (the management API's `/api/queues` entries), given what is bound
-/// to each dead-letter exchange and the (vhost, name) pairs this instance archives. Sorted by
-/// vhost and name.
+/// The DLQs among `queues` (the management API's `/api/queues` entries of the broker `here`),
+/// given what is bound to each dead-letter exchange and the DLQs this instance archives.
+/// Sorted by vhost and name.
 pub fn find_dlqs(
     queues: &[Value],
     bindings: &Bindings,
-    archived: &[(String, String)],
+    here: Place<'_>,
+    archived: &[&Dlq],
     broker_major: u32,
 ) -> Vec<DiscoveredDlq> {
     let by_name = by_name(queues);
@@ -340,8 +383,16 @@ pub fn find_dlqs(
             if !at_most_once.is_empty() {
                 warnings.push(Risk::AtMostOnceSources(at_most_once));
             }
+            let id = Dlq {
+                broker: here.broker.to_owned(),
+                vhost: crate::message::dlq::stored_vhost(&vhost, here.home),
+                name: name.clone(),
+            };
             Some(DiscoveredDlq {
-                archived: archived.iter().any(|(v, n)| *v == vhost && *n == name),
+                broker: id.broker.clone(),
+                key: id.key(),
+                archived: archived.contains(&&id),
+                refused: None,
                 kind: text(queue, "type").to_owned(),
                 warnings,
                 dead_letters_again: dead_letter_target(queue).is_some(),
@@ -371,9 +422,14 @@ mod tests {
             .collect()
     }
 
+    const HOME: Place<'static> = Place {
+        broker: "default",
+        home: "/",
+    };
+
     fn found(queues: &[Value], bindings: &[(&str, &str, &[&str])]) -> Vec<DiscoveredDlq> {
-        let archived = [("/".into(), "orders.dlq".into())];
-        find_dlqs(queues, &bound(bindings), &archived, 4)
+        let archived = [&Dlq::home("orders.dlq")];
+        find_dlqs(queues, &bound(bindings), HOME, &archived, 4)
     }
 
     #[test]
@@ -401,7 +457,7 @@ mod tests {
                 to_exchanges: true,
             },
         );
-        let ends = dead_ends(&queues, &bindings);
+        let ends = dead_ends(&queues, &bindings, "default");
         let named: Vec<(&str, &str)> = ends
             .iter()
             .map(|e| (e.queue.as_str(), e.exchange.as_str()))
@@ -457,6 +513,8 @@ mod tests {
             ]
         );
         assert_eq!(dlqs[1].sources, ["mail"]);
+        let keys: Vec<&str> = dlqs.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(keys, ["orders.dlq", "shop/mail.dlq", "shop/pay.dlq"]);
         assert!(dlqs[0].warnings.is_empty(), "{:?}", dlqs[0].warnings);
         assert_eq!(dlqs[2].kind, "stream");
         assert_eq!(
@@ -543,6 +601,85 @@ mod tests {
             "arguments": {}, "effective_policy_definition": {"dead-letter-exchange": "dlx",
             "dead-letter-strategy": "at-least-once", "overflow": "reject-publish"}});
         assert!(!dead_letters_at_most_once(&by_policy));
+    }
+
+    #[test]
+    fn each_broker_finds_its_own_dlqs_keyed_and_archived_as_its_own() {
+        let queues = [
+            json!({"vhost": "shop", "name": "orders", "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}}),
+            json!({"vhost": "shop", "name": "orders.dlq", "type": "quorum", "arguments": {}}),
+        ];
+        let us = Place {
+            broker: "us",
+            home: "shop",
+        };
+        // The default broker's `orders.dlq` is not us's.
+        let default_one = Dlq::home("orders.dlq");
+        let dlqs = find_dlqs(&queues, &Bindings::new(), us, &[&default_one], 4);
+        assert_eq!(dlqs.len(), 1, "{dlqs:?}");
+        assert_eq!(
+            (
+                dlqs[0].broker.as_str(),
+                dlqs[0].key.as_str(),
+                dlqs[0].archived
+            ),
+            ("us", "us:orders.dlq", false)
+        );
+        assert_eq!(dlqs[0].identity("shop"), Dlq::home("orders.dlq").on("us"));
+        let ours = Dlq::home("orders.dlq").on("us");
+        let dlqs = find_dlqs(&queues, &Bindings::new(), us, &[&ours], 4);
+        assert!(dlqs[0].archived, "{dlqs:?}");
+        let lost = [json!({"vhost": "shop", "name": "lost", "type": "classic",
+            "arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "none"}})];
+        assert_eq!(dead_ends(&lost, &Bindings::new(), "us")[0].broker, "us");
+    }
+
+    #[test]
+    fn a_default_dlq_keyed_as_another_brokers_is_refused() {
+        let brokers =
+            Brokers::new("amqp://a/%2f", &[("us".into(), "amqp://b/%2f".into())]).unwrap();
+        let dlq = |vhost: &str, name: &str| json!({"vhost": vhost, "name": name, "type": "classic", "arguments": {}});
+        let source = |vhost: &str, to: &str| {
+            json!({"vhost": vhost, "name": format!("{to}.work"), "type": "classic",
+                   "arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": to}})
+        };
+        let queues = [
+            dlq("/", "us:orders.dlq"),
+            source("/", "us:orders.dlq"),
+            dlq("/", "eu:orders.dlq"),
+            source("/", "eu:orders.dlq"),
+            dlq("/", "orders.dlq"),
+            source("/", "orders.dlq"),
+        ];
+        let mut dlqs = find_dlqs(&queues, &Bindings::new(), HOME, &[], 4);
+        refuse_clashes(&mut dlqs, HOME, &brokers);
+        let refused: Vec<(&str, bool)> = dlqs
+            .iter()
+            .map(|d| (d.key.as_str(), d.refused.is_some()))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                ("eu:orders.dlq", false),
+                ("orders.dlq", false),
+                ("us:orders.dlq", true)
+            ]
+        );
+        let why = dlqs[2].refused.as_deref().unwrap();
+        assert!(
+            why.contains("\"us:orders.dlq\"") && why.contains("broker us's"),
+            "{why}"
+        );
+        // On broker us itself the same name is its own.
+        let us = Place {
+            broker: "us",
+            home: "/",
+        };
+        let mut dlqs = find_dlqs(&queues, &Bindings::new(), us, &[], 4);
+        refuse_clashes(&mut dlqs, us, &brokers);
+        assert!(dlqs.iter().all(|d| d.refused.is_none()), "{dlqs:?}");
+        assert_eq!(dlqs.len(), 3);
     }
 
     #[test]

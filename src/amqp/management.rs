@@ -37,11 +37,14 @@ pub struct Management {
     target: Target,
     /// The vhost of the AMQP URL: the DLQs' own.
     vhost: String,
+    /// The broker it is the API of: `default` (`--amqp-url`) or a `--broker` name.
+    broker: String,
 }
 
 impl std::fmt::Debug for Management {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Management")
+            .field("broker", &self.broker)
             .field("target", &self.target)
             .field("vhost", &self.vhost)
             .finish_non_exhaustive()
@@ -69,12 +72,24 @@ impl Management {
         Ok(Management {
             target,
             vhost: amqp.vhost,
+            broker: crate::message::dlq::DEFAULT_BROKER.to_owned(),
         })
+    }
+
+    /// The same API as the broker `name`'s (`amqp_url` of [`Management::new`] being its URL).
+    pub fn of_broker(mut self, name: &str) -> Self {
+        self.broker = name.to_owned();
+        self
     }
 
     /// The AMQP URL's vhost: the one this instance consumes.
     pub fn vhost(&self) -> &str {
         &self.vhost
+    }
+
+    /// The broker it is the API of.
+    pub fn broker(&self) -> &str {
+        &self.broker
     }
 
     /// What the broker says of a queue of `vhost`.
@@ -114,10 +129,12 @@ impl Management {
     }
 
     /// The dead-letter queues in every vhost this user may see (`archived`: the queues this
-    /// instance archives).
+    /// instance archives, of any broker; `brokers`: every broker, whose keys a DLQ of the
+    /// default broker must not take).
     pub async fn discover(
         &self,
         archived: &[crate::message::dlq::Dlq],
+        brokers: &crate::message::brokers::Brokers,
     ) -> Result<crate::amqp::discovery::Discovered, ManagementError> {
         use crate::amqp::discovery::{dead_ends, dead_letter_target, find_dlqs, Discovered};
         use crate::amqp::discovery::{Bindings, DlxBindings};
@@ -178,13 +195,19 @@ impl Management {
             };
             bindings.insert((vhost, exchange), bound);
         }
-        let archived: Vec<(String, String)> = archived
+        let here = crate::amqp::discovery::Place {
+            broker: &self.broker,
+            home: &self.vhost,
+        };
+        let archived: Vec<&crate::message::dlq::Dlq> = archived
             .iter()
-            .map(|q| (q.vhost_name(&self.vhost).to_owned(), q.name.clone()))
+            .filter(|q| q.broker == self.broker)
             .collect();
+        let mut dlqs = find_dlqs(queues, &bindings, here, &archived, major);
+        crate::amqp::discovery::refuse_clashes(&mut dlqs, here, brokers);
         Ok(Discovered {
-            dlqs: find_dlqs(queues, &bindings, &archived, major),
-            dead_ends: dead_ends(queues, &bindings),
+            dlqs,
+            dead_ends: dead_ends(queues, &bindings, &self.broker),
         })
     }
 

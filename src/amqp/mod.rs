@@ -7,6 +7,7 @@ pub mod consumer;
 pub mod discovery;
 pub mod lapin_types;
 pub mod management;
+pub mod managements;
 pub mod publisher;
 pub mod queue_info;
 pub mod routing;

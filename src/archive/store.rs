@@ -154,6 +154,9 @@ pub trait MessageStore: Send + Sync {
     ) -> Result<Vec<GroupMinute>, ArchiveError>;
     /// Replayed messages still settling, per DLQ (DLQs with none left out).
     async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError>;
+    /// The keys of the default broker's DLQs that hold `:` (each once): those a `--broker
+    /// NAME`'s `NAME:` prefix could share. Read from a partial index of just those rows.
+    async fn default_keys_with_colon(&self) -> Result<Vec<String>, ArchiveError>;
     /// Checks the database answers.
     async fn ping(&self) -> Result<(), ArchiveError>;
 }

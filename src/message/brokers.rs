@@ -89,11 +89,40 @@ impl Brokers {
         Dlq::parse(spec, &home_vhost(self.default_url()))
     }
 
-    /// Every `--queue`, each once.
+    /// The broker (not the default) whose keys the default broker's DLQ keyed `key` would
+    /// share: `key` starts with `NAME:` for a `--broker NAME` (the default broker's queue
+    /// `us:orders.dlq` beside `--broker us`, whose `orders.dlq` is keyed so too). Such a DLQ
+    /// cannot be archived apart from that broker's.
+    pub fn clashing(&self, key: &str) -> Option<&str> {
+        let (prefix, _) = key.split_once(':')?;
+        self.list[1..]
+            .iter()
+            .find(|(n, _)| n == prefix)
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// [`Brokers::clashing`] for a DLQ: of the default broker, and keyed as another's.
+    pub fn clash(&self, dlq: &Dlq) -> Option<&str> {
+        match dlq.is_default_broker() {
+            true => self.clashing(&dlq.key()),
+            false => None,
+        }
+    }
+
+    /// Every `--queue`, each once; none of the default broker keyed as another broker's (the
+    /// home queue `us:x` written `%2F/us:x` beside `--broker us`).
     pub fn parse_queues(&self, specs: &[String]) -> Result<Vec<Dlq>, String> {
         let mut dlqs: Vec<Dlq> = Vec::new();
         for spec in specs {
             let dlq = self.parse_queue(spec)?;
+            if let Some(broker) = self.clash(&dlq) {
+                return Err(format!(
+                    "{spec:?} names the default broker's queue keyed {:?}, as broker {broker}'s \
+                     DLQs are keyed: it cannot be archived apart from them (give that broker \
+                     another name)",
+                    dlq.key()
+                ));
+            }
             if dlqs.contains(&dlq) {
                 return Err(format!("{spec:?} names the {} twice", dlq.describe()));
             }
@@ -142,6 +171,49 @@ mod tests {
         assert!(brokers
             .parse_queues(&["b:orders.dlq".into(), "b:%2Fshop/orders.dlq".into()])
             .is_ok());
+    }
+
+    #[test]
+    fn a_default_queue_keyed_as_another_brokers_clashes() {
+        let brokers = two();
+        assert_eq!(brokers.clashing("b:orders.dlq"), Some("b"));
+        assert_eq!(brokers.clashing("b:"), Some("b"));
+        assert_eq!(brokers.clashing("c:orders.dlq"), None);
+        assert_eq!(brokers.clashing("orders.dlq"), None);
+        assert_eq!(brokers.clashing("bb:orders.dlq"), None);
+        assert_eq!(
+            brokers.clashing("default:x"),
+            None,
+            "the default has no prefix"
+        );
+        assert_eq!(
+            brokers.clashing("shop/b:x"),
+            None,
+            "a vhost's key starts with it"
+        );
+        // A DLQ of the default broker named so (only discovery or an old archive has one:
+        // `--queue b:x` is b's), in its home vhost or in a vhost named `b:…`.
+        assert_eq!(brokers.clash(&Dlq::home("b:x")), Some("b"));
+        let vhost = Dlq {
+            vhost: "b:t".into(),
+            ..Dlq::home("x")
+        };
+        assert_eq!(brokers.clash(&vhost), Some("b"));
+        assert_eq!(brokers.clash(&Dlq::home("x").on("b")), None);
+        assert_eq!(brokers.clash(&Dlq::home("b:x").on("b")), None);
+        assert_eq!(Brokers::single("amqp://a").clashing("b:x"), None);
+        // `--queue` cannot name one either: `b:x` is b's, and the home queue written with its
+        // vhost is refused.
+        assert_eq!(
+            brokers.parse_queues(&["b:x".into()]).unwrap(),
+            [Dlq::home("x").on("b")]
+        );
+        let refused = brokers.parse_queues(&["%2F/b:x".into()]).unwrap_err();
+        assert!(
+            refused.contains("\"b:x\"") && refused.contains("broker b's"),
+            "{refused}"
+        );
+        assert!(brokers.parse_queues(&["shop/b:x".into()]).is_ok());
     }
 
     #[test]

@@ -83,9 +83,10 @@ pub struct AppState {
     pub replay_policy: Arc<ExchangePolicy>,
     /// How long a replayed message settles before it is resolved (`--settle-secs`).
     pub settle: std::time::Duration,
-    /// RabbitMQ's management API (`--management-url`): which queues a plan's targets reach.
-    pub management: Option<Arc<crate::amqp::management::Management>>,
-    /// The broker's DLQs as the management API last described them.
+    /// Each broker's management API (`--management-url [NAME=]URL`): which queues a plan's
+    /// targets reach, which DLQs each broker has.
+    pub managements: Arc<crate::amqp::managements::Managements>,
+    /// The brokers' DLQs as their management APIs last described them.
     pub discovery: Arc<pages::dlqs::Discovery>,
     /// The retention policy (`--retention`) as the overview says it; `None`: everything kept.
     pub retention: Option<Arc<str>>,
@@ -136,7 +137,7 @@ impl AppState {
             )),
             replay_policy: Arc::new(ExchangePolicy::default()),
             settle: std::time::Duration::from_secs(300),
-            management: None,
+            managements: Arc::default(),
             discovery: Arc::default(),
             retention: None,
             notifications: Default::default(),

@@ -93,7 +93,7 @@ async fn dead_letter_queues_are_found_in_every_vhost_rabbitmq4() {
                 .expect("4.x runs the management API");
             let app = TestApp::spawn_with(&["a.dlq"], |config| {
                 config.connection.amqp_url = a.url().into();
-                config.management_url = Some(management.clone().into());
+                config.management_urls = vec![management.parse().unwrap()];
             })
             .await;
 
@@ -210,7 +210,7 @@ async fn discovery_is_off_without_a_management_url_and_says_when_it_fails() {
         .contains("Dead-letter queues Lazarus does not archive"));
 
     let silent = TestApp::spawn_with(&[], |c| {
-        c.management_url = Some("http://127.0.0.1:9".into());
+        c.management_urls = vec!["http://127.0.0.1:9".parse().unwrap()];
     })
     .await;
     let answer = silent.json("/api/dlqs", 503).await;
@@ -284,7 +284,7 @@ async fn discover_archives_the_terminal_dlqs_of_its_vhost_rabbitmq4() {
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&[], |c| {
                 c.connection.amqp_url = v.url().into();
-                c.management_url = Some(management.clone().into());
+                c.management_urls = vec![management.parse().unwrap()];
                 c.discover.discover = true;
                 c.discover.patterns.exclude = vec!["audit.*".into()];
                 c.discover.discover_interval_secs = 1;
@@ -421,7 +421,7 @@ async fn discover_archives_other_vhosts_a_pattern_names_rabbitmq4() {
             let include = vec!["*.dlq".to_owned(), format!("{}/*", named.name)];
             let app = TestApp::spawn_with(&[], |c| {
                 c.connection.amqp_url = home.url().into();
-                c.management_url = Some(management.clone().into());
+                c.management_urls = vec![management.parse().unwrap()];
                 c.discover.discover = true;
                 c.discover.patterns.include = include.clone();
                 c.discover.discover_interval_secs = 1;
@@ -613,7 +613,7 @@ async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&[], |c| {
                 c.connection.amqp_url = home.url().into();
-                c.management_url = Some(management.clone().into());
+                c.management_urls = vec![management.parse().unwrap()];
                 c.discover.discover = true;
                 // `*/*` as the attack had it, narrowed to this test's two vhosts: on the
                 // shared broker `*/*` would also take the DLQs of the tests running beside it.
@@ -732,7 +732,7 @@ async fn quorum_sources_that_dead_letter_at_most_once_are_named_rabbitmq4() {
             let management = broker.management_url().unwrap();
             let app = TestApp::spawn_with(&["orders.dlq"], |config| {
                 config.connection.amqp_url = v.url().into();
-                config.management_url = Some(management.clone().into());
+                config.management_urls = vec![management.parse().unwrap()];
             })
             .await;
             let answer = wait_for_dlqs(&app, |answer| {

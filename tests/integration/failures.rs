@@ -1375,7 +1375,7 @@ async fn a_finite_delivery_limit_is_read_from_the_management_api_rabbitmq4() {
                 .expect("4.x runs the management API");
             let mut app = TestApp::spawn_with(&[limited, unlimited], |c| {
                 c.connection.amqp_url = vhost.url().into();
-                c.management_url = Some(management.clone().into());
+                c.management_urls = vec![management.parse().unwrap()];
             })
             .await;
             app.wait_for_archived(2, Duration::from_secs(10)).await;
@@ -1399,7 +1399,7 @@ async fn a_finite_delivery_limit_is_read_from_the_management_api_rabbitmq4() {
             // Nothing listens there: logged, and ingest goes on.
             let silent = TestApp::spawn_with(&[limited], |c| {
                 c.connection.amqp_url = vhost.url().into();
-                c.management_url = Some("http://127.0.0.1:9".into());
+                c.management_urls = vec!["http://127.0.0.1:9".parse().unwrap()];
             })
             .await;
             t.publish("", limited, b"{}", json_props("after")).await;

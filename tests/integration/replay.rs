@@ -495,7 +495,7 @@ async fn a_plan_says_which_queues_each_target_reaches_rabbitmq4() {
                 .expect("4.x runs the management API");
             let app = TestApp::spawn_with(&["orders.dlq"], |c| {
                 c.connection.amqp_url = vhost.url().into();
-                c.management_url = Some(management.clone().into());
+                c.management_urls = vec![management.parse().unwrap()];
             })
             .await;
             let worker = rejecting_worker_on(&vhost.url(), "orders").await;

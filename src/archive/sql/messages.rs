@@ -225,6 +225,19 @@ impl<T: SqlArchive> MessageStore for T {
         super::groups::settling_by_dlq(self.db()).await
     }
 
+    async fn default_keys_with_colon(&self) -> Result<Vec<String>, ArchiveError> {
+        // The same condition as the index `messages_default_colon`'s, for it to serve.
+        let rows = self
+            .db()
+            .fetch_all(
+                "SELECT DISTINCT queue FROM messages \
+                 WHERE broker = 'default' AND queue LIKE '%:%'",
+                args![],
+            )
+            .await?;
+        rows.iter().map(|row| Ok(row.column("queue")?)).collect()
+    }
+
     async fn ping(&self) -> Result<(), ArchiveError> {
         self.db().fetch_all("SELECT 1", args![]).await?;
         Ok(())

@@ -99,8 +99,9 @@ pub struct GroupChoice {
     pub chosen: bool,
 }
 
-/// A dead-letter queue on the broker that this instance does not archive.
+/// A dead-letter queue on a broker that this instance does not archive.
 pub struct DlqRow {
+    pub broker: String,
     pub vhost: String,
     pub name: String,
     pub kind: String,
@@ -112,8 +113,13 @@ pub struct DlqRow {
 pub struct DlqsCard {
     /// No answer yet (the first question is under way).
     pub pending: bool,
-    pub error: Option<String>,
+    /// Each management API that did not answer, what it said.
+    pub errors: Vec<String>,
     pub rows: Vec<DlqRow>,
+    /// Several brokers: each row names its own.
+    pub several: bool,
+    /// Brokers no management API was given for: their DLQs are not looked for.
+    pub unlisted: Vec<String>,
 }
 
 /// The retention policy, and its last pass.
@@ -280,16 +286,21 @@ pub async fn overview(
             }
         },
     };
-    let dlqs = state
-        .management
-        .as_ref()
-        .filter(|_| whole)
-        .map(|management| {
-            let found = state
-                .discovery
-                .latest(management, crate::web::pages::dlqs::archived_queues(&state));
-            dlqs_card(found, &mut warnings)
-        });
+    let dlqs = (whole && !state.managements.is_empty()).then(|| {
+        let found = state.discovery.latest(
+            &state.managements,
+            &state.brokers,
+            crate::web::pages::dlqs::archived_queues(&state),
+        );
+        let mut card = dlqs_card(found, state.brokers.several(), &mut warnings);
+        card.unlisted = state
+            .managements
+            .missing(&state.brokers)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        card
+    });
     let retention = state
         .retention
         .as_ref()
@@ -405,60 +416,70 @@ fn group_rows(
     (shown, snoozed)
 }
 
-/// The card of DLQs not archived; the risks of archived ones join `warnings` (but their
-/// delivery limit, which the consumer's own check says already), and so do queues whose
-/// dead letters reach no queue.
-fn dlqs_card(found: Option<Found>, warnings: &mut Vec<(String, String)>) -> DlqsCard {
-    let Some(found) = found else {
-        return DlqsCard {
-            pending: true,
-            error: None,
-            rows: Vec::new(),
-        };
+/// The card of DLQs not archived, every broker's (`several`: more than the default one); the
+/// risks of archived ones join `warnings` (but their delivery limit, which the consumer's own
+/// check says already), and so do queues whose dead letters reach no queue.
+fn dlqs_card(
+    found: Option<Found>,
+    several: bool,
+    warnings: &mut Vec<(String, String)>,
+) -> DlqsCard {
+    let mut card = DlqsCard {
+        pending: found.is_none(),
+        errors: Vec::new(),
+        rows: Vec::new(),
+        several,
+        unlisted: Vec::new(),
     };
-    let found = match found.found {
-        Ok(found) => found,
-        Err(e) => {
-            return DlqsCard {
-                pending: false,
-                error: Some(e),
-                rows: Vec::new(),
+    for (broker, answer) in found.map(|f| f.brokers).unwrap_or_default() {
+        let found = match answer {
+            Ok(found) => found,
+            Err(e) if several => {
+                card.errors.push(format!("broker {broker}'s: {e}"));
+                continue;
             }
+            Err(e) => {
+                card.errors.push(e);
+                continue;
+            }
+        };
+        let on = match broker.as_str() {
+            crate::message::dlq::DEFAULT_BROKER => String::new(),
+            broker => format!(", broker {broker}"),
+        };
+        // Dead letters the broker drops: said above everything, with the vhost and broker.
+        warnings.extend(
+            found
+                .dead_ends
+                .into_iter()
+                .map(|e| (format!("{} (vhost {}{on})", e.queue, e.vhost), e.reason)),
+        );
+        for d in found.dlqs {
+            let words = |risks: &[Risk]| risks.iter().map(ToString::to_string).collect::<Vec<_>>();
+            if d.archived {
+                let extra: Vec<Risk> = d
+                    .warnings
+                    .iter()
+                    .filter(|r| !matches!(r, Risk::DeliveryLimit(_)))
+                    .cloned()
+                    .collect();
+                warnings.extend(words(&extra).into_iter().map(|w| (d.key.clone(), w)));
+                continue;
+            }
+            // Why it cannot be archived comes before what its settings risk.
+            let mut said: Vec<String> = d.refused.into_iter().collect();
+            said.extend(words(&d.warnings));
+            card.rows.push(DlqRow {
+                warnings: said,
+                sources: d.sources.join(", "),
+                broker: d.broker,
+                vhost: d.vhost,
+                name: d.name,
+                kind: d.kind,
+            });
         }
-    };
-    // Dead letters the broker drops: said above everything, with the vhost.
-    warnings.extend(
-        found
-            .dead_ends
-            .into_iter()
-            .map(|e| (format!("{} (vhost {})", e.queue, e.vhost), e.reason)),
-    );
-    let mut rows = Vec::new();
-    for d in found.dlqs {
-        let words = |risks: &[Risk]| risks.iter().map(ToString::to_string).collect::<Vec<_>>();
-        if d.archived {
-            let extra: Vec<Risk> = d
-                .warnings
-                .iter()
-                .filter(|r| !matches!(r, Risk::DeliveryLimit(_)))
-                .cloned()
-                .collect();
-            warnings.extend(words(&extra).into_iter().map(|w| (d.name.clone(), w)));
-            continue;
-        }
-        rows.push(DlqRow {
-            warnings: words(&d.warnings),
-            sources: d.sources.join(", "),
-            vhost: d.vhost,
-            name: d.name,
-            kind: d.kind,
-        });
     }
-    DlqsCard {
-        pending: false,
-        error: None,
-        rows,
-    }
+    card
 }
 
 /// What the consumers cannot reach, once per cause: RabbitMQ, the database.

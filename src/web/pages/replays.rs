@@ -510,25 +510,22 @@ pub struct JobPage {
 /// Plan targets whose reach is looked up at most (each costs two management API calls).
 const REACH_LOOKUPS: usize = 20;
 
-/// What each target of a plan reaches, said in words (`None` without the management API, or
-/// for a job already started).
+/// What each target of a plan reaches, said in words, through its broker's management API
+/// (none without any management API, or for a job already started).
 async fn reaches(state: &AppState, job: &ReplayJob) -> Vec<String> {
-    let Some(management) = state.management.as_ref() else {
-        return Vec::new();
-    };
-    if job.state != JobState::Planned {
+    if state.managements.is_empty() || job.state != JobState::Planned {
         return Vec::new();
     }
     let mut out = Vec::new();
     for t in job.plan.targets.iter().take(REACH_LOOKUPS) {
-        // `--management-url` is the default broker's: another's reach is not known here.
-        if t.broker != crate::message::dlq::DEFAULT_BROKER {
+        let Some(management) = state.managements.get(&t.broker) else {
             out.push(format!(
-                "not known (the management API is the default broker's, not {:?}'s)",
+                "not known (no {} for broker {:?})",
+                crate::amqp::managements::management_flag(&t.broker),
                 t.broker
             ));
             continue;
-        }
+        };
         let vhost = crate::message::dlq::named_vhost(&t.vhost, management.vhost());
         out.push(
             match management.reach(vhost, &t.exchange, &t.routing_key).await {
