@@ -279,6 +279,11 @@ pub struct OidcArgs {
     /// --public-url.
     #[arg(long, env = "LAZARUS_OIDC_REDIRECT_URL")]
     pub oidc_redirect_url: Option<String>,
+    /// With --auth oidc: where the provider sends people back after signing them out,
+    /// https://YOUR-HOST/signed-out (registered at the provider as a post-logout redirect
+    /// URI). Default: the redirect URL's, /login/oidc/callback made /signed-out.
+    #[arg(long, env = "LAZARUS_OIDC_POST_LOGOUT_REDIRECT_URL")]
+    pub oidc_post_logout_redirect_url: Option<String>,
     /// Scopes asked for besides openid (add `groups` where the provider gives the group
     /// claim only for it).
     #[arg(long = "oidc-scope", env = "LAZARUS_OIDC_SCOPE", value_delimiter = ',', default_values_t = ["profile".to_owned(), "email".to_owned()])]
@@ -591,6 +596,7 @@ impl ServeConfig {
             client_id: need(&o.oidc_client_id, "--oidc-client-id")?,
             client_secret: o.oidc_client_secret.as_ref().map(|s| s.0.clone()),
             redirect_url,
+            post_logout_redirect_url: o.oidc_post_logout_redirect_url.clone(),
             scopes: o.oidc_scopes.clone(),
             name_claim: o.oidc_name_claim.clone(),
             role_claim: o.oidc_role_claim.clone(),
