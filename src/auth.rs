@@ -48,7 +48,8 @@ pub struct AuthSettings {
     pub proxy_default_role: Role,
     /// A session unused this long is ended.
     pub session_idle: Duration,
-    /// A session this old is ended, however much it is used.
+    /// A session this old is ended, however much it is used (with `--auth oidc`, at most
+    /// `--oidc-session-max-secs`: the roles a sign-in took are taken again that often).
     pub session_max: Duration,
     /// Mark the session cookie `Secure` (serve over TLS, or behind a TLS proxy).
     pub secure_cookies: bool,

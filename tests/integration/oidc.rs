@@ -7,7 +7,8 @@
 //! are refused; a provider that is down is a 503 page that says so, never a 500. Signing out
 //! ends the session at the provider too (RP-Initiated Logout: its confirmation form, then
 //! back to Lazarus's signed-out page), and where the provider offers no sign-out or is down,
-//! the page says its session may still be open.
+//! the page says its session may still be open; a session lasts no longer than
+//! `--oidc-session-max-secs`, and the next sign-in takes the groups again.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -102,6 +103,16 @@ impl Provider {
 
 /// Lazarus with `--auth oidc` on `port`, signing in at the provider on `provider_port`.
 async fn lazarus(port: u16, provider_port: u16, queues: &[&str], roles: &[String]) -> TestApp {
+    lazarus_with(port, provider_port, queues, roles, |_| {}).await
+}
+
+async fn lazarus_with(
+    port: u16,
+    provider_port: u16,
+    queues: &[&str],
+    roles: &[String],
+    more: impl FnOnce(&mut lazarus::config::ServeConfig),
+) -> TestApp {
     let roles = roles.iter().map(|r| r.parse().unwrap()).collect();
     TestApp::spawn_with(queues, |c| {
         c.listen = format!("127.0.0.1:{port}").parse().unwrap();
@@ -113,6 +124,7 @@ async fn lazarus(port: u16, provider_port: u16, queues: &[&str], roles: &[String
         o.oidc_redirect_url = Some(callback_url(port));
         o.oidc_scopes = ["profile", "email", "groups"].map(String::from).to_vec();
         o.oidc_roles = roles;
+        more(c);
     })
     .await
 }
@@ -581,6 +593,64 @@ async fn a_provider_without_end_session_leaves_a_page_that_says_its_session_may_
         .wait_text("header .who", "ada, an admin", |t| t.contains("admin"))
         .await;
     assert_eq!(audited(&app, "login").await.len(), 2);
+    browser.quit().await;
+    provider.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_lasts_no_longer_than_oidc_session_max_and_the_next_sign_in_retakes_the_groups() {
+    let (port, provider_port) = (free_port(), free_port());
+    let roles = ["tenant-a=viewer:tenant-a/*".into(), "ops=operator".into()];
+    let app = lazarus_with(port, provider_port, &[], &roles, |c| {
+        c.oidc.oidc_session_max_secs = 4;
+    })
+    .await;
+    let provider = Provider::start(provider_port, &callback_url(port)).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let browser = Browser::start().await;
+    let grants_of_tom = async || {
+        app.archive
+            .user("tom")
+            .await
+            .unwrap()
+            .map(|tom| tom.grants())
+    };
+    browser.go(&format!("{base}/login/oidc?next=/")).await;
+    at_provider(&browser, "tom", true).await;
+    let session = wait_for("tom's session", Duration::from_secs(30), async || {
+        cookie(&browser, "lazarus_session").await
+    })
+    .await;
+    assert_eq!(
+        grants_of_tom().await,
+        Some(Grants::On(vec![Grant {
+            role: Role::Viewer,
+            on: "tenant-a/*".into()
+        }]))
+    );
+
+    // Moved to the operators at the provider: his open session ends on its own, however much
+    // it is used (--session-max-secs is 12 hours)…
+    provider.control("/test/groups?user=tom&groups=ops").await;
+    wait_until(
+        "tom's session to end after --oidc-session-max-secs",
+        Duration::from_secs(60),
+        async || session_status(&app, &session).await == 401,
+    )
+    .await;
+    // …and the next sign-in (the provider's session is still open: no form) takes his
+    // groups again.
+    browser.go(&format!("{base}/login/oidc?next=/")).await;
+    wait_until(
+        "tom's second sign-in",
+        Duration::from_secs(30),
+        async || audited(&app, "login").await.len() == 2,
+    )
+    .await;
+    assert_eq!(
+        grants_of_tom().await,
+        Some(Grants::Everywhere(Role::Operator))
+    );
     browser.quit().await;
     provider.stop().await;
 }
