@@ -48,7 +48,8 @@ pub struct AuthSettings {
     pub proxy_default_role: Role,
     /// A session unused this long is ended.
     pub session_idle: Duration,
-    /// A session this old is ended, however much it is used.
+    /// A session this old is ended, however much it is used (with `--auth oidc`, at most
+    /// `--oidc-session-max-secs`: the roles a sign-in took are taken again that often).
     pub session_max: Duration,
     /// Mark the session cookie `Secure` (serve over TLS, or behind a TLS proxy).
     pub secure_cookies: bool,
@@ -91,6 +92,16 @@ impl AuthSettings {
         }
     }
 
+    /// The cookie that holds the `state` of a sign-out at the OpenID provider while the
+    /// browser is there.
+    pub fn signout_cookie(&self) -> &'static str {
+        if self.secure_cookies {
+            SECURE_SIGNOUT_COOKIE
+        } else {
+            SIGNOUT_COOKIE
+        }
+    }
+
     /// Whether people sign in with a session cookie (not a proxy's headers).
     pub fn sessions(&self) -> bool {
         matches!(self.mode, AuthMode::Users | AuthMode::Oidc)
@@ -105,6 +116,10 @@ pub const SECURE_SESSION_COOKIE: &str = "__Host-lazarus_session";
 pub const PENDING_COOKIE: &str = "lazarus_oidc";
 /// …and with `--secure-cookies`.
 pub const SECURE_PENDING_COOKIE: &str = "__Host-lazarus_oidc";
+/// A sign-out at the OpenID provider under way, over plain HTTP…
+pub const SIGNOUT_COOKIE: &str = "lazarus_signout";
+/// …and with `--secure-cookies`.
+pub const SECURE_SIGNOUT_COOKIE: &str = "__Host-lazarus_signout";
 /// The prefix of API tokens (so they are recognisable in a secret scanner).
 pub const TOKEN_PREFIX: &str = "lzr_";
 /// The longest user name accepted (sign-in, the proxy's header, `lazarus user add`).

@@ -334,6 +334,16 @@ pub struct OidcArgs {
     /// --public-url.
     #[arg(long, env = "LAZARUS_OIDC_REDIRECT_URL")]
     pub oidc_redirect_url: Option<String>,
+    /// With --auth oidc: where the provider sends people back after signing them out,
+    /// https://YOUR-HOST/signed-out (registered at the provider as a post-logout redirect
+    /// URI). Default: the redirect URL's, /login/oidc/callback made /signed-out.
+    #[arg(long, env = "LAZARUS_OIDC_POST_LOGOUT_REDIRECT_URL")]
+    pub oidc_post_logout_redirect_url: Option<String>,
+    /// With --auth oidc: a session ends this many seconds after sign-in at the latest (or
+    /// after --session-max-secs, if sooner), so that the roles of the groups a user was
+    /// taken out of do not outlive it: the next sign-in takes them again.
+    #[arg(long, env = "LAZARUS_OIDC_SESSION_MAX_SECS", default_value_t = 8 * 3600)]
+    pub oidc_session_max_secs: u64,
     /// Scopes asked for besides openid (add `groups` where the provider gives the group
     /// claim only for it).
     #[arg(long = "oidc-scope", env = "LAZARUS_OIDC_SCOPE", value_delimiter = ',', default_values_t = ["profile".to_owned(), "email".to_owned()])]
@@ -611,9 +621,12 @@ impl ServeConfig {
         if self.auth == AuthMode::Proxy && self.trusted_proxies.is_empty() {
             return Err("--auth proxy needs --trusted-proxy: the proxy's address".into());
         }
-        let oidc = match self.auth {
-            AuthMode::Oidc => Some(Arc::new(self.oidc()?)),
-            _ => None,
+        let (oidc, session_max) = match self.auth {
+            AuthMode::Oidc => (
+                Some(Arc::new(self.oidc()?)),
+                self.session_max_secs.min(self.oidc.oidc_session_max_secs),
+            ),
+            _ => (None, self.session_max_secs),
         };
         Ok(AuthSettings {
             mode: self.auth,
@@ -624,7 +637,7 @@ impl ServeConfig {
                 .collect(),
             proxy_default_role: self.proxy_default_role,
             session_idle: Duration::from_secs(self.session_idle_secs.max(1)),
-            session_max: Duration::from_secs(self.session_max_secs.max(1)),
+            session_max: Duration::from_secs(session_max.max(1)),
             secure_cookies: self.secure_cookies,
             oidc,
         })
@@ -653,6 +666,7 @@ impl ServeConfig {
             client_id: need(&o.oidc_client_id, "--oidc-client-id")?,
             client_secret: o.oidc_client_secret.as_ref().map(|s| s.0.clone()),
             redirect_url,
+            post_logout_redirect_url: o.oidc_post_logout_redirect_url.clone(),
             scopes: o.oidc_scopes.clone(),
             name_claim: o.oidc_name_claim.clone(),
             role_claim: o.oidc_role_claim.clone(),
@@ -760,6 +774,32 @@ mod tests {
             .map(|m| m.broker.as_deref())
             .collect();
         assert_eq!(brokers, [None, Some("us")]);
+    }
+
+    #[test]
+    fn an_openid_session_lasts_no_longer_than_oidc_session_max() {
+        let mut c = ServeConfig::defaults();
+        c.auth = AuthMode::Oidc;
+        c.oidc.oidc_issuer = Some("https://login.example.com".into());
+        c.oidc.oidc_client_id = Some("lazarus".into());
+        c.oidc.oidc_redirect_url = Some("https://lazarus.example.com/login/oidc/callback".into());
+        c.oidc.oidc_default_role = Some(Role::Viewer);
+        let max = |c: &ServeConfig| c.auth_settings().unwrap().session_max.as_secs();
+        assert_eq!(max(&c), 8 * 3600, "the default");
+        c.oidc.oidc_session_max_secs = 600;
+        assert_eq!(max(&c), 600);
+        c.session_max_secs = 300;
+        assert_eq!(max(&c), 300, "--session-max-secs, when sooner");
+        // Password sessions are not bound by it.
+        c.auth = AuthMode::Users;
+        c.session_max_secs = 12 * 3600;
+        assert_eq!(max(&c), 12 * 3600);
+        let post_logout = |c: &ServeConfig| c.oidc().map(|o| o.post_logout_url().to_owned());
+        c.auth = AuthMode::Oidc;
+        assert_eq!(
+            post_logout(&c).unwrap(),
+            "https://lazarus.example.com/signed-out"
+        );
     }
 
     #[test]

@@ -369,7 +369,14 @@ pub trait Accounts: Send + Sync {
     async fn remove_user(&self, name: &str, by: &Actor) -> Result<bool, ArchiveError>;
     async fn user(&self, name: &str) -> Result<Option<UserRecord>, ArchiveError>;
     async fn users(&self) -> Result<Vec<UserRecord>, ArchiveError>;
-    async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError>;
+    /// A session of `user`; `id_token`: the ID token of their sign-in at the OpenID provider,
+    /// kept to sign them out there too.
+    async fn create_session(
+        &self,
+        token_hash: &str,
+        user: &str,
+        id_token: Option<&str>,
+    ) -> Result<(), ArchiveError>;
     /// The user of a session used within the last `idle_ms` and made within the last
     /// `max_ms` (any other is ended).
     async fn session_user(
@@ -378,7 +385,8 @@ pub trait Accounts: Send + Sync {
         idle_ms: u64,
         max_ms: u64,
     ) -> Result<Option<UserRecord>, ArchiveError>;
-    async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError>;
+    /// Ends a session; the ID token it was signed in with, if it was there and had one.
+    async fn end_session(&self, token_hash: &str) -> Result<Option<String>, ArchiveError>;
     async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError>;
     /// The token with this hash, unless revoked (an expired one too: the caller says so).
     async fn token(&self, token_hash: &str) -> Result<Option<TokenRecord>, ArchiveError>;

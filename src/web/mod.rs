@@ -156,7 +156,8 @@ fn routes() -> Routes {
             "/login",
             auth::signin::login.layer(DefaultBodyLimit::max(auth::signin::MAX_LOGIN_FORM_BYTES)),
         )
-        .post(PUBLIC, "/logout", auth::signin::logout)
+        .post(PUBLIC, "/logout", auth::signout::logout)
+        .get(PUBLIC, "/signed-out", auth::signout::signed_out)
         .get(PUBLIC, "/login/oidc", auth::oidc::start)
         .get(PUBLIC, "/login/oidc/callback", auth::oidc::callback)
         .get(PUBLIC, "/healthz", health::healthz)

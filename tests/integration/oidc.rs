@@ -4,7 +4,11 @@
 //! tenant's DLQ through the session), taken again at every sign-in (a user out of every
 //! mapped group loses their user row; one moved to another group gets its role); a forged,
 //! an expired and an unsigned ID token, a wrong state, a replayed code and another issuer
-//! are refused; a provider that is down is a 503 page that says so, never a 500.
+//! are refused; a provider that is down is a 503 page that says so, never a 500. Signing out
+//! ends the session at the provider too (RP-Initiated Logout: its confirmation form, then
+//! back to Lazarus's signed-out page), and where the provider offers no sign-out or is down,
+//! the page says its session may still be open; a session lasts no longer than
+//! `--oidc-session-max-secs`, and the next sign-in takes the groups again.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -42,12 +46,26 @@ impl Provider {
         format!("http://127.0.0.1:{port}")
     }
 
+    /// The provider on `port`, sending people back to `redirect` and, after signing out, to
+    /// Lazarus's signed-out page beside it.
     async fn start(port: u16, redirect: &str) -> Provider {
+        Provider::launch(port, redirect, true).await
+    }
+
+    /// One whose discovery document names no `end_session_endpoint`.
+    async fn without_end_session(port: u16, redirect: &str) -> Provider {
+        Provider::launch(port, redirect, false).await
+    }
+
+    async fn launch(port: u16, redirect: &str, end_session: bool) -> Provider {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/integration/oidc_provider.mjs");
+        let post_logout = redirect.replace("/login/oidc/callback", "/signed-out");
         let mut child = Command::new("node")
             .arg(script)
             .args([&port.to_string(), CLIENT_ID, CLIENT_SECRET, redirect])
+            .arg(post_logout)
+            .args((!end_session).then_some("no-end-session"))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -85,6 +103,16 @@ impl Provider {
 
 /// Lazarus with `--auth oidc` on `port`, signing in at the provider on `provider_port`.
 async fn lazarus(port: u16, provider_port: u16, queues: &[&str], roles: &[String]) -> TestApp {
+    lazarus_with(port, provider_port, queues, roles, |_| {}).await
+}
+
+async fn lazarus_with(
+    port: u16,
+    provider_port: u16,
+    queues: &[&str],
+    roles: &[String],
+    more: impl FnOnce(&mut lazarus::config::ServeConfig),
+) -> TestApp {
     let roles = roles.iter().map(|r| r.parse().unwrap()).collect();
     TestApp::spawn_with(queues, |c| {
         c.listen = format!("127.0.0.1:{port}").parse().unwrap();
@@ -96,6 +124,7 @@ async fn lazarus(port: u16, provider_port: u16, queues: &[&str], roles: &[String
         o.oidc_redirect_url = Some(callback_url(port));
         o.oidc_scopes = ["profile", "email", "groups"].map(String::from).to_vec();
         o.oidc_roles = roles;
+        more(c);
     })
     .await
 }
@@ -116,6 +145,27 @@ async fn at_provider(browser: &Browser, login: &str, consent: bool) {
         browser.find("input[name=prompt][value=consent]").await;
         browser.click("form button[type=submit]").await;
     }
+}
+
+/// Signs out with the header's button, and says yes on the provider's confirmation form
+/// (oidc-provider's "Yes, sign me out"), which comes after a page of Lazarus's own.
+async fn sign_out_at_provider(browser: &Browser) {
+    browser.click("header .who button[type=submit]").await;
+    browser.click("button[name=logout][value=yes]").await;
+}
+
+/// What `GET /api/messages` answers to the session `session`: 200, or 401 once it is over.
+async fn session_status(app: &TestApp, session: &str) -> u16 {
+    let cookie = format!("lazarus_session={session}");
+    http_with(
+        app.addr,
+        "GET",
+        "/api/messages",
+        &[("Cookie", &cookie), ("Accept", "application/json")],
+        None,
+    )
+    .await
+    .status
 }
 
 /// A cookie of 127.0.0.1 (Lazarus's and the provider's alike: cookies know no port).
@@ -232,11 +282,63 @@ async fn groups_give_roles_taken_again_at_every_sign_in_through_chromium() {
         "{logins:?}"
     );
 
-    // Out of the tenant's group at the provider: the next sign-in gives nothing, and his
-    // row (with whatever it gave) is gone.
+    // Signing out ends the session here and, once he says yes on the provider's form, there:
+    // the page he is sent back to says so, and the state it came back with serves once.
+    sign_out_at_provider(&browser).await;
+    let signed_out = browser
+        .wait_text("#signed-out", "the sign-out's outcome", |t| {
+            t.contains("signed out")
+        })
+        .await;
+    assert_eq!(
+        signed_out,
+        format!(
+            "You are signed out of Lazarus and of the identity provider {issuer}, unless you \
+             chose there to stay signed in."
+        )
+    );
+    assert_eq!(
+        session_status(&app, &session).await,
+        401,
+        "the session signed out is over"
+    );
+    assert_eq!(cookie(&browser, "lazarus_signout").await, None, "used once");
+    // The provider was asked to end the session of tom's sign-in here, by its ID token.
+    let asked = provider.control("/test/last-end-session").await;
+    assert_eq!(asked["id_token_hint"]["sub"], "tom", "{asked}");
+    assert_eq!(asked["id_token_hint"]["aud"], CLIENT_ID, "{asked}");
+    assert_eq!(asked["client_id"], CLIENT_ID, "{asked}");
+    assert_eq!(
+        asked["post_logout_redirect_uri"],
+        format!("{base}/signed-out")
+    );
+    assert!(
+        asked["state"].as_str().is_some_and(|s| s.len() > 20),
+        "{asked}"
+    );
+    assert_eq!(
+        audited(&app, "logout").await,
+        [format!(
+            "tom: signed out, and sent to {issuer} to sign out there"
+        )]
+    );
+    // A return from a sign-out this browser did not start is not taken for one.
+    let stray = http_get(app.addr, "/signed-out?state=forged").await;
+    assert_eq!(stray.status, 400, "{}", stray.text());
+    assert!(
+        stray
+            .text()
+            .contains("belongs to no sign-out started in this browser"),
+        "{}",
+        stray.text()
+    );
+
+    // Out of the tenant's group at the provider: the next sign-in — at the provider's login
+    // form again, its session having ended with his sign-out — gives nothing, and his row
+    // (with whatever it gave) is gone.
     provider.control("/test/groups?user=tom&groups=staff").await;
-    browser.click("header .who button[type=submit]").await; // Sign out
     browser.click("#sign-in-provider").await;
+    at_provider(&browser, "tom", true).await;
     let refusal = browser
         .wait_text(".error-box", "the refusal", |t| t.contains("no group"))
         .await;
@@ -245,16 +347,6 @@ async fn groups_give_roles_taken_again_at_every_sign_in_through_chromium() {
         "{refusal}"
     );
     assert_eq!(app.archive.user("tom").await.unwrap(), None);
-    let cookie_header = format!("lazarus_session={session}");
-    let ended = http_with(
-        app.addr,
-        "GET",
-        "/api/messages",
-        &[("Cookie", &cookie_header)],
-        None,
-    )
-    .await;
-    assert_eq!(ended.status, 401, "the session signed out is over");
     let refused = audited(&app, "login_refused").await;
     assert!(
         refused[0].contains("in no group Lazarus maps (groups: staff); their user removed"),
@@ -293,10 +385,36 @@ async fn groups_give_roles_taken_again_at_every_sign_in_through_chromium() {
         .await;
     let ursula = app.archive.user("ursula").await.unwrap().unwrap();
     assert_eq!(ursula.grants(), Grants::Everywhere(Role::Operator));
+    let session = cookie(&browser, "lazarus_session").await.unwrap();
 
-    // The provider goes down: signing in again is a page that says so.
+    // The provider goes down: signing out ends the Lazarus session all the same, on a page
+    // that says the provider's may still be open…
     provider.stop().await;
     browser.click("header .who button[type=submit]").await;
+    let signed_out = browser
+        .wait_text("#signed-out", "the sign-out's outcome", |t| {
+            t.contains("signed out")
+        })
+        .await;
+    let unavailable = format!(
+        "You are signed out of Lazarus, but not at the identity provider: the identity \
+         provider {issuer} is unavailable"
+    );
+    assert!(
+        signed_out.starts_with(&unavailable)
+            && signed_out.contains("your session there may still be open"),
+        "{signed_out}"
+    );
+    assert_eq!(session_status(&app, &session).await, 401);
+    let logouts = audited(&app, "logout").await;
+    assert!(
+        logouts[0].starts_with(&format!(
+            "ursula: signed out, but not at the identity provider: the identity provider \
+             {issuer} is unavailable"
+        )),
+        "{logouts:?}"
+    );
+    // …and signing in again is a page that says the provider is down.
     browser.click("#sign-in-provider").await;
     let down = browser
         .wait_text(".error-box", "the provider down", |t| {
@@ -428,6 +546,111 @@ async fn forged_expired_unsigned_tokens_wrong_states_and_replayed_codes_are_refu
     let ada = app.archive.user("ada").await.unwrap().unwrap();
     assert_eq!(ada.grants(), Grants::Everywhere(Role::Admin));
     assert_eq!(audited(&app, "login").await.len(), 1);
+    browser.quit().await;
+    provider.stop().await;
+}
+
+#[tokio::test]
+async fn a_provider_without_end_session_leaves_a_page_that_says_its_session_may_be_open() {
+    let (port, provider_port) = (free_port(), free_port());
+    let app = lazarus(port, provider_port, &[], &["lazarus-admins=admin".into()]).await;
+    let provider = Provider::without_end_session(provider_port, &callback_url(port)).await;
+    let issuer = Provider::issuer(provider_port);
+    let base = format!("http://127.0.0.1:{port}");
+    let browser = Browser::start().await;
+    browser.go(&format!("{base}/login/oidc?next=/")).await;
+    at_provider(&browser, "ada", true).await;
+    browser
+        .wait_text("header .who", "ada, an admin", |t| t.contains("admin"))
+        .await;
+    let session = cookie(&browser, "lazarus_session").await.unwrap();
+
+    // Signing out ends the Lazarus session; the page says the provider's is not ours to end.
+    browser.click("header .who button[type=submit]").await;
+    let signed_out = browser
+        .wait_text("#signed-out", "the sign-out's outcome", |t| {
+            t.contains("signed out")
+        })
+        .await;
+    assert!(
+        signed_out.starts_with(&format!(
+            "You are signed out of Lazarus. The identity provider {issuer} offers no sign-out"
+        )) && signed_out.contains("(its discovery document names no end_session_endpoint)")
+            && signed_out.contains("your session there may still be open"),
+        "{signed_out}"
+    );
+    assert_eq!(session_status(&app, &session).await, 401);
+    assert_eq!(cookie(&browser, "lazarus_signout").await, None);
+    assert_eq!(
+        audited(&app, "logout").await,
+        [format!(
+            "ada: signed out; {issuer} offers no sign-out (no end_session_endpoint)"
+        )]
+    );
+    // As it says: "Sign in" signs her straight back in, without the provider's login form.
+    browser.click("#sign-in-provider").await;
+    browser
+        .wait_text("header .who", "ada, an admin", |t| t.contains("admin"))
+        .await;
+    assert_eq!(audited(&app, "login").await.len(), 2);
+    browser.quit().await;
+    provider.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_lasts_no_longer_than_oidc_session_max_and_the_next_sign_in_retakes_the_groups() {
+    let (port, provider_port) = (free_port(), free_port());
+    let roles = ["tenant-a=viewer:tenant-a/*".into(), "ops=operator".into()];
+    let app = lazarus_with(port, provider_port, &[], &roles, |c| {
+        c.oidc.oidc_session_max_secs = 4;
+    })
+    .await;
+    let provider = Provider::start(provider_port, &callback_url(port)).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let browser = Browser::start().await;
+    let grants_of_tom = async || {
+        app.archive
+            .user("tom")
+            .await
+            .unwrap()
+            .map(|tom| tom.grants())
+    };
+    browser.go(&format!("{base}/login/oidc?next=/")).await;
+    at_provider(&browser, "tom", true).await;
+    let session = wait_for("tom's session", Duration::from_secs(30), async || {
+        cookie(&browser, "lazarus_session").await
+    })
+    .await;
+    assert_eq!(
+        grants_of_tom().await,
+        Some(Grants::On(vec![Grant {
+            role: Role::Viewer,
+            on: "tenant-a/*".into()
+        }]))
+    );
+
+    // Moved to the operators at the provider: his open session ends on its own, however much
+    // it is used (--session-max-secs is 12 hours)…
+    provider.control("/test/groups?user=tom&groups=ops").await;
+    wait_until(
+        "tom's session to end after --oidc-session-max-secs",
+        Duration::from_secs(60),
+        async || session_status(&app, &session).await == 401,
+    )
+    .await;
+    // …and the next sign-in (the provider's session is still open: no form) takes his
+    // groups again.
+    browser.go(&format!("{base}/login/oidc?next=/")).await;
+    wait_until(
+        "tom's second sign-in",
+        Duration::from_secs(30),
+        async || audited(&app, "login").await.len() == 2,
+    )
+    .await;
+    assert_eq!(
+        grants_of_tom().await,
+        Some(Grants::Everywhere(Role::Operator))
+    );
     browser.quit().await;
     provider.stop().await;
 }

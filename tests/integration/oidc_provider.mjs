@@ -4,14 +4,17 @@
 // kept here and can be changed while it runs (`/test/groups`), as can what it does to the next
 // ID token it hands out (`/test/mangle`: a forged payload, a validly signed but expired token,
 // an unsigned one) — things a broken or hostile provider, or a man in the middle, would send.
+// It signs out as RP-Initiated Logout 1.0 has it (its confirmation form, then back to
+// POST_LOGOUT_URI with the state), unless told `no-end-session`: then its discovery document
+// names no end_session_endpoint, as some providers' do not.
 //
-//   node oidc_provider.mjs PORT CLIENT_ID CLIENT_SECRET REDIRECT_URI
+//   node oidc_provider.mjs PORT CLIENT_ID CLIENT_SECRET REDIRECT_URI POST_LOGOUT_URI [no-end-session]
 //
 // Prints `ready` once it listens on 127.0.0.1:PORT.
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 
-const [port, clientId, clientSecret, redirectUri] = process.argv.slice(2);
+const [port, clientId, clientSecret, redirectUri, postLogoutUri, endSession] = process.argv.slice(2);
 const modules = process.env.LAZARUS_TEST_NODE_MODULES
   || `${process.env.HOME}/.cache/lazarus-test-node/node_modules/`;
 const require = createRequire(modules.endsWith('/') ? modules : `${modules}/`);
@@ -31,6 +34,8 @@ const users = {
 };
 let mangle = 'off';
 let lastCallback = null;
+// What the last request to the end_session_endpoint asked for (`/test/last-end-session`).
+let lastEndSession = null;
 
 const issuer = `http://127.0.0.1:${port}`;
 const provider = new Provider(issuer, {
@@ -38,6 +43,7 @@ const provider = new Provider(issuer, {
     client_id: clientId,
     client_secret: clientSecret,
     redirect_uris: [redirectUri],
+    post_logout_redirect_uris: [postLogoutUri],
     response_types: ['code'],
     grant_types: ['authorization_code'],
     token_endpoint_auth_method: 'client_secret_basic',
@@ -53,6 +59,7 @@ const provider = new Provider(issuer, {
   // Scope claims in the ID token too (the userinfo endpoint has them as well).
   conformIdTokenClaims: false,
   pkce: { required: () => true },
+  features: { rpInitiatedLogout: { enabled: endSession !== 'no-end-session' } },
   ttl: { IdToken: 60, AccessToken: 60, AuthorizationCode: 60 },
   async findAccount(ctx, id) {
     return {
@@ -99,10 +106,21 @@ provider.use(async (ctx, next) => {
       ctx.body = { mangle };
     } else if (ctx.path === '/test/last-callback') {
       ctx.body = { url: lastCallback };
+    } else if (ctx.path === '/test/last-end-session') {
+      ctx.body = lastEndSession || {};
     } else {
       ctx.status = 404;
     }
     return;
+  }
+  if (ctx.path === '/session/end' && ctx.method === 'GET') {
+    const q = { ...ctx.query };
+    if (q.id_token_hint) {
+      // Whose ID token the hint is; the provider itself checks that it signed it.
+      const [, payload] = q.id_token_hint.split('.');
+      q.id_token_hint = JSON.parse(Buffer.from(payload, 'base64url').toString());
+    }
+    lastEndSession = q;
   }
   await next();
   const location = ctx.response.get('location');

@@ -113,12 +113,17 @@ impl<T: SqlArchive> Accounts for T {
         rows.iter().map(user_from_row).collect()
     }
 
-    async fn create_session(&self, token_hash: &str, user: &str) -> Result<(), ArchiveError> {
+    async fn create_session(
+        &self,
+        token_hash: &str,
+        user: &str,
+        id_token: Option<&str>,
+    ) -> Result<(), ArchiveError> {
         self.db()
             .execute(
-                "INSERT INTO sessions (token_hash, user_name, created_at, last_seen) \
-                 VALUES ($1, $2, $3, $3)",
-                args![token_hash, user, now()],
+                "INSERT INTO sessions (token_hash, user_name, created_at, last_seen, id_token) \
+                 VALUES ($1, $2, $3, $3, $4)",
+                args![token_hash, user, now(), id_token],
             )
             .await?;
         Ok(())
@@ -154,14 +159,18 @@ impl<T: SqlArchive> Accounts for T {
         Ok(Some(user_from_row(&row)?))
     }
 
-    async fn end_session(&self, token_hash: &str) -> Result<(), ArchiveError> {
-        self.db()
-            .execute(
-                "DELETE FROM sessions WHERE token_hash = $1",
+    async fn end_session(&self, token_hash: &str) -> Result<Option<String>, ArchiveError> {
+        let row = self
+            .db()
+            .fetch_optional(
+                "DELETE FROM sessions WHERE token_hash = $1 RETURNING id_token",
                 args![token_hash],
             )
             .await?;
-        Ok(())
+        Ok(match row {
+            Some(row) => super::ArchiveRow::column(&row, "id_token")?,
+            None => None,
+        })
     }
 
     async fn create_token(&self, token: &TokenSpec<'_>, by: &Actor) -> Result<i64, ArchiveError> {

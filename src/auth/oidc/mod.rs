@@ -2,7 +2,8 @@
 //! (the `openidconnect` crate checks the ID token: signature, issuer, audience, expiry,
 //! nonce), its HTTP through `support::http` (no redirect followed), and the grants a user's
 //! groups give them (`roles`). What a sign-in must remember between leaving for the provider
-//! and coming back is a [`Pending`], which the web keeps in the browser.
+//! and coming back is a [`Pending`], which the web keeps in the browser. Signing out there
+//! too is RP-Initiated Logout 1.0 ([`Oidc::sign_out`]), where the provider offers it.
 
 pub mod roles;
 
@@ -11,13 +12,13 @@ use std::time::Duration;
 use openidconnect::core::{
     CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreErrorResponseType,
     CoreGenderClaim, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm,
-    CoreProviderMetadata, CoreRevocableToken, CoreRevocationErrorResponse,
-    CoreTokenIntrospectionResponse, CoreTokenType,
+    CoreRevocableToken, CoreRevocationErrorResponse, CoreTokenIntrospectionResponse, CoreTokenType,
 };
 use openidconnect::{
     AccessTokenHash, AdditionalClaims, AuthorizationCode, Client, ClientId, ClientSecret,
-    CsrfToken, EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, IdTokenFields,
-    IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
+    CsrfToken, EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, IdToken,
+    IdTokenFields, IssuerUrl, LogoutRequest, Nonce, OAuth2TokenResponse, PkceCodeChallenge,
+    PkceCodeVerifier, PostLogoutRedirectUrl, ProviderMetadataWithLogout, RedirectUrl, Scope,
     StandardErrorResponse, StandardTokenResponse, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER: usize = 1024 * 1024;
 /// A sign-in that has not come back from the provider within this long is started again.
 pub const PENDING_SECS: i64 = 600;
+/// Where the provider sends the browser back after signing out: this path of the instance,
+/// beside the callback (`…/login/oidc/callback` → `…/signed-out`).
+pub const SIGNED_OUT_PATH: &str = "/signed-out";
+const CALLBACK_PATH: &str = "/login/oidc/callback";
 
 /// The claims of an ID token or a userinfo answer beyond the standard ones (the crate reads
 /// those): the group claim `--oidc-role-claim` names is among them.
@@ -52,6 +57,12 @@ type IdFields = IdTokenFields<
     CoreJwsSigningAlgorithm,
 >;
 type Tokens = StandardTokenResponse<IdFields, CoreTokenType>;
+type OurIdToken = IdToken<
+    OtherClaims,
+    CoreGenderClaim,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJwsSigningAlgorithm,
+>;
 type OidcClient = Client<
     OtherClaims,
     CoreAuthDisplay,
@@ -80,6 +91,10 @@ pub struct OidcSettings {
     pub client_secret: Option<String>,
     /// Where the provider sends the browser back: `…/login/oidc/callback` of this instance.
     pub redirect_url: String,
+    /// Where it sends the browser back after signing out (`…/signed-out`, registered at the
+    /// provider as a post-logout redirect URI); `None`: the redirect URL's, its
+    /// `/login/oidc/callback` made `/signed-out`.
+    pub post_logout_redirect_url: Option<String>,
     /// Asked for besides `openid`.
     pub scopes: Vec<String>,
     /// The claim that names the user (`preferred_username`, `email`, `sub`, …).
@@ -98,6 +113,7 @@ impl std::fmt::Debug for OidcSettings {
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| "***"))
             .field("redirect_url", &self.redirect_url)
+            .field("post_logout_redirect_url", &self.post_logout_redirect_url)
             .field("scopes", &self.scopes)
             .field("name_claim", &self.name_claim)
             .field("role_claim", &self.role_claim)
@@ -141,12 +157,37 @@ impl Pending {
 }
 
 /// Who signed in at the provider, and what their groups give them here (`None`: nothing).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SignedIn {
     pub name: String,
     /// Their groups, as the provider listed them.
     pub groups: Vec<String>,
     pub mapped: Option<Mapped>,
+    /// The ID token the provider gave, as it came: kept with the session (on the server) to
+    /// sign out at the provider as this sign-in (`id_token_hint`).
+    pub id_token: String,
+}
+
+impl std::fmt::Debug for SignedIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIn")
+            .field("name", &self.name)
+            .field("groups", &self.groups)
+            .field("mapped", &self.mapped)
+            .field("id_token", &"***")
+            .finish()
+    }
+}
+
+/// How signing out at the provider goes on (RP-Initiated Logout 1.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignOut {
+    /// The browser goes to `url`, the provider's `end_session_endpoint`; it comes back to the
+    /// post-logout redirect URL with `state`, which only this browser may know.
+    At { url: String, state: String },
+    /// The provider's discovery document names no `end_session_endpoint`: its session is
+    /// not Lazarus's to end.
+    NotOffered,
 }
 
 /// The provider Lazarus signs people in at.
@@ -155,6 +196,7 @@ pub struct Oidc {
     settings: OidcSettings,
     issuer: IssuerUrl,
     redirect: RedirectUrl,
+    post_logout: PostLogoutRedirectUrl,
 }
 
 /// The crate's HTTP client: ours, which follows no redirect.
@@ -212,13 +254,33 @@ impl Oidc {
             .map_err(|e| format!("--oidc-issuer {:?}: {e}", settings.issuer))?;
         let redirect = RedirectUrl::new(settings.redirect_url.clone())
             .map_err(|e| format!("--oidc-redirect-url {:?}: {e}", settings.redirect_url))?;
-        if !redirect.url().path().ends_with("/login/oidc/callback") {
+        if !redirect.url().path().ends_with(CALLBACK_PATH) {
             return Err(format!(
                 "--oidc-redirect-url {:?}: Lazarus takes the provider's answer at \
                  /login/oidc/callback: give https://YOUR-HOST/login/oidc/callback",
                 settings.redirect_url
             ));
         }
+        let post_logout = match &settings.post_logout_redirect_url {
+            Some(url) => url.clone(),
+            None => {
+                let mut url = redirect.url().clone();
+                let path = url.path().strip_suffix(CALLBACK_PATH).unwrap_or_default();
+                url.set_path(&format!("{path}{SIGNED_OUT_PATH}"));
+                url.set_query(None);
+                url.to_string()
+            }
+        };
+        let post_logout = PostLogoutRedirectUrl::new(post_logout.clone())
+            .ok()
+            .filter(|u| u.url().path().ends_with(SIGNED_OUT_PATH))
+            .ok_or_else(|| {
+                format!(
+                    "--oidc-post-logout-redirect-url {post_logout:?}: Lazarus takes the browser \
+                     back from signing out at {SIGNED_OUT_PATH}: give \
+                     https://YOUR-HOST{SIGNED_OUT_PATH}"
+                )
+            })?;
         if settings.roles.is_empty() && settings.default_role.is_none() {
             return Err(
                 "--auth oidc needs --oidc-role GROUP=ROLE or --oidc-default-role: \
@@ -230,6 +292,7 @@ impl Oidc {
             settings,
             issuer,
             redirect,
+            post_logout,
         })
     }
 
@@ -249,11 +312,22 @@ impl Oidc {
         }
     }
 
-    /// The provider's endpoints and keys, asked for now (so that a rotated key is known).
-    async fn client(&self) -> Result<OidcClient, OidcError> {
-        let metadata = CoreProviderMetadata::discover_async(self.issuer.clone(), &http)
+    /// Where the provider sends the browser back after signing out.
+    pub fn post_logout_url(&self) -> &str {
+        self.post_logout.as_str()
+    }
+
+    /// The provider's discovery document and keys, asked for now (so that a rotated key is
+    /// known), with its `end_session_endpoint` where it has one.
+    async fn discover(&self) -> Result<ProviderMetadataWithLogout, OidcError> {
+        ProviderMetadataWithLogout::discover_async(self.issuer.clone(), &http)
             .await
-            .map_err(|e| self.unavailable(chain(&e)))?;
+            .map_err(|e| self.unavailable(chain(&e)))
+    }
+
+    /// The provider's endpoints and keys, asked for now.
+    async fn client(&self) -> Result<OidcClient, OidcError> {
+        let metadata = self.discover().await?;
         let client = OidcClient::from_provider_metadata(
             metadata,
             ClientId::new(self.settings.client_id.clone()),
@@ -286,6 +360,28 @@ impl Oidc {
                 started: now,
             },
         ))
+    }
+
+    /// Where to send the browser to end its session at the provider too, the session signed
+    /// in with `id_token` (sent as `id_token_hint`; without one the provider may ask whom to
+    /// sign out), and the `state` it must come back with.
+    pub async fn sign_out(&self, id_token: Option<&str>) -> Result<SignOut, OidcError> {
+        let metadata = self.discover().await?;
+        let Some(endpoint) = metadata.additional_metadata().end_session_endpoint.clone() else {
+            return Ok(SignOut::NotOffered);
+        };
+        let state = CsrfToken::new_random();
+        let mut request = LogoutRequest::from(endpoint)
+            .set_client_id(ClientId::new(self.settings.client_id.clone()))
+            .set_post_logout_redirect_uri(self.post_logout.clone())
+            .set_state(state.clone());
+        if let Some(token) = id_token.and_then(|t| t.parse::<OurIdToken>().ok()) {
+            request = request.set_id_token_hint(&token);
+        }
+        Ok(SignOut::At {
+            url: request.http_get_url().to_string(),
+            state: state.secret().clone(),
+        })
     }
 
     /// Redeems the provider's `code` (with the PKCE verifier), checks the ID token it gives
@@ -389,6 +485,7 @@ impl Oidc {
             name,
             groups,
             mapped,
+            id_token: id_token.to_string(),
         })
     }
 }
@@ -403,6 +500,7 @@ mod tests {
             client_id: "lazarus".into(),
             client_secret: Some("s3cret-of-the-client".into()),
             redirect_url: "https://lazarus.example.com/login/oidc/callback".into(),
+            post_logout_redirect_url: None,
             scopes: vec!["profile".into()],
             name_claim: "preferred_username".into(),
             role_claim: "groups".into(),
@@ -429,11 +527,51 @@ mod tests {
         assert!(Oidc::new(nobody)
             .unwrap_err()
             .contains("--oidc-default-role"));
+        let wrong_sign_out = OidcSettings {
+            post_logout_redirect_url: Some("https://lazarus.example.com/bye".into()),
+            ..settings()
+        };
+        assert!(Oidc::new(wrong_sign_out)
+            .unwrap_err()
+            .contains("--oidc-post-logout-redirect-url"));
         let bad_issuer = OidcSettings {
             issuer: "not a url".into(),
             ..settings()
         };
         assert!(Oidc::new(bad_issuer).is_err());
+    }
+
+    #[test]
+    fn the_signed_out_page_is_beside_the_callback_unless_told() {
+        let at = |redirect: &str, told: Option<&str>| {
+            Oidc::new(OidcSettings {
+                redirect_url: redirect.into(),
+                post_logout_redirect_url: told.map(str::to_owned),
+                ..settings()
+            })
+            .unwrap()
+            .post_logout_url()
+            .to_owned()
+        };
+        assert_eq!(
+            at("https://lazarus.example.com/login/oidc/callback", None),
+            "https://lazarus.example.com/signed-out"
+        );
+        // Behind a proxy under a path, beside the callback there.
+        assert_eq!(
+            at(
+                "https://ops.example.com:8443/lazarus/login/oidc/callback?x=1",
+                None
+            ),
+            "https://ops.example.com:8443/lazarus/signed-out"
+        );
+        assert_eq!(
+            at(
+                "https://lazarus.example.com/login/oidc/callback",
+                Some("https://other.example.com/signed-out")
+            ),
+            "https://other.example.com/signed-out"
+        );
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Authentication on every request: who the caller is (session cookie, bearer token,
 //! trusted proxy, or nobody in `--auth none`), and whether the route's access allows them.
-//! Signing in and out is `signin` (at an OpenID provider: `oidc`); what the page header
-//! shows of the caller is `nav`.
+//! Signing in is `signin` (at an OpenID provider: `oidc`), signing out `signout`; what the
+//! page header shows of the caller is `nav`.
 
 pub mod access;
 pub mod client;
 pub mod oidc;
 pub mod signin;
+pub mod signout;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

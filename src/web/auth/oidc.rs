@@ -57,11 +57,18 @@ fn refused(error: &OidcError) -> StatusCode {
 }
 
 fn pending_cookie(settings: &AuthSettings, value: &str, max_age: i64) -> HeaderValue {
-    // Lax, not Strict: the browser comes back from the provider, another site.
-    let mut cookie = format!(
-        "{}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}",
-        settings.pending_cookie()
-    );
+    lax_cookie(settings, settings.pending_cookie(), value, max_age)
+}
+
+/// A cookie that a browser coming back from the provider sends along: Lax, not Strict, since
+/// the provider is another site.
+pub(crate) fn lax_cookie(
+    settings: &AuthSettings,
+    name: &str,
+    value: &str,
+    max_age: i64,
+) -> HeaderValue {
+    let mut cookie = format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}");
     if settings.secure_cookies {
         cookie.push_str("; Secure");
     }
@@ -270,7 +277,7 @@ async fn finish(
     let secret = crate::auth::new_secret();
     if let Err(e) = state
         .archive
-        .create_session(&secret_hash(&secret), &name)
+        .create_session(&secret_hash(&secret), &name, Some(&signed_in.id_token))
         .await
     {
         return unavailable(e);

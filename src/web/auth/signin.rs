@@ -1,8 +1,8 @@
-//! Signing in and out (`--auth users`): the sign-in page (with `--auth oidc`, its link to
-//! the provider); the password check — admitted by the throttle before anything is hashed,
-//! hashed a few at a time off the async threads — the session cookie (`__Host-` and
-//! `Secure` over HTTPS, with an absolute lifetime); and what the audit log keeps of it,
-//! compactly: a guesser cannot flood it.
+//! Signing in (`--auth users`): the sign-in page (with `--auth oidc`, its link to the
+//! provider; after signing out, what became of the sessions); the password check — admitted
+//! by the throttle before anything is hashed, hashed a few at a time off the async threads —
+//! the session cookie (`__Host-` and `Secure` over HTTPS, with an absolute lifetime); and what
+//! the audit log keeps of it, compactly: a guesser cannot flood it. Signing out is `signout`.
 
 use askama::Template;
 use axum::extract::{FromRequest, Request, State};
@@ -17,7 +17,7 @@ use crate::auth::{
     LOGIN_WINDOW, MAX_PASSWORD_BYTES,
 };
 use crate::web::auth::client::client_ip;
-use crate::web::auth::{cookie, peer};
+use crate::web::auth::peer;
 use crate::web::error::{with_retry_after, RETRY_AFTER_SECS};
 use crate::web::html::{render, PageError};
 use crate::web::nav::Nav;
@@ -34,6 +34,14 @@ pub struct LoginPage {
     pub error: Option<String>,
     /// With `--auth oidc`: where signing in at the provider starts (no password form).
     pub provider: Option<String>,
+    /// After signing out: which sessions ended, and which may not have.
+    pub signed_out: Option<Notice>,
+}
+
+/// What the page says above the sign-in, in a box of its own (a warning: in amber).
+pub struct Notice {
+    pub text: String,
+    pub warning: bool,
 }
 
 impl LoginPage {
@@ -50,6 +58,15 @@ impl LoginPage {
             next,
             error,
             provider,
+            signed_out: None,
+        }
+    }
+
+    /// The page after signing out, saying `notice`.
+    pub fn signed_out(settings: &AuthSettings, notice: Notice) -> Self {
+        LoginPage {
+            signed_out: Some(notice),
+            ..LoginPage::new(settings, "/".into(), None)
         }
     }
 }
@@ -226,7 +243,7 @@ pub async fn login(State(state): State<AppState>, request: Request) -> Response 
     let secret = crate::auth::new_secret();
     if let Err(e) = state
         .archive
-        .create_session(&secret_hash(&secret), &name)
+        .create_session(&secret_hash(&secret), &name, None)
         .await
     {
         return PageError::new(e, &HeaderMap::new()).into_response();
@@ -254,42 +271,6 @@ pub(crate) fn session_cookie(settings: &AuthSettings, secret: &str) -> HeaderVal
         cookie.push_str("; Secure");
     }
     HeaderValue::from_str(&cookie).expect("a cookie is ASCII")
-}
-
-/// `POST /logout`: ends the session and clears the cookie.
-pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let settings = &state.auth;
-    if let Some(secret) = cookie(&headers, settings.session_cookie()) {
-        let hash = secret_hash(secret);
-        if let Ok(Some(user)) = state
-            .archive
-            .session_user(
-                &hash,
-                settings.session_idle.as_millis() as u64,
-                settings.session_max.as_millis() as u64,
-            )
-            .await
-        {
-            let _ = state
-                .archive
-                .record(&Actor::system(&user.name), "logout", "signed out")
-                .await;
-        }
-        let _ = state.archive.end_session(&hash).await;
-    }
-    let mut clear = format!(
-        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-        settings.session_cookie()
-    );
-    if settings.secure_cookies {
-        clear.push_str("; Secure");
-    }
-    let mut response = Redirect::to("/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&clear).expect("a cookie is ASCII"),
-    );
-    response
 }
 
 #[cfg(test)]

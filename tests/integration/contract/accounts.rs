@@ -45,15 +45,15 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
     assert_eq!(names, ["bob", "zoe"]);
 
     // Sessions: found while used, ended when idle too long or too old.
-    archive.create_session("s-zoe", "zoe").await.unwrap();
+    archive.create_session("s-zoe", "zoe", None).await.unwrap();
     let user = archive.session_user("s-zoe", LONG, LONG).await.unwrap();
     assert_eq!(user.map(|u| u.name).as_deref(), Some("zoe"));
     assert_eq!(
         archive.session_user("s-none", LONG, LONG).await.unwrap(),
         None
     );
-    archive.create_session("s-idle", "zoe").await.unwrap();
-    archive.create_session("s-old", "zoe").await.unwrap();
+    archive.create_session("s-idle", "zoe", None).await.unwrap();
+    archive.create_session("s-old", "zoe", None).await.unwrap();
     let created = Instant::now();
     outwait(created, 200).await;
     // Unused for longer than the idle limit: ended, and stays ended.
@@ -79,13 +79,34 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
         .await
         .unwrap()
         .is_some());
-    archive.end_session("s-zoe").await.unwrap();
+    // A password's session has no ID token to give back when it ends.
+    assert_eq!(archive.end_session("s-zoe").await.unwrap(), None);
     assert_eq!(
         archive.session_user("s-zoe", LONG, LONG).await.unwrap(),
         None
     );
+    // An OpenID sign-in's session keeps its ID token (for signing out at the provider) and
+    // gives it back once, when it ends.
+    archive
+        .create_session("s-oidc", "zoe", Some("eyJhbGciOiJSUzI1NiJ9.e30.sig"))
+        .await
+        .unwrap();
+    assert!(archive
+        .session_user("s-oidc", LONG, LONG)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        archive.end_session("s-oidc").await.unwrap().as_deref(),
+        Some("eyJhbGciOiJSUzI1NiJ9.e30.sig")
+    );
+    assert_eq!(archive.end_session("s-oidc").await.unwrap(), None);
+    assert_eq!(
+        archive.session_user("s-oidc", LONG, LONG).await.unwrap(),
+        None
+    );
     // A new password ends the sessions of the old one.
-    archive.create_session("s-pw", "zoe").await.unwrap();
+    archive.create_session("s-pw", "zoe", None).await.unwrap();
     assert!(archive.set_password("zoe", "hash-2", &admin).await.unwrap());
     assert!(!archive
         .set_password("nobody", "hash", &admin)
@@ -157,7 +178,7 @@ async fn users_sessions_and_tokens_follow_their_accounts() {
     assert_eq!(archive.token("t-cli").await.unwrap(), None);
 
     // Removing a user ends their sessions and revokes their tokens.
-    archive.create_session("s-bob", "bob").await.unwrap();
+    archive.create_session("s-bob", "bob", None).await.unwrap();
     assert!(archive.remove_user("bob", &admin).await.unwrap());
     assert!(!archive.remove_user("bob", &admin).await.unwrap());
     assert_eq!(archive.user("bob").await.unwrap(), None);
