@@ -23,8 +23,8 @@ use tokio::process::Child;
 use crate::helpers::*;
 
 const BACKLOG: usize = 20_000;
-const INGESTED: &str = r#"lazarus_ingested_messages_total{queue="dlq"}"#;
-const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+const INGESTED: &str = r#"lazarus_ingested_messages_total{broker="default",queue="dlq"}"#;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{broker="default",queue="dlq"}"#;
 const REPLAYED: &str = r#"lazarus_replayed_messages_total{outcome="published"}"#;
 
 /// A `lazarus serve` process, with the address it serves on (read from its log) and its pid
