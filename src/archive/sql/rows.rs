@@ -248,6 +248,8 @@ pub fn job_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayJob, ArchiveError> {
         plan,
         counts,
         total,
+        // Read beside the job's row where it is shown (`sql::jobs::waiting_for`).
+        waiting_for_brokers: Vec::new(),
     })
 }
 
