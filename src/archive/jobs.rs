@@ -211,6 +211,11 @@ pub struct ReplayJob {
     pub total: i64,
     /// Seconds the publishing takes at the chosen rate; `None` without a rate.
     pub estimated_seconds: Option<f64>,
+    /// While it is queued or running: the brokers its messages go back to (other than
+    /// `default`) that no running instance has a `--broker` for. Only an instance that has
+    /// them all claims the job: it waits, queued, until one runs. Empty otherwise.
+    #[serde(default)]
+    pub waiting_for_brokers: Vec<String>,
 }
 
 impl ReplayJob {
@@ -492,6 +497,20 @@ impl Step {
     }
 }
 
+/// The brokers other than `default` a plan publishes to, each once, in order: what a runner
+/// must have a `--broker` for to claim the job (every runner has the default one).
+pub fn plan_brokers(plan: &Plan) -> Vec<&str> {
+    let mut brokers: Vec<&str> = plan
+        .targets
+        .iter()
+        .map(|t| t.broker.as_str())
+        .filter(|b| !super::model::is_default_broker(b))
+        .collect();
+    brokers.sort_unstable();
+    brokers.dedup();
+    brokers
+}
+
 #[cfg(test)]
 mod copy_tests {
     use super::*;
@@ -517,6 +536,31 @@ mod copy_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_needs_the_brokers_of_its_targets_but_the_default() {
+        let target = |broker: &str, exchange: &str| TargetCount {
+            vhost: String::new(),
+            broker: broker.into(),
+            exchange: exchange.into(),
+            routing_key: "k".into(),
+            messages: 1,
+            target_from: None,
+        };
+        let plan = Plan {
+            targets: vec![
+                target("us", "a"),
+                target("default", "a"),
+                target("eu", "b"),
+                target("us", "b"),
+            ],
+            // Skipped ones are not published: their broker is not needed.
+            refused_targets: vec![target("asia", "c")],
+            ..Default::default()
+        };
+        assert_eq!(plan_brokers(&plan), ["eu", "us"]);
+        assert!(plan_brokers(&Plan::default()).is_empty());
+    }
 
     const ACTIONS: [JobAction; 4] = [
         JobAction::Start,

@@ -468,7 +468,10 @@ pub struct MessagePage {
 /// Archived messages for one DLQ and first-death reason (`none` without death history).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QueueReasonCount {
+    /// The DLQ's key ([`crate::message::dlq::Dlq::key`]).
     pub queue: String,
+    /// Its broker (`default`: `--amqp-url`'s), whose `broker:` prefix the key carries.
+    pub broker: String,
     pub reason: String,
     pub messages: i64,
     /// Of those, still open (not dismissed, settled or died again).

@@ -253,10 +253,11 @@ pub trait InstanceLock: Send + Sync {
 #[async_trait]
 pub trait JobLease: Send + Sync {
     /// Takes the oldest queued job (or job `only`), or a running one whose runner's lease
-    /// ran out, for `owner` until `lease_ms` from now. A runner that holds its `instance`
-    /// name ([`InstanceLock::lock_instance_name`]) also takes, lease or not, a job whose lease
-    /// another runner of that name holds: an earlier life of this instance, gone, since
-    /// nobody else could hold the name meanwhile.
+    /// ran out, for `owner` until `lease_ms` from now — of the jobs whose brokers `owner`
+    /// can publish to ([`JobLease::announce_runner`]; every runner can to the default one).
+    /// A runner that holds its `instance` name ([`InstanceLock::lock_instance_name`]) also
+    /// takes, lease or not, a job whose lease another runner of that name holds: an earlier
+    /// life of this instance, gone, since nobody else could hold the name meanwhile.
     async fn claim_job(
         &self,
         owner: &str,
@@ -300,6 +301,20 @@ pub trait JobLease: Send + Sync {
     async fn canary_done(&self, id: i64) -> Result<bool, ArchiveError>;
     /// Copies published by the job that came back into an archived DLQ after `since`.
     async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError>;
+    /// Says that the runner `owner` runs and can publish to `brokers` (`--broker` names; the
+    /// default one goes without saying) until `live_ms` from now: it claims only jobs whose
+    /// brokers it has, and a queued job says which of its brokers no running instance has
+    /// ([`ReplayJob::waiting_for_brokers`](crate::archive::ReplayJob)). Cheap to call before
+    /// every claim: written only once half of that time is gone. Words of runners gone for an
+    /// hour are forgotten.
+    async fn announce_runner(
+        &self,
+        owner: &str,
+        brokers: &[&str],
+        live_ms: u64,
+    ) -> Result<(), ArchiveError>;
+    /// The runner `owner` stops: its word is taken back at once.
+    async fn retire_runner(&self, owner: &str) -> Result<(), ArchiveError>;
 }
 
 /// Bulk actions on a selection, audited: dismiss and purge.

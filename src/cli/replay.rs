@@ -200,7 +200,7 @@ pub fn plan_text(job: &ReplayJob) -> String {
 pub fn progress_text(job: &ReplayJob) -> String {
     let c = &job.counts;
     format!(
-        "{}: {}/{} done · published {} · unroutable {} · nacked {} · failed {} · skipped {} · cancelled {}{}",
+        "{}: {}/{} done · published {} · unroutable {} · nacked {} · failed {} · skipped {} · cancelled {}{}{}",
         job.state.as_str(),
         thousands(job.done()),
         thousands(job.total),
@@ -213,7 +213,14 @@ pub fn progress_text(job: &ReplayJob) -> String {
         job.detail
             .as_deref()
             .map(|d| format!(" · {d}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        match job.waiting_for_brokers.as_slice() {
+            [] => String::new(),
+            brokers => format!(
+                " · waiting for an instance with --broker {} (none running has it)",
+                brokers.join(", --broker ")
+            ),
+        }
     )
 }
 

@@ -154,6 +154,10 @@ mod tests {
         assert_eq!(a.key(), "orders.dlq");
         assert_eq!(b.key(), "b:orders.dlq");
         assert_eq!(Dlq::from_stored(&b.key(), "b", ""), b);
+        // Its key on its own broker, as the metrics label it beside `broker="b"`.
+        assert_eq!(b.key_on_broker(), "orders.dlq");
+        assert_eq!(crate::message::dlq::off_broker("b", &b.key()), "orders.dlq");
+        assert_eq!(crate::message::dlq::off_broker("default", "b:x"), "b:x");
         // b's own vhost is its home; another is keyed as at home, behind the prefix.
         assert_eq!(
             brokers.parse_queue("b:shop/x").unwrap(),
@@ -161,6 +165,7 @@ mod tests {
         );
         let other = brokers.parse_queue("b:t/x").unwrap();
         assert_eq!(other.key(), "b:t/x");
+        assert_eq!(other.key_on_broker(), "t/x");
         assert_eq!(Dlq::from_stored(&other.key(), "b", "t"), other);
         // A name with `:` of no broker is the default broker's.
         assert_eq!(brokers.parse_queue("c:x").unwrap(), Dlq::home("c:x"));

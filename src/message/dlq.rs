@@ -69,7 +69,14 @@ impl Dlq {
     /// vhost before it is home's). One key per DLQ: `Dlq::parse(&d.key(), home) == d`.
     /// A DLQ of another broker than the default is keyed `broker:` and its key there.
     pub fn key(&self) -> String {
-        on_broker(&self.broker, qualify(&self.vhost, &self.name))
+        on_broker(&self.broker, self.key_on_broker())
+    }
+
+    /// Its key on its own broker: [`Dlq::key`] without the `broker:` prefix (the same on the
+    /// default broker). With the broker beside it, as the metrics' `broker` and `queue`
+    /// labels carry it, it names the DLQ: `on_broker(broker, key_on_broker) == key`.
+    pub fn key_on_broker(&self) -> String {
+        qualify(&self.vhost, &self.name)
     }
 
     /// The DLQ in words: `queue "b" of vhost "a"`, `queue "a/b" of the AMQP URL's vhost`.
@@ -99,13 +106,7 @@ impl Dlq {
     /// [`Dlq::from_key`] with the broker stored beside the key, whose `broker:` prefix the
     /// key of another broker than the default carries.
     pub fn from_stored(key: &str, broker: &str, vhost: &str) -> Self {
-        let key = match broker {
-            "" | DEFAULT_BROKER => key,
-            broker => key
-                .strip_prefix(broker)
-                .and_then(|k| k.strip_prefix(':'))
-                .unwrap_or(key),
-        };
+        let key = off_broker(broker, key);
         let name = match (vhost.is_empty(), key.split_once('/')) {
             (true, None) => key,
             (_, Some((_, name))) => name,
@@ -255,6 +256,19 @@ pub fn on_broker(broker: &str, key: String) -> String {
     match broker {
         "" | DEFAULT_BROKER => key,
         broker => format!("{broker}:{key}"),
+    }
+}
+
+/// A key of the broker `broker` ([`Dlq::key`]) as that broker keys it: without its
+/// `broker:` prefix (a key of the default broker, or one without the prefix, unchanged). The
+/// inverse of [`on_broker`].
+pub fn off_broker<'k>(broker: &str, key: &'k str) -> &'k str {
+    match broker {
+        "" | DEFAULT_BROKER => key,
+        broker => key
+            .strip_prefix(broker)
+            .and_then(|k| k.strip_prefix(':'))
+            .unwrap_or(key),
     }
 }
 

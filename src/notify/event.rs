@@ -423,6 +423,7 @@ mod tests {
             },
             total: 50_000,
             estimated_seconds: None,
+            waiting_for_brokers: Vec::new(),
         };
         let event = Event::Job(Box::new(job.clone()));
         assert_eq!(event.name(), "job_paused");

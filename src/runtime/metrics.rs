@@ -1,7 +1,9 @@
 //! Prometheus metrics: what ingest counts as it goes, and the archive totals read at scrape time.
-//! Every label value is from a bounded set: DLQs this process consumes (an operator's
-//! choice), outcomes and kinds Lazarus names, and, for what messages say, [`reason_label`]
-//! and [`QUEUE_LABELS`] — a producer cannot add series.
+//! Every series of a DLQ names it by two labels, `broker` (`default`: `--amqp-url`'s) and
+//! `queue` (its key on that broker, [`Dlq::key_on_broker`]), so that a fleet's series can be
+//! summed or selected by broker. Every label value is from a bounded set: DLQs this process
+//! consumes (an operator's choice), outcomes and kinds Lazarus names, and, for what messages
+//! say, [`reason_label`] and [`QUEUE_LABELS`] — a producer cannot add series.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
@@ -16,28 +18,34 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::archive::QueueReasonCount;
-use crate::message::dlq::Dlq;
+use crate::message::dlq::{off_broker, Dlq, DEFAULT_BROKER};
 
-/// A consumed DLQ's series: `queue` is its [`Dlq::key`], one per DLQ.
+/// A consumed DLQ's series: its `broker` and `queue` ([`Dlq::key_on_broker`]), one per DLQ.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueLabels {
+    pub broker: String,
     pub queue: String,
 }
 
 impl QueueLabels {
     pub fn of(dlq: &Dlq) -> Self {
-        QueueLabels { queue: dlq.key() }
+        QueueLabels {
+            broker: dlq.broker.clone(),
+            queue: dlq.key_on_broker(),
+        }
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueReasonLabels {
+    pub broker: String,
     pub queue: String,
     pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct IngestErrorLabels {
+    pub broker: String,
     pub queue: String,
     /// `broker`, `queue_missing`, `database` or `crash`.
     pub kind: String,
@@ -74,13 +82,18 @@ impl EncodeLabelValue for Escaped<'_> {
 
 impl EncodeLabelSet for QueueLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        [("queue", Escaped(&self.queue))].encode(encoder)
+        [
+            ("broker", Escaped(&self.broker)),
+            ("queue", Escaped(&self.queue)),
+        ]
+        .encode(encoder)
     }
 }
 
 impl EncodeLabelSet for QueueReasonLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         [
+            ("broker", Escaped(&self.broker)),
             ("queue", Escaped(&self.queue)),
             ("reason", Escaped(&self.reason)),
         ]
@@ -91,6 +104,7 @@ impl EncodeLabelSet for QueueReasonLabels {
 impl EncodeLabelSet for IngestErrorLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         [
+            ("broker", Escaped(&self.broker)),
             ("queue", Escaped(&self.queue)),
             ("kind", Escaped(&self.kind)),
         ]
@@ -118,14 +132,19 @@ pub fn reason_label(reason: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-/// At most this many `queue` labels of the archive totals besides the DLQs this process
-/// consumes: the queues with most messages. The archive may hold queues nobody consumes
-/// (an imported file's, a DLQ no longer named); past the bound they are summed under
-/// [`OTHER_QUEUES`].
+/// At most this many DLQs (`broker` and `queue` labels) of the archive totals besides the
+/// DLQs this process consumes: the DLQs with most messages. The archive may hold DLQs nobody
+/// consumes (an imported file's, a DLQ no longer named); past the bound they are summed
+/// under [`OTHER_QUEUES`] of their broker.
 pub const QUEUE_LABELS: usize = 50;
 
-/// The `queue` label of the archive totals of the queues past [`QUEUE_LABELS`].
+/// The `queue` label of the archive totals of the DLQs past [`QUEUE_LABELS`].
 pub const OTHER_QUEUES: &str = "(other queues)";
+
+/// The `broker` label of the archive totals past [`QUEUE_LABELS`] whose broker names no
+/// other series (an imported file's brokers are as many as it says): their totals are
+/// summed here, so that brokers cannot add series either.
+pub const OTHER_BROKERS: &str = "(other brokers)";
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -244,7 +263,8 @@ impl Metrics {
     pub fn ingest_error(&self, dlq: &Dlq, kind: &'static str) {
         self.ingest_errors
             .get_or_create(&IngestErrorLabels {
-                queue: dlq.key(),
+                broker: dlq.broker.clone(),
+                queue: dlq.key_on_broker(),
                 kind: kind.to_owned(),
             })
             .inc();
@@ -291,15 +311,17 @@ impl Metrics {
 
     /// The Prometheus text exposition, with archive totals as of now (`None`: the database
     /// did not answer; `database_up` says so and the totals are left out). `consumed`: the
-    /// archive keys of the DLQs this process consumes, each a `queue` label whatever the
-    /// bound.
-    pub fn render(&self, counts: Option<&[QueueReasonCount]>, consumed: &[String]) -> String {
+    /// DLQs this process consumes, each named by its labels whatever the bound.
+    pub fn render(&self, counts: Option<&[QueueReasonCount]>, consumed: &[Dlq]) -> String {
         self.database_up.set(i64::from(counts.is_some()));
         // Totals that no longer exist (purged) must not linger at their last value.
         self.archived.clear();
-        for ((queue, reason), messages) in bounded_totals(counts.unwrap_or_default(), consumed) {
+        for ((broker, queue, reason), messages) in
+            bounded_totals(counts.unwrap_or_default(), consumed)
+        {
             self.archived
                 .get_or_create(&QueueReasonLabels {
+                    broker,
                     queue,
                     reason: reason.to_owned(),
                 })
@@ -312,35 +334,58 @@ impl Metrics {
     }
 }
 
-/// The archive totals by bounded labels: reasons past [`KNOWN_REASONS`] as `other`, queues
-/// neither consumed nor among the [`QUEUE_LABELS`] largest as [`OTHER_QUEUES`], summed.
+/// The archive totals by bounded labels, keyed (broker, queue, reason): reasons past
+/// [`KNOWN_REASONS`] as `other`; DLQs neither consumed nor among the [`QUEUE_LABELS`] largest
+/// as [`OTHER_QUEUES`] of their broker, or of [`OTHER_BROKERS`] when their broker names no
+/// other series (the default broker always does); summed.
 fn bounded_totals(
     counts: &[QueueReasonCount],
-    consumed: &[String],
-) -> BTreeMap<(String, &'static str), i64> {
-    let mut by_queue: BTreeMap<&str, i64> = BTreeMap::new();
+    consumed: &[Dlq],
+) -> BTreeMap<(String, String, &'static str), i64> {
+    // A DLQ by (broker, key): the key alone would do, but the broker is what is labelled.
+    let mut by_dlq: BTreeMap<(&str, &str), i64> = BTreeMap::new();
     for c in counts {
-        *by_queue.entry(c.queue.as_str()).or_default() += c.messages;
+        *by_dlq
+            .entry((c.broker.as_str(), c.queue.as_str()))
+            .or_default() += c.messages;
     }
-    let mut others: Vec<(&str, i64)> = by_queue
-        .into_iter()
-        .filter(|(q, _)| !consumed.iter().any(|c| c == q))
+    let consumed: Vec<(&str, String)> = consumed
+        .iter()
+        .map(|d| (d.broker.as_str(), d.key()))
         .collect();
-    // Largest first, then by name: every instance on one archive names the same ones.
-    others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let named: HashSet<&str> = others
+    let is_consumed =
+        |broker: &str, key: &str| consumed.iter().any(|(b, k)| *b == broker && k == key);
+    let mut others: Vec<((&str, &str), i64)> = by_dlq
+        .into_iter()
+        .filter(|((b, k), _)| !is_consumed(b, k))
+        .collect();
+    // Largest first, then by key: every instance on one archive names the same ones.
+    others.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then(a.0 .1.cmp(b.0 .1))
+            .then(a.0 .0.cmp(b.0 .0))
+    });
+    let named: HashSet<(&str, &str)> = others
         .iter()
         .take(QUEUE_LABELS)
-        .map(|(q, _)| *q)
-        .chain(consumed.iter().map(String::as_str))
+        .map(|(dlq, _)| *dlq)
+        .chain(consumed.iter().map(|(b, k)| (*b, k.as_str())))
+        .collect();
+    let brokers: HashSet<&str> = named
+        .iter()
+        .map(|(b, _)| *b)
+        .chain([DEFAULT_BROKER])
         .collect();
     let mut out = BTreeMap::new();
     for c in counts {
-        let queue = match named.contains(c.queue.as_str()) {
-            true => c.queue.clone(),
-            false => OTHER_QUEUES.to_owned(),
+        let (broker, queue) = (c.broker.as_str(), c.queue.as_str());
+        let labels = match (named.contains(&(broker, queue)), brokers.contains(broker)) {
+            (true, _) => (broker.to_owned(), off_broker(broker, queue).to_owned()),
+            (false, true) => (broker.to_owned(), OTHER_QUEUES.to_owned()),
+            (false, false) => (OTHER_BROKERS.to_owned(), OTHER_QUEUES.to_owned()),
         };
-        *out.entry((queue, reason_label(&c.reason))).or_default() += c.messages;
+        *out.entry((labels.0, labels.1, reason_label(&c.reason)))
+            .or_default() += c.messages;
     }
     out
 }
@@ -349,15 +394,29 @@ fn bounded_totals(
 mod tests {
     use super::*;
 
-    fn count(queue: &str, reason: &str, messages: i64) -> QueueReasonCount {
+    /// The totals of `key` (a [`Dlq::key`]) of the default broker.
+    fn count(key: &str, reason: &str, messages: i64) -> QueueReasonCount {
+        count_on(DEFAULT_BROKER, key, reason, messages)
+    }
+
+    fn count_on(broker: &str, key: &str, reason: &str, messages: i64) -> QueueReasonCount {
         QueueReasonCount {
-            queue: queue.into(),
+            queue: key.into(),
+            broker: broker.into(),
             reason: reason.into(),
             messages,
             open: messages,
             oldest: time::OffsetDateTime::UNIX_EPOCH,
             newest: time::OffsetDateTime::UNIX_EPOCH,
         }
+    }
+
+    type Totals = BTreeMap<(String, String, &'static str), i64>;
+
+    fn total(totals: &Totals, broker: &str, queue: &str, reason: &'static str) -> Option<i64> {
+        totals
+            .get(&(broker.to_owned(), queue.to_owned(), reason))
+            .copied()
     }
 
     #[test]
@@ -375,8 +434,8 @@ mod tests {
             ));
         }
         counts.push(count("consumed.dlq", "maxlen", 1));
-        let totals = bounded_totals(&counts, &["consumed.dlq".to_owned()]);
-        let reason = |q: &str, r: &'static str| totals.get(&(q.to_owned(), r)).copied();
+        let totals = bounded_totals(&counts, &[Dlq::home("consumed.dlq")]);
+        let reason = |q: &str, r: &'static str| total(&totals, "default", q, r);
         assert_eq!(reason("orders.dlq", "other"), Some(200));
         assert_eq!(reason("orders.dlq", "rejected"), Some(7));
         assert_eq!(reason("orders.dlq", "delivery_limit"), Some(2));
@@ -389,10 +448,67 @@ mod tests {
         assert_eq!(reason(OTHER_QUEUES, "expired"), Some((100..111).sum()));
         assert_eq!(reason("imported-059", "expired"), Some(159));
         assert_eq!(reason("imported-010", "expired"), None);
-        let queues: HashSet<&str> = totals.keys().map(|(q, _)| q.as_str()).collect();
+        let queues: HashSet<&str> = totals.keys().map(|(_, q, _)| q.as_str()).collect();
         assert_eq!(queues.len(), QUEUE_LABELS + 2, "{queues:?}");
+        assert!(totals.keys().all(|(b, _, _)| b == "default"), "{totals:?}");
         assert_eq!(reason_label("rejected"), "rejected");
         assert_eq!(reason_label("Rejected"), "other");
+    }
+
+    #[test]
+    fn each_broker_is_a_label_and_its_queues_are_keyed_there() {
+        let us = Dlq::home("orders.dlq").on("us");
+        let mut counts = vec![
+            count("orders.dlq", "rejected", 3),
+            count_on("us", "us:orders.dlq", "expired", 2),
+            count_on("us", "us:tenant%2Fa/orders.dlq", "expired", 1),
+            // A default-broker queue whose name holds `:` is keyed as it is.
+            count("eu:x", "expired", 4),
+        ];
+        // Past the bound: the smallest DLQs, of a broker named elsewhere and of one not.
+        for i in 0..QUEUE_LABELS {
+            counts.push(count(&format!("big-{i:03}"), "expired", 1000));
+        }
+        counts.push(count_on("us", "us:small.dlq", "maxlen", 1));
+        counts.push(count_on("imported", "imported:small.dlq", "maxlen", 1));
+        counts.push(count_on("imported2", "imported2:small.dlq", "maxlen", 1));
+        let totals = bounded_totals(&counts, &[us.clone(), Dlq::home("orders.dlq")]);
+        assert_eq!(total(&totals, "us", "orders.dlq", "expired"), Some(2));
+        assert_eq!(total(&totals, "default", "orders.dlq", "rejected"), Some(3));
+        assert_eq!(total(&totals, "us", OTHER_QUEUES, "expired"), Some(1));
+        assert_eq!(total(&totals, "us", OTHER_QUEUES, "maxlen"), Some(1));
+        assert_eq!(total(&totals, "default", OTHER_QUEUES, "expired"), Some(4));
+        assert_eq!(
+            total(&totals, OTHER_BROKERS, OTHER_QUEUES, "maxlen"),
+            Some(2),
+            "brokers that name no series are summed"
+        );
+        let brokers: HashSet<&str> = totals.keys().map(|(b, _, _)| b.as_str()).collect();
+        assert_eq!(
+            brokers,
+            HashSet::from(["default", "us", OTHER_BROKERS]),
+            "{totals:?}"
+        );
+
+        let metrics = Metrics::default();
+        metrics.set_connected(&us, true);
+        metrics.ingest_error(&us, "broker");
+        metrics
+            .ingested
+            .get_or_create(&QueueLabels::of(
+                &Dlq::parse("shop/x", "/").unwrap().on("us"),
+            ))
+            .inc();
+        let text = metrics.render(Some(&counts[..2]), &[us]);
+        for series in [
+            r#"lazarus_consumer_connected{broker="us",queue="orders.dlq"} 1"#,
+            r#"lazarus_ingest_errors_total{broker="us",queue="orders.dlq",kind="broker"} 1"#,
+            r#"lazarus_ingested_messages_total{broker="us",queue="shop/x"} 1"#,
+            r#"lazarus_archived_messages{broker="us",queue="orders.dlq",reason="expired"} 2"#,
+            r#"lazarus_archived_messages{broker="default",queue="orders.dlq",reason="rejected"} 3"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
     }
 
     #[test]
@@ -401,7 +517,9 @@ mod tests {
         metrics.ingest_error(&Dlq::home("a\\b\"c\nd"), "database");
         let text = metrics.render(Some(&[]), &[]);
         assert!(
-            text.contains(r#"lazarus_ingest_errors_total{queue="a\\b\"c\nd",kind="database"} 1"#),
+            text.contains(
+                r#"lazarus_ingest_errors_total{broker="default",queue="a\\b\"c\nd",kind="database"} 1"#
+            ),
             "{text}"
         );
     }
@@ -412,7 +530,9 @@ mod tests {
         let count = count("orders.dlq", "rejected", 3);
         let up = metrics.render(Some(std::slice::from_ref(&count)), &[]);
         assert!(up.contains("lazarus_database_up 1"), "{up}");
-        assert!(up.contains(r#"lazarus_archived_messages{queue="orders.dlq",reason="rejected"} 3"#));
+        assert!(up.contains(
+            r#"lazarus_archived_messages{broker="default",queue="orders.dlq",reason="rejected"} 3"#
+        ));
         let down = metrics.render(None, &[]);
         assert!(down.contains("lazarus_database_up 0"), "{down}");
         assert!(!down.contains("lazarus_archived_messages{"), "{down}");

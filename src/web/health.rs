@@ -9,6 +9,7 @@ use axum::Json;
 use serde::Serialize;
 
 use crate::archive::Role;
+use crate::message::dlq::{on_broker, DEFAULT_BROKER};
 use crate::runtime::status::ConsumerState;
 use crate::web::auth::Caller;
 use crate::web::AppState;
@@ -100,10 +101,12 @@ pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> im
             None
         }
     };
-    let consumed: Vec<String> = state.status.dlqs().iter().map(|d| d.key()).collect();
-    let mut text = state.metrics.render(counts.as_deref(), &consumed);
+    let mut text = state
+        .metrics
+        .render(counts.as_deref(), &state.status.dlqs());
     // A scrape by a caller whose rights are of some DLQs: those DLQs' series only (the
-    // instance's own series count every DLQ's messages).
+    // instance's own series count every DLQ's messages), each DLQ by the key its `broker`
+    // and `queue` labels make.
     if !caller.rights.everywhere_at(Role::Viewer) {
         let visible = caller
             .dlqs_at(Role::Viewer, &state)
@@ -111,7 +114,7 @@ pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> im
             .ok()
             .flatten()
             .unwrap_or_default();
-        text = only_queues(&text, |queue| visible.iter().any(|v| v == queue));
+        text = only_queues(&text, |key| visible.iter().any(|v| v == key));
     }
     (
         [(
@@ -122,12 +125,18 @@ pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> im
     )
 }
 
-/// The samples of Prometheus text whose `queue` label `keep` keeps; samples without one are
-/// left out, `# HELP` and `# TYPE` lines kept.
+/// The samples of Prometheus text whose DLQ `keep` keeps, given its key ([`Dlq::key`]: the
+/// `queue` label behind the `broker` label's `broker:`, none for `default`); samples without
+/// a `queue` label are left out, `# HELP` and `# TYPE` lines kept.
 fn only_queues(text: &str, keep: impl Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
-        let kept = line.starts_with('#') || queue_label(line).is_some_and(|q| keep(&q));
+        let key = || {
+            let queue = label(line, "queue")?;
+            let broker = label(line, "broker").unwrap_or_else(|| DEFAULT_BROKER.to_owned());
+            Some(on_broker(&broker, queue))
+        };
+        let kept = line.starts_with('#') || key().is_some_and(|k| keep(&k));
         if kept {
             out.push_str(line);
             out.push('\n');
@@ -136,8 +145,8 @@ fn only_queues(text: &str, keep: impl Fn(&str) -> bool) -> String {
     out
 }
 
-/// The `queue` label's value of a sample line, unescaped as the text format escapes it.
-fn queue_label(line: &str) -> Option<String> {
+/// The value of the label `wanted` of a sample line, unescaped as the text format escapes it.
+fn label(line: &str, wanted: &str) -> Option<String> {
     let labels = line.split_once('{')?.1;
     let mut rest = labels;
     loop {
@@ -154,7 +163,7 @@ fn queue_label(line: &str) -> Option<String> {
                 (_, c) => value.push(c),
             }
         };
-        if name.trim_start_matches(',').trim() == "queue" {
+        if name.trim_start_matches(',').trim() == wanted {
             return Some(value);
         }
         rest = &after[end + 1..];
@@ -164,6 +173,20 @@ fn queue_label(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scrape_keeps_the_series_of_the_brokers_queues_it_may_see() {
+        let text = "# TYPE lazarus_archived gauge\n\
+                    lazarus_archived{broker=\"us\",queue=\"orders.dlq\",reason=\"expired\"} 2\n\
+                    lazarus_archived{broker=\"default\",queue=\"orders.dlq\",reason=\"expired\"} 3\n\
+                    lazarus_connected{queue=\"x\",broker=\"us\"} 1\n";
+        let kept = only_queues(text, |key| key == "us:orders.dlq" || key == "us:x");
+        assert!(kept.contains("} 2\n") && kept.contains("} 1\n"), "{kept}");
+        // The default broker's orders.dlq is another DLQ.
+        assert!(!kept.contains("} 3\n"), "{kept}");
+        let kept = only_queues(text, |key| key == "orders.dlq");
+        assert!(kept.contains("} 3\n") && !kept.contains("} 2\n"), "{kept}");
+    }
 
     #[test]
     fn a_scrape_keeps_the_series_of_the_queues_it_may_see() {

@@ -9,7 +9,7 @@ use crate::helpers::*;
 
 const BACKLOG: usize = 20_000;
 const KILLS: usize = 2;
-const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{broker="default",queue="dlq"}"#;
 
 on_both_brokers!(
     broker_sigkilled_mid_ingest_every_message_archived_once,

@@ -1,7 +1,8 @@
 //! One instance archiving two clusters (`--amqp-url` as `default` and `--broker b=…`): the
 //! machine's RabbitMQ 3.10 and the 4.x beside it, each with its own `orders.dlq`. The two stay
 //! apart in the list, the `broker=` filter, the `broker:` search, the message page, groups,
-//! metrics and the export; one replay job over both lands each copy in its own cluster.
+//! metrics and the export; one replay job over both lands each copy in its own cluster. A
+//! viewer of one broker's DLQs scrapes that broker's series only.
 //! With a management API per cluster (`--management-url` and `--management-url b=…`), each
 //! cluster's DLQs are discovered, adopted under its keys and read for their delivery limit,
 //! and a plan's reach is known on both; a default-broker queue keyed as `b:…` is refused, by
@@ -11,6 +12,8 @@ use std::time::Duration;
 
 use lapin::types::AMQPValue;
 use lapin::ExchangeKind;
+use lazarus::archive::{Actor, Grant, Role, TokenSpec};
+use lazarus::auth::{secret_hash, AuthMode, TOKEN_PREFIX};
 use serde_json::Value;
 
 use crate::brokers::{Broker, PrivateBroker, Vhost};
@@ -103,14 +106,19 @@ async fn two_clusters_are_archived_apart_and_replayed_each_into_its_own() {
         "{page}"
     );
 
-    // Metrics: each DLQ by its key.
+    // Metrics: each DLQ by its broker and its key there, a label each.
     let metrics = app.get("/metrics").await.text();
-    assert!(
-        metrics.contains(r#"lazarus_archived_messages{queue="b:orders.dlq",reason="expired"} 2"#)
-            && metrics
-                .contains(r#"lazarus_archived_messages{queue="orders.dlq",reason="expired"} 3"#),
-        "{metrics}"
-    );
+    for series in [
+        r#"lazarus_archived_messages{broker="b",queue="orders.dlq",reason="expired"} 2"#,
+        r#"lazarus_archived_messages{broker="default",queue="orders.dlq",reason="expired"} 3"#,
+        r#"lazarus_ingested_messages_total{broker="b",queue="orders.dlq"} 2"#,
+        r#"lazarus_ingested_messages_total{broker="default",queue="orders.dlq"} 3"#,
+        r#"lazarus_consumer_connected{broker="b",queue="orders.dlq"} 1"#,
+        r#"lazarus_consumer_connected{broker="default",queue="orders.dlq"} 1"#,
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
+    assert!(!metrics.contains("b:orders"), "{metrics}");
 
     // The export names the broker, and the queue by its own name there.
     let export = app.get("/api/export?broker=b").await.text();
@@ -430,4 +438,63 @@ async fn an_archive_holding_a_default_queue_keyed_as_a_brokers_is_refused() {
         .await
         .is_ok());
     t.cleanup().await;
+}
+
+on_both_backends!(a_viewer_of_one_brokers_dlqs_scrapes_that_brokers_series_only);
+async fn a_viewer_of_one_brokers_dlqs_scrapes_that_brokers_series_only() {
+    let a = Vhost::on(Broker::Rabbitmq3, "scrape-a");
+    let b = Vhost::on(Broker::Rabbitmq4, "scrape-b");
+    let _shop_a = shop(&a.url(), "a", 3).await;
+    let _shop_b = shop(&b.url(), "b", 2).await;
+    let b_url = b.url();
+    let app = TestApp::spawn_with(&["orders.dlq", "b:orders.dlq"], |c| {
+        c.connection.amqp_url = a.url().into();
+        c.connection.brokers = vec![format!("b={b_url}").parse().unwrap()];
+        c.auth = AuthMode::Users;
+    })
+    .await;
+    app.wait_for_archived(5, Duration::from_secs(30)).await;
+    // A token of someone who may view b's DLQs (of its URL's vhost) and nothing else.
+    let token = format!("{TOKEN_PREFIX}bea-secret-of-the-test");
+    app.archive
+        .create_token(
+            &TokenSpec {
+                name: "bea",
+                token_hash: &secret_hash(&token),
+                role: Role::Viewer,
+                grants: &[Grant {
+                    role: Role::Viewer,
+                    on: "b:*".into(),
+                }],
+                owner: None,
+                expires_at: time::OffsetDateTime::now_utc() + time::Duration::days(1),
+            },
+            &Actor::system("test"),
+        )
+        .await
+        .unwrap();
+    let bearer = format!("Bearer {token}");
+    let scrape = http_with(
+        app.addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", &bearer)],
+        None,
+    )
+    .await;
+    assert_eq!(scrape.status, 200, "{}", scrape.text());
+    let metrics = scrape.text();
+    // The same-named DLQ on each broker: hers, and not the default broker's.
+    for series in [
+        r#"lazarus_archived_messages{broker="b",queue="orders.dlq",reason="expired"} 2"#,
+        r#"lazarus_ingested_messages_total{broker="b",queue="orders.dlq"} 2"#,
+        r#"lazarus_consumer_connected{broker="b",queue="orders.dlq"} 1"#,
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
+    let samples: Vec<&str> = metrics.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!samples.is_empty());
+    for line in &samples {
+        assert!(line.contains(r#"broker="b",queue=""#), "not of b: {line}");
+    }
 }

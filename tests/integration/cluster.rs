@@ -26,7 +26,7 @@ const BATCH: usize = 5;
 const PREFETCH: usize = 3 * BATCH;
 /// The job held back by an alarm: this many of the archived messages, 20 a second.
 const ALARM_JOB: i64 = 200;
-const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{broker="default",queue="dlq"}"#;
 /// Generous: three nodes and Lazarus share two cores with whatever else runs.
 const LONG: Duration = Duration::from_secs(240);
 

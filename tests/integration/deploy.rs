@@ -163,8 +163,12 @@ fn the_dashboards_queries_parse() {
     let mut n = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
-            // Grafana's variable, as "All" expands it.
-            let expr = target["expr"].as_str().unwrap().replace("$queue", ".*");
+            // Grafana's variables, as "All" expands them.
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$queue", ".*")
+                .replace("$broker", ".*");
             n += 1;
             rules.push_str(&format!(
                 "      - record: dashboard:query_{n}\n        expr: {}\n",
@@ -186,6 +190,7 @@ fn exposition_with_every_family() -> String {
     use lazarus::runtime::metrics::{Metrics, QueueLabels};
     let metrics = Metrics::default();
     let queue = QueueLabels {
+        broker: "default".into(),
         queue: "orders.dlq".into(),
     };
     metrics.ingested.get_or_create(&queue).inc();
@@ -198,6 +203,7 @@ fn exposition_with_every_family() -> String {
     metrics.webhook("failed", 1);
     let count = QueueReasonCount {
         queue: "orders.dlq".into(),
+        broker: "default".into(),
         reason: "rejected".into(),
         messages: 1,
         open: 1,

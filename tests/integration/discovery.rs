@@ -641,7 +641,9 @@ async fn a_home_queue_named_like_another_vhosts_is_its_own_dlq(home_listed_first
             assert_eq!(to.depth("orders.dlq").await, 0);
 
             // Each has its own series and consumer state.
-            let series = |name: &str, queue: &str| format!("{name}{{queue=\"{queue}\"}} ");
+            let series = |name: &str, queue: &str| {
+                format!("{name}{{broker=\"default\",queue=\"{queue}\"}} ")
+            };
             let ingested = "lazarus_ingested_messages_total";
             assert_eq!(app.counter(&series(ingested, &home_key)).await, 2);
             assert_eq!(app.counter(&series(ingested, &other_key)).await, 3);

@@ -37,12 +37,14 @@ async fn missing_queue_is_reported_and_retried_not_created() {
     let metrics = app.get("/metrics").await.text();
     assert!(
         metrics.contains(&format!(
-            "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"queue_missing\"}}"
+            "lazarus_ingest_errors_total{{broker=\"default\",queue=\"{dlq}\",kind=\"queue_missing\"}}"
         )),
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!("lazarus_consumer_connected{{queue=\"{dlq}\"}} 0")),
+        metrics.contains(&format!(
+            "lazarus_consumer_connected{{broker=\"default\",queue=\"{dlq}\"}} 0"
+        )),
         "{metrics}"
     );
 
@@ -239,7 +241,7 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
         Duration::from_secs(30),
         || async {
             app.get("/metrics").await.text().contains(&format!(
-                "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"database\"}}"
+                "lazarus_ingest_errors_total{{broker=\"default\",queue=\"{dlq}\",kind=\"database\"}}"
             ))
         },
     )
@@ -808,7 +810,7 @@ async fn sqlite_resumes_by_itself_once_a_full_disk_has_room_again() {
         Duration::from_secs(30),
         || async {
             app.get("/metrics").await.text().contains(&format!(
-                "lazarus_ingest_errors_total{{queue=\"{dlq}\",kind=\"database\"}}"
+                "lazarus_ingest_errors_total{{broker=\"default\",queue=\"{dlq}\",kind=\"database\"}}"
             ))
         },
     )
@@ -992,6 +994,7 @@ async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
     assert_eq!(
         archived.1,
         [
+            ("broker".to_owned(), "default".to_owned()),
             ("queue".to_owned(), dlq.clone()),
             ("reason".to_owned(), "other".to_owned())
         ],
@@ -1001,7 +1004,11 @@ async fn hostile_queue_names_and_death_reasons_cannot_break_or_forge_metrics() {
     assert!(
         samples.iter().any(
             |(name, labels, value)| name == "lazarus_ingested_messages_total"
-                && labels == &[("queue".to_owned(), dlq.clone())]
+                && labels
+                    == &[
+                        ("broker".to_owned(), "default".to_owned()),
+                        ("queue".to_owned(), dlq.clone())
+                    ]
                 && *value == 1.0
         ),
         "{text}"
@@ -1130,6 +1137,8 @@ async fn forged_death_reasons_and_imported_queues_add_no_metrics_series() {
                     value == &dlq || value.starts_with("imported-") || value == "(other queues)"
                 }
                 "reason" => ["rejected", "other"].contains(&value.as_str()),
+                // The import's lines name no broker: the default one's.
+                "broker" => value == "default",
                 "le" | "kind" | "outcome" => true,
                 _ => false,
             };
@@ -1169,10 +1178,9 @@ async fn a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections(
         "a database ingest error",
         Duration::from_secs(30),
         || async {
-            app.get("/metrics")
-                .await
-                .text()
-                .contains("lazarus_ingest_errors_total{queue=\"dlq\",kind=\"database\"}")
+            app.get("/metrics").await.text().contains(
+                "lazarus_ingest_errors_total{broker=\"default\",queue=\"dlq\",kind=\"database\"}",
+            )
         },
     )
     .await;
@@ -1431,11 +1439,9 @@ async fn restarts_while_the_archive_refuses_writes_take_no_deliveries() {
         "a database ingest error",
         Duration::from_secs(30),
         || async {
-            first
-                .get("/metrics")
-                .await
-                .text()
-                .contains("lazarus_ingest_errors_total{queue=\"dlq\",kind=\"database\"}")
+            first.get("/metrics").await.text().contains(
+                "lazarus_ingest_errors_total{broker=\"default\",queue=\"dlq\",kind=\"database\"}",
+            )
         },
     )
     .await;

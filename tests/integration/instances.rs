@@ -23,17 +23,17 @@ use tokio::process::Child;
 use crate::helpers::*;
 
 const BACKLOG: usize = 20_000;
-const INGESTED: &str = r#"lazarus_ingested_messages_total{queue="dlq"}"#;
-const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+const INGESTED: &str = r#"lazarus_ingested_messages_total{broker="default",queue="dlq"}"#;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{broker="default",queue="dlq"}"#;
 const REPLAYED: &str = r#"lazarus_replayed_messages_total{outcome="published"}"#;
 
 /// A `lazarus serve` process, with the address it serves on (read from its log) and its pid
 /// (which its replay runner's lease owner name carries: `host:pid:nanos`).
-struct Instance {
+pub(crate) struct Instance {
     name: &'static str,
     child: Child,
-    pid: u32,
-    addr: SocketAddr,
+    pub(crate) pid: u32,
+    pub(crate) addr: SocketAddr,
     /// Every line it logged so far.
     log: Arc<Mutex<Vec<String>>>,
     /// The PostgreSQL archive it was started on, if it was.
@@ -42,13 +42,24 @@ struct Instance {
 
 impl Instance {
     async fn start(name: &'static str, amqp_url: &str, db: &str, flags: &[&str]) -> Instance {
+        Self::consuming(name, amqp_url, "dlq", db, flags).await
+    }
+
+    /// An instance archiving `queue` (a `--queue` spec).
+    pub(crate) async fn consuming(
+        name: &'static str,
+        amqp_url: &str,
+        queue: &str,
+        db: &str,
+        flags: &[&str],
+    ) -> Instance {
         // Its PostgreSQL sessions carry its name, so that a kill can wait for them to end.
         let postgres = db.starts_with("postgres").then(|| db.to_owned());
         let db_url = match postgres {
             Some(_) => format!("{db}?application_name={}", Self::session_name(name)),
             None => db.to_owned(),
         };
-        let mut child = lazarus_command(amqp_url, "dlq", &db_url, flags)
+        let mut child = lazarus_command(amqp_url, queue, &db_url, flags)
             .env(
                 "RUST_LOG",
                 "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::runtime::instance=info",
@@ -100,6 +111,37 @@ impl Instance {
     /// The `application_name` of its database sessions.
     fn session_name(name: &str) -> String {
         format!("lazarus-test-{}", name.replace(' ', "-"))
+    }
+
+    /// GET `path` and parse the JSON answer, asserting a 200.
+    pub(crate) async fn json(&self, path: &str) -> serde_json::Value {
+        let answer = http_get(self.addr, path).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{} GET {path}: {}",
+            self.name,
+            answer.text()
+        );
+        serde_json::from_slice(&answer.body).unwrap()
+    }
+
+    /// POST JSON to `path` and parse the answer, asserting a 200.
+    pub(crate) async fn post_json(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let answer = http_request(self.addr, "POST", path, Some(&body.to_string())).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{} POST {path}: {}",
+            self.name,
+            answer.text()
+        );
+        serde_json::from_slice(&answer.body).unwrap()
+    }
+
+    /// Stops it as an orchestrator would (SIGTERM): it drains and exits cleanly.
+    pub(crate) async fn sigterm(mut self) {
+        sigterm(&mut self.child).await;
     }
 
     /// Whether it logged a line with `text` in it.

@@ -909,7 +909,9 @@ async fn purging_deletes_messages_with_their_bodies_search_entries_and_totals() 
     );
     let metrics = app.get("/metrics").await.text();
     assert!(
-        !metrics.contains(&format!("lazarus_archived_messages{{queue=\"{dlq}\"")),
+        !metrics.contains(&format!(
+            "lazarus_archived_messages{{broker=\"default\",queue=\"{dlq}\""
+        )),
         "no stale total left: {metrics}"
     );
     let audit = app.json("/api/audit", 200).await;

@@ -292,7 +292,8 @@ async fn sixteen_mib_dead_letters_are_given_back_to_the_system() {
         t.publish("", &work, &big, Default::default()).await;
         publish_many(&t.channel, "", &work, &format!("small{i}"), 3000).await;
     }
-    let ingested = format!("lazarus_ingested_messages_total{{queue=\"{dlq}\"}} 9003");
+    let ingested =
+        format!("lazarus_ingested_messages_total{{broker=\"default\",queue=\"{dlq}\"}} 9003");
     // Every 200 ms: the server's peak memory is measured next.
     let patience = Patience::within(Duration::from_secs(120)).every(Duration::from_millis(200));
     wait_until("9,003 dead letters to be archived", patience, async || {

@@ -11,7 +11,7 @@ const BACKLOG: usize = 20_000;
 /// Closes of Lazarus's connections: at least this many, and more until one has lost an ack.
 const MIN_CLOSES: usize = 3;
 const MAX_CLOSES: usize = 15;
-const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{queue="dlq"}"#;
+const DUPLICATES: &str = r#"lazarus_duplicate_deliveries_total{broker="default",queue="dlq"}"#;
 
 on_both_brokers!(
     closed_connections_on_a_quorum_dlq_archive_every_message_once,

@@ -21,6 +21,7 @@ mod discovery;
 mod export;
 mod failures;
 mod field_search;
+mod fleet;
 mod frameworks;
 mod group_notes;
 mod groups;

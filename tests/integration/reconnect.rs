@@ -50,7 +50,7 @@ async fn broker_closing_the_connection_mid_stream_loses_and_doubles_nothing() {
         "the consumer never saw its connection closed: {metrics}"
     );
     assert!(
-        metrics.contains("lazarus_consumer_connected{queue=\"dlq\"} 1"),
+        metrics.contains("lazarus_consumer_connected{broker=\"default\",queue=\"dlq\"} 1"),
         "{metrics}"
     );
     // Nothing left once the last ack is in, not even unacknowledged.

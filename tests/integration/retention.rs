@@ -151,7 +151,9 @@ async fn ages_delete_what_the_policy_no_longer_keeps_but_not_what_a_job_holds() 
     assert_eq!(totals_mismatches(&app.database_url).await, 0);
     let metrics = app.get("/metrics").await.text();
     assert!(
-        !metrics.contains(&format!("lazarus_archived_messages{{queue=\"{dlq}\"")),
+        !metrics.contains(&format!(
+            "lazarus_archived_messages{{broker=\"default\",queue=\"{dlq}\""
+        )),
         "no stale total: {metrics}"
     );
     t.cleanup().await;
@@ -175,7 +177,7 @@ async fn serve_keeps_each_dlq_under_its_caps_and_the_cli_shows_the_next_pass() {
         rejecting_worker(&work).await,
         rejecting_worker(&other_work).await,
     ];
-    let ingested = format!("lazarus_ingested_messages_total{{queue=\"{dlq}\"}}");
+    let ingested = format!("lazarus_ingested_messages_total{{broker=\"default\",queue=\"{dlq}\"}}");
     // A pass counts what it deleted once it has committed: the count is waited for too.
     let deleted = "lazarus_retention_deleted_messages_total";
     let what = format!(

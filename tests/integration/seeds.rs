@@ -376,13 +376,13 @@ async fn seed_002_billing_quorum_queues_override_and_overflow() {
     let metrics = app.get("/metrics").await.text();
     assert!(
         metrics.contains(&format!(
-            "lazarus_archived_messages{{queue=\"{dlq}\",reason=\"maxlen\"}} 2"
+            "lazarus_archived_messages{{broker=\"default\",queue=\"{dlq}\",reason=\"maxlen\"}} 2"
         )),
         "{metrics}"
     );
     assert!(
         metrics.contains(&format!(
-            "lazarus_archived_messages{{queue=\"{dlq}\",reason=\"rejected\"}} 3"
+            "lazarus_archived_messages{{broker=\"default\",queue=\"{dlq}\",reason=\"rejected\"}} 3"
         )),
         "{metrics}"
     );

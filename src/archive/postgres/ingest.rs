@@ -130,9 +130,9 @@ async fn insert_batch(
          INSERT INTO message_field_keys (message_id, name, folded) \
          SELECT * FROM UNNEST($52::bigint[], $53::text[], $54::text[]) ON CONFLICT DO NOTHING), \
          new_totals AS (\
-         INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
-         SELECT q, r, n, n, b, o, w FROM UNNEST($29::text[], $30::text[], $31::bigint[], $50::bigint[], \
-         $32::bigint[], $33::bigint[]) AS t (q, r, n, b, o, w) \
+         INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at, broker) \
+         SELECT q, r, n, n, b, o, w, k FROM UNNEST($29::text[], $30::text[], $31::bigint[], $50::bigint[], \
+         $32::bigint[], $33::bigint[], $74::text[]) AS t (q, r, n, b, o, w, k) \
          ON CONFLICT (queue, reason) DO UPDATE SET \
          messages = queue_reason_counts.messages + excluded.messages, \
          open_messages = queue_reason_counts.open_messages + excluded.messages, \
@@ -241,6 +241,8 @@ async fn insert_batch(
     .bind(group_minutes.values().copied().collect::<Vec<_>>())
     // Its broker (issue 36).
     .bind(col(&|m| Some(&m.message.broker)))
+    // Each total's broker, for the metrics' `broker` label.
+    .bind(totals.values().map(|v| v.broker).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

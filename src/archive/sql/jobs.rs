@@ -8,10 +8,10 @@ use async_trait::async_trait;
 
 use super::columns::{JOB_COLUMNS, TODO};
 use super::rows::{item_from_row, job_from_row, plan_from_rows};
-use super::{args, audit, now, Arg, Conn, Dialect, SqlArchive};
+use super::{args, audit, now, ArchiveRow, Arg, Conn, Dialect, Row, SqlArchive};
 use crate::archive::audit_text::{control_summary, create_summary};
 use crate::archive::jobs::{
-    next_state, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, NOT_ALLOWED, NO_TARGET,
+    next_state, plan_brokers, ALREADY_REPLAYED, DISMISSED, IN_OTHER_JOB, NOT_ALLOWED, NO_TARGET,
 };
 use crate::archive::{
     Actor, ArchiveError, Canary, CopyCounts, JobAction, JobItem, JobSpec, JobState, JobStore,
@@ -64,7 +64,51 @@ pub(super) async fn job_in(conn: &mut Conn<'_>, id: i64) -> Result<ReplayJob, Ar
         )
         .await?
         .ok_or(ArchiveError::UnknownJob(id))?;
-    job_from_row(&row)
+    let mut job = job_from_row(&row)?;
+    let waiting = conn.fetch_all(WAITING_FOR, args![now(), Some(id)]).await?;
+    waiting_for(std::slice::from_mut(&mut job), &waiting)?;
+    Ok(job)
+}
+
+/// Of each queued or running job (`$2`: this one; NULL: every one), the brokers its plan
+/// publishes to (but the default) that no live runner can publish to (`$1`: now). A runner
+/// is live while its word lasts (`live_until`, renewed as it looks for jobs) and while it
+/// holds a job's lease (it does not look meanwhile).
+const WAITING_FOR: &str = "SELECT b.job_id, b.broker FROM replay_job_brokers b \
+     JOIN replay_jobs j ON j.id = b.job_id \
+     WHERE j.state IN ('queued', 'running') AND (CAST($2 AS BIGINT) IS NULL OR b.job_id = $2) \
+     AND NOT EXISTS (SELECT 1 FROM replay_runners r WHERE r.broker = b.broker \
+         AND (r.live_until > $1 OR EXISTS (SELECT 1 FROM replay_jobs l \
+              WHERE l.lease_owner = r.owner AND l.state = 'running' AND l.lease_until > $1))) \
+     ORDER BY b.job_id, b.broker";
+
+/// Gives each of `jobs` the brokers [`WAITING_FOR`]'s `rows` say it waits for.
+fn waiting_for(jobs: &mut [ReplayJob], rows: &[Row]) -> Result<(), ArchiveError> {
+    for row in rows {
+        let id: i64 = row.column("job_id")?;
+        if let Some(job) = jobs.iter_mut().find(|j| j.id == id) {
+            job.waiting_for_brokers.push(row.column("broker")?);
+        }
+    }
+    Ok(())
+}
+
+/// Records the brokers other than the default that `plan` publishes to: only a runner that
+/// can publish to each claims the job ([`crate::archive::JobLease::claim_job`]).
+async fn record_brokers(conn: &mut Conn<'_>, id: i64, plan: &Plan) -> Result<(), sqlx::Error> {
+    conn.execute(
+        "DELETE FROM replay_job_brokers WHERE job_id = $1",
+        args![id],
+    )
+    .await?;
+    for broker in plan_brokers(plan) {
+        conn.execute(
+            "INSERT INTO replay_job_brokers (job_id, broker) VALUES ($1, $2)",
+            args![id, broker],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// The job, its row locked until the transaction ends on PostgreSQL: whatever is decided
@@ -138,6 +182,7 @@ async fn skip_elsewhere_and_plan(conn: &mut Conn<'_>, id: i64) -> Result<Plan, s
     )
     .await?;
     recount(conn, id).await?;
+    record_brokers(conn, id, &plan).await?;
     Ok(plan)
 }
 
@@ -328,7 +373,15 @@ impl<T: SqlArchive> JobStore for T {
                 args![id],
             )
             .await?;
-        row.as_ref().map(job_from_row).transpose()
+        let Some(mut job) = row.as_ref().map(job_from_row).transpose()? else {
+            return Ok(None);
+        };
+        let waiting = self
+            .db()
+            .fetch_all(WAITING_FOR, args![now(), Some(id)])
+            .await?;
+        waiting_for(std::slice::from_mut(&mut job), &waiting)?;
+        Ok(Some(job))
     }
 
     async fn job_copies(&self, id: i64) -> Result<CopyCounts, ArchiveError> {
@@ -366,7 +419,16 @@ impl<T: SqlArchive> JobStore for T {
                 args![i64::from(limit)],
             )
             .await?;
-        rows.iter().map(job_from_row).collect()
+        let mut jobs = rows
+            .iter()
+            .map(job_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let waiting = self
+            .db()
+            .fetch_all(WAITING_FOR, args![now(), None::<i64>])
+            .await?;
+        waiting_for(&mut jobs, &waiting)?;
+        Ok(jobs)
     }
 
     async fn job_items(
@@ -429,9 +491,15 @@ impl<T: SqlArchive> JobStore for T {
         if cancelled {
             cancel_items(&mut conn, id, runner_alive).await?;
         }
-        if action == JobAction::Start {
+        match action {
             // Another job may have taken some of these messages since the plan was made.
-            skip_elsewhere_and_plan(&mut conn, id).await?;
+            JobAction::Start => {
+                skip_elsewhere_and_plan(&mut conn, id).await?;
+            }
+            // Its brokers again: a job carried from another archive (`lazarus migrate`)
+            // comes without them.
+            JobAction::Resume => record_brokers(&mut conn, id, &job.plan).await?,
+            JobAction::Pause | JobAction::Cancel => {}
         }
         let job = job_in(&mut conn, id).await?;
         let summary = control_summary(action, &job);

@@ -22,6 +22,18 @@ use crate::archive::{
 const LEASE_GONE: &str = "(coalesce(lease_until, 0) < $1 \
      OR (lease_instance = $2 AND lease_owner IS DISTINCT FROM $3))";
 
+/// Whether the claiming runner (`$3`) can publish to every broker the job's plan does (but the
+/// default, which every runner can): it said so ([`JobLease::announce_runner`]). A runner
+/// without them passes the job over, leaving it to one with them, instead of claiming it
+/// only to pause it.
+const HAS_ITS_BROKERS: &str = "NOT EXISTS (SELECT 1 FROM replay_job_brokers b \
+     WHERE b.job_id = replay_jobs.id AND NOT EXISTS (SELECT 1 FROM replay_runners r \
+     WHERE r.owner = $3 AND r.broker = b.broker))";
+
+/// How long a runner's word is remembered once it ran out: an hour, then it is deleted
+/// (unless that runner holds a job's lease).
+const FORGET_RUNNERS_MS: i64 = 3_600_000;
+
 /// Renews the lease if `owner` still runs the job; otherwise the job's state now.
 async fn renew(
     conn: &mut Conn<'_>,
@@ -220,8 +232,8 @@ impl<T: SqlArchive> JobLease for T {
                      lease_until = $4, started_at = coalesce(started_at, $1), detail = NULL \
                      WHERE id = (SELECT id FROM replay_jobs \
                                  WHERE (state = 'queued' OR (state = 'running' AND {LEASE_GONE})) \
-                                 AND (CAST($5 AS BIGINT) IS NULL OR id = $5) ORDER BY id LIMIT 1\
-                                 {skip_locked}) \
+                                 AND (CAST($5 AS BIGINT) IS NULL OR id = $5) AND {HAS_ITS_BROKERS} \
+                                 ORDER BY id LIMIT 1{skip_locked}) \
                      RETURNING id"
                 ),
                 args![now, instance, owner, now + lease_ms as i64, only],
@@ -439,6 +451,45 @@ impl<T: SqlArchive> JobLease for T {
             Some(row) => row.column("canary_done")?,
             None => true,
         })
+    }
+
+    async fn announce_runner(
+        &self,
+        owner: &str,
+        brokers: &[&str],
+        live_ms: u64,
+    ) -> Result<(), ArchiveError> {
+        let now = now();
+        let db = self.db();
+        for broker in brokers {
+            // Written once half of the last word's time is gone, not at every look.
+            db.execute(
+                "INSERT INTO replay_runners (owner, broker, live_until) VALUES ($1, $2, $3) \
+                 ON CONFLICT (owner, broker) DO UPDATE SET live_until = excluded.live_until \
+                 WHERE replay_runners.live_until < $4",
+                args![
+                    owner,
+                    *broker,
+                    now + live_ms as i64,
+                    now + live_ms as i64 / 2
+                ],
+            )
+            .await?;
+        }
+        db.execute(
+            "DELETE FROM replay_runners WHERE live_until < $1 AND owner NOT IN \
+             (SELECT lease_owner FROM replay_jobs WHERE lease_owner IS NOT NULL)",
+            args![now - FORGET_RUNNERS_MS],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn retire_runner(&self, owner: &str) -> Result<(), ArchiveError> {
+        self.db()
+            .execute("DELETE FROM replay_runners WHERE owner = $1", args![owner])
+            .await?;
+        Ok(())
     }
 
     async fn canary_deaths(&self, id: i64, since: OffsetDateTime) -> Result<i64, ArchiveError> {

@@ -170,7 +170,7 @@ impl<T: SqlArchive> MessageStore for T {
         let db = self.db();
         let d = db.dialect();
         let sql = format!(
-            "SELECT queue, reason, messages, open_messages, oldest_at, newest_at FROM queue_reason_counts \
+            "SELECT queue, broker, reason, messages, open_messages, oldest_at, newest_at FROM queue_reason_counts \
              ORDER BY {}, {}",
             d.byte_order("queue"),
             d.byte_order("reason")

@@ -67,7 +67,10 @@ pub fn overview<'a>(rows: &[(i64, &'a PreparedMessage)]) -> Overview<'a> {
 
 /// What a batch adds to one DLQ and first-death reason's totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueTotal {
+pub struct QueueTotal<'a> {
+    /// The DLQ's broker (the key carries it too, as a prefix; the totals keep it apart for
+    /// the metrics' `broker` label).
+    pub broker: &'a str,
     pub messages: i64,
     /// Body bytes (what a retention size cap counts).
     pub bytes: i64,
@@ -77,7 +80,9 @@ pub struct QueueTotal {
 
 /// Per DLQ and first-death reason: how many rows, their body bytes, the oldest and the newest
 /// archive time.
-pub fn totals<'a>(rows: &[(i64, &'a PreparedMessage)]) -> BTreeMap<(&'a str, &'a str), QueueTotal> {
+pub fn totals<'a>(
+    rows: &[(i64, &'a PreparedMessage)],
+) -> BTreeMap<(&'a str, &'a str), QueueTotal<'a>> {
     let mut totals = BTreeMap::new();
     for (_, m) in rows {
         let reason = m
@@ -89,6 +94,7 @@ pub fn totals<'a>(rows: &[(i64, &'a PreparedMessage)]) -> BTreeMap<(&'a str, &'a
         let entry = totals
             .entry((m.message.queue.as_str(), reason))
             .or_insert(QueueTotal {
+                broker: m.message.broker.as_str(),
                 messages: 0,
                 bytes: 0,
                 oldest: at,

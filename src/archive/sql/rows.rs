@@ -160,6 +160,7 @@ pub fn message_from_row<R: ArchiveRow>(
 pub fn count_from_row(r: &impl ArchiveRow) -> Result<QueueReasonCount, ArchiveError> {
     Ok(QueueReasonCount {
         queue: r.column("queue")?,
+        broker: r.column("broker")?,
         reason: r.column("reason")?,
         messages: r.column("messages")?,
         open: r.column("open_messages")?,
@@ -247,6 +248,8 @@ pub fn job_from_row<R: ArchiveRow>(row: &R) -> Result<ReplayJob, ArchiveError> {
         plan,
         counts,
         total,
+        // Read beside the job's row where it is shown (`sql::jobs::waiting_for`).
+        waiting_for_brokers: Vec::new(),
     })
 }
 

@@ -302,8 +302,8 @@ async fn write_batch(
     record_overview(tx, &rows).await?;
     for ((queue, reason), t) in totals(&rows) {
         sqlx::query(
-            "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) \
+            "INSERT INTO queue_reason_counts (queue, reason, messages, open_messages, bytes, oldest_at, newest_at, broker) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (queue, reason) DO UPDATE SET messages = messages + excluded.messages, \
              open_messages = open_messages + excluded.messages, bytes = bytes + excluded.bytes, \
              oldest_at = min(oldest_at, excluded.oldest_at), newest_at = max(newest_at, excluded.newest_at)",
@@ -315,6 +315,7 @@ async fn write_batch(
         .bind(t.bytes)
         .bind(t.oldest)
         .bind(t.newest)
+        .bind(t.broker)
         .execute(&mut **tx)
         .await?;
     }

@@ -279,6 +279,9 @@ pub struct JobView {
     pub id: i64,
     pub state: &'static str,
     pub detail: String,
+    /// What it waits for when no running instance has a broker of its messages (empty: it
+    /// waits for nothing of the kind).
+    pub waiting: String,
     pub actor: String,
     pub created_at: String,
     /// What it selected, as the list's chips.
@@ -320,6 +323,7 @@ impl JobView {
             id: job.id,
             state: state.as_str(),
             detail: job.detail.clone().unwrap_or_default(),
+            waiting: waiting_text(&job.waiting_for_brokers),
             actor: job.actor.clone(),
             created_at: utc(job.created_at),
             selection: chips::of_selection(&job.selection).unwrap_or_else(|| {
@@ -407,6 +411,35 @@ impl JobView {
             self.every = "5s";
         }
         self
+    }
+}
+
+/// What a job says while no running instance has a `--broker` for some of its messages'
+/// brokers (none: nothing).
+fn waiting_text(brokers: &[String]) -> String {
+    let flag = |suffix: &str| {
+        brokers
+            .iter()
+            .map(|b| format!("--broker {b}{suffix}"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    match brokers {
+        [] => String::new(),
+        [_] => format!(
+            "Waiting for an instance with {}: none of those running can publish to that \
+             broker, whose messages this job replays. Start one with {} (it takes the job up \
+             by itself), or cancel the job.",
+            flag(""),
+            flag("=AMQP_URL")
+        ),
+        _ => format!(
+            "Waiting for an instance with {}: none of those running can publish to those \
+             brokers, whose messages this job replays. Start one with {} (it takes the job \
+             up by itself), or cancel the job.",
+            flag(""),
+            flag("=AMQP_URL")
+        ),
     }
 }
 
@@ -710,6 +743,23 @@ mod tests {
         let form = FormPairs::parse(body);
         let err = job_request_of(&form, selection_of(&form, body).unwrap()).unwrap_err();
         assert!(err.to_string().contains("the rate must be a whole number"));
+    }
+
+    #[test]
+    fn a_job_waiting_for_brokers_says_which_flag_would_serve_it() {
+        assert_eq!(waiting_text(&[]), "");
+        let one = waiting_text(&["us".into()]);
+        assert!(
+            one.starts_with("Waiting for an instance with --broker us:")
+                && one.contains("Start one with --broker us=AMQP_URL"),
+            "{one}"
+        );
+        let two = waiting_text(&["eu".into(), "us".into()]);
+        assert!(
+            two.contains("--broker eu and --broker us:")
+                && two.contains("--broker eu=AMQP_URL and --broker us=AMQP_URL"),
+            "{two}"
+        );
     }
 
     #[test]

@@ -805,3 +805,200 @@ async fn an_instance_name_is_held_by_one_lock_at_a_time() {
     )
     .await;
 }
+
+/// A delivery of the broker `broker`, keyed `key` as the archive keys that broker's DLQs.
+fn on_broker(broker: &str, key: &str, name: &str) -> lazarus::archive::IncomingMessage {
+    lazarus::archive::IncomingMessage {
+        broker: broker.into(),
+        ..delivery(key, name, Some(REJECTED))
+    }
+}
+
+on_both_backends!(a_job_is_claimed_only_by_a_runner_that_has_its_brokers);
+/// Several instances on one archive, not all with every `--broker`: a job of `us`'s messages
+/// is left to a runner that said it can publish there, and says while none that runs can.
+async fn a_job_is_claimed_only_by_a_runner_that_has_its_brokers() {
+    let (_dir, archive) = archive().await;
+    let archive = &*archive;
+    const LEASE: u64 = 60_000;
+    let batch = vec![
+        on_broker("default", "fleet.dlq", "d1"),
+        on_broker("us", "us:fleet.dlq", "u1"),
+        on_broker("us", "us:fleet.dlq", "u2"),
+    ];
+    assert_eq!(store(archive, batch).await, (3, 0));
+    // The older job is us's: a runner passes it over for the next one it can run.
+    let of_us = job(archive, "of-us", &of_queue("us:fleet.dlq")).await;
+    let of_default = job(archive, "of-default", &of_queue("fleet.dlq")).await;
+    assert_eq!((of_us.total, of_default.total), (2, 1));
+    assert_eq!(of_us.waiting_for_brokers, ["us"], "nobody runs with us yet");
+    assert!(of_default.waiting_for_brokers.is_empty());
+
+    // A runner of the default broker alone (nothing to say) and one of another broker.
+    archive
+        .announce_runner("runner-eu", &["eu"], LEASE)
+        .await
+        .unwrap();
+    for runner in ["runner-a", "runner-eu"] {
+        assert_eq!(
+            archive
+                .claim_job(runner, None, LEASE, Some(of_us.id))
+                .await
+                .unwrap(),
+            None,
+            "{runner} has no --broker us"
+        );
+    }
+    let claimed = archive
+        .claim_job("runner-a", None, LEASE, None)
+        .await
+        .unwrap()
+        .expect("the default broker's job is anyone's");
+    assert_eq!(claimed.id, of_default.id);
+    assert_eq!(
+        archive
+            .claim_job("runner-eu", None, LEASE, None)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(reread(archive, of_us.id).await.state, JobState::Queued);
+    assert_eq!(reread(archive, of_us.id).await.waiting_for_brokers, ["us"]);
+
+    // A runner with us says so: the job waits for nothing more, and it is the one to run it.
+    archive
+        .announce_runner("runner-us", &["eu", "us"], LEASE)
+        .await
+        .unwrap();
+    assert!(reread(archive, of_us.id)
+        .await
+        .waiting_for_brokers
+        .is_empty());
+    let claimed = archive
+        .claim_job("runner-us", None, LEASE, None)
+        .await
+        .unwrap()
+        .expect("a runner with us claims us's job");
+    assert_eq!(claimed.id, of_us.id);
+    assert!(claimed.waiting_for_brokers.is_empty());
+
+    // It stops (handing the job back) and takes its word back: nobody that runs has us.
+    archive
+        .release_job(of_us.id, "runner-us", JobState::Queued, None, false)
+        .await
+        .unwrap();
+    archive.retire_runner("runner-us").await.unwrap();
+    assert_eq!(reread(archive, of_us.id).await.waiting_for_brokers, ["us"]);
+    let listed = archive.jobs(10).await.unwrap();
+    let listed_of_us = listed.iter().find(|j| j.id == of_us.id).unwrap();
+    assert_eq!(listed_of_us.waiting_for_brokers, ["us"]);
+    assert_eq!(
+        archive
+            .claim_job("runner-us", None, LEASE, None)
+            .await
+            .unwrap(),
+        None,
+        "a runner claims only with its word given"
+    );
+
+    // A word already run out still lets its runner claim (it has just said it); once it
+    // holds the lease, the lease says it runs.
+    archive
+        .announce_runner("runner-us", &["us"], 0)
+        .await
+        .unwrap();
+    assert_eq!(reread(archive, of_us.id).await.waiting_for_brokers, ["us"]);
+    let claimed = archive
+        .claim_job("runner-us", None, LEASE, None)
+        .await
+        .unwrap()
+        .expect("claimed again");
+    assert_eq!(claimed.id, of_us.id);
+    assert!(reread(archive, of_us.id)
+        .await
+        .waiting_for_brokers
+        .is_empty());
+    assert_eq!(
+        handed_out(&step(archive, of_us.id, "runner-us", LEASE, &[], 10).await).len(),
+        2
+    );
+}
+
+on_both_backends!(unfinished_jobs_of_an_archive_from_before_get_their_brokers);
+/// An archive an earlier version wrote has jobs without their brokers recorded: the migration
+/// reads them from each unfinished job's plan, and a resume records them again.
+async fn unfinished_jobs_of_an_archive_from_before_get_their_brokers() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let actor = Actor::system("test");
+    let (of_us, paused) = {
+        let archive = lazarus::archive::open(&url).await.unwrap();
+        let batch = vec![
+            on_broker("us", "us:old.dlq", "u1"),
+            on_broker("us", "us:other.dlq", "u2"),
+        ];
+        assert_eq!(store(&*archive, batch).await, (2, 0));
+        let of_us = job(&*archive, "old-us", &of_queue("us:old.dlq")).await;
+        let paused = job(&*archive, "old-paused", &of_queue("us:other.dlq")).await;
+        archive
+            .control_job(paused.id, JobAction::Pause, &actor)
+            .await
+            .unwrap();
+        (of_us.id, paused.id)
+    };
+    let folder = match url.starts_with("sqlite://") {
+        true => "sqlite",
+        false => "postgres",
+    };
+    let version: u32 = std::fs::read_dir(crate::manual::root().join("migrations").join(folder))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find_map(|name| name.strip_suffix("_job_brokers.sql")?.parse().ok())
+        .expect("the job brokers' migration");
+    execute_sql(
+        &url,
+        &format!(
+            "DROP TABLE replay_job_brokers; DROP TABLE replay_runners; \
+             DELETE FROM _sqlx_migrations WHERE version = {version}"
+        ),
+    )
+    .await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    let archive = &*archive;
+    assert_eq!(reread(archive, of_us).await.waiting_for_brokers, ["us"]);
+    assert_eq!(
+        archive
+            .claim_job("runner-a", None, 60_000, None)
+            .await
+            .unwrap(),
+        None
+    );
+    // A resume records them again (a job carried by `lazarus migrate` comes without).
+    execute_sql(
+        &url,
+        &format!("DELETE FROM replay_job_brokers WHERE job_id = {paused}"),
+    )
+    .await;
+    archive
+        .control_job(paused, JobAction::Resume, &actor)
+        .await
+        .unwrap();
+    assert_eq!(reread(archive, paused).await.waiting_for_brokers, ["us"]);
+    assert_eq!(
+        archive
+            .claim_job("runner-a", None, 60_000, None)
+            .await
+            .unwrap(),
+        None
+    );
+    archive
+        .announce_runner("runner-us", &["us"], 60_000)
+        .await
+        .unwrap();
+    let first = archive
+        .claim_job("runner-us", None, 60_000, None)
+        .await
+        .unwrap()
+        .expect("a runner with us claims");
+    assert_eq!(first.id, of_us);
+}

@@ -107,6 +107,7 @@ fn paused_job(detail: &str) -> ReplayJob {
         counts: JobCounts::default(),
         total: 10,
         estimated_seconds: None,
+        waiting_for_brokers: Vec::new(),
     }
 }
 
