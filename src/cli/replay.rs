@@ -280,14 +280,10 @@ async fn follow(
         let job = archive.job(id).await?.context("the job disappeared")?;
         match job.state {
             JobState::Completed if job.counts.problems() == 0 => return Ok(Ending::Clean),
-            JobState::Completed | JobState::Cancelled | JobState::Paused => {
-                return Ok(Ending::Problems)
-            }
+            JobState::Completed | JobState::Cancelled => return Ok(Ending::Problems),
+            JobState::Paused if !shutdown.is_cancelled() => return Ok(Ending::Problems),
             _ if shutdown.is_cancelled() => {
-                eprintln!(
-                    "Interrupted: job {id} is paused; resume it on the Replays page, with \
-                     POST /api/replays/{id}/resume, or cancel it."
-                );
+                eprintln!("{}", interrupted_text(&job));
                 return Ok(Ending::Interrupted);
             }
             _ => {}
@@ -299,6 +295,32 @@ async fn follow(
                 _ = shutdown.cancelled() => {}
             }
         }
+    }
+}
+
+/// What Ctrl-C leaves of the job, as `lazarus replay` says it: paused when it ran here (the
+/// runner pauses it on shutdown); still running or queued when another instance holds it or
+/// none may run it yet — Ctrl-C stops only the following.
+fn interrupted_text(job: &ReplayJob) -> String {
+    let id = job.id;
+    match job.state {
+        JobState::Paused => format!(
+            "Interrupted: job {id} is paused; resume it on the Replays page, with \
+             POST /api/replays/{id}/resume, or cancel it."
+        ),
+        JobState::Running => format!(
+            "Interrupted: job {id} goes on in another instance; follow it on the Replays page, \
+             or pause or cancel it there (POST /api/replays/{id}/pause, /cancel)."
+        ),
+        _ => format!(
+            "Interrupted: job {id} stays {}, for an instance to run{}; follow it on the \
+             Replays page, or cancel it there (POST /api/replays/{id}/cancel).",
+            job.state.as_str(),
+            match job.waiting_for_brokers.as_slice() {
+                [] => String::new(),
+                brokers => format!(" (one with --broker {})", brokers.join(", --broker ")),
+            }
+        ),
     }
 }
 
@@ -390,5 +412,44 @@ mod tests {
         );
         assert_eq!(r.canary.unwrap().wait_secs, 30);
         assert!(r.dry_run);
+    }
+
+    #[test]
+    fn ctrl_c_says_what_became_of_the_job() {
+        let mut job = ReplayJob {
+            id: 9,
+            state: JobState::Paused,
+            detail: None,
+            actor: "cli".into(),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            started_at: None,
+            finished_at: None,
+            selection: serde_json::json!({}),
+            target: None,
+            to_first_death_queue: false,
+            rate_per_sec: None,
+            include_replayed: false,
+            canary: None,
+            plan: Default::default(),
+            counts: Default::default(),
+            total: 5,
+            estimated_seconds: None,
+            waiting_for_brokers: Vec::new(),
+        };
+        // Run here: the runner paused it on the way out.
+        assert!(interrupted_text(&job).contains("job 9 is paused; resume it"));
+        // Held by another instance: it goes on there, nothing was paused.
+        job.state = JobState::Running;
+        let running = interrupted_text(&job);
+        assert!(running.contains("goes on in another instance"), "{running}");
+        assert!(!running.contains("paused;"), "{running}");
+        // Queued for an instance with a broker this one lacks.
+        job.state = JobState::Queued;
+        job.waiting_for_brokers = vec!["us".into()];
+        let queued = interrupted_text(&job);
+        assert!(
+            queued.contains("stays queued, for an instance to run (one with --broker us)"),
+            "{queued}"
+        );
     }
 }
