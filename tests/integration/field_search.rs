@@ -194,18 +194,7 @@ async fn an_archive_from_before_field_keys_gets_them_in_the_background() {
     let url = app.database_url.clone();
     app.stop().await;
     // The migration that made the keys, by its name: renumbering it is a rename.
-    let folder = match url.starts_with("sqlite://") {
-        true => "sqlite",
-        false => "postgres",
-    };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations")
-        .join(folder);
-    let last: u32 = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find_map(|name| name.strip_suffix("_field_keys.sql")?.parse().ok())
-        .expect("the field keys' migration");
+    let last: u32 = migration_version(&url, "field_keys");
     execute_sql(
         &url,
         &format!(

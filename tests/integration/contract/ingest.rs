@@ -63,15 +63,7 @@ async fn totals_of_an_archive_from_before_get_their_broker() {
         assert_eq!(store(&*archive, batch).await, (2, 0));
     }
     // The migration that gave them one, by its name: renumbering it is a rename.
-    let folder = match url.starts_with("sqlite://") {
-        true => "sqlite",
-        false => "postgres",
-    };
-    let version: u32 = std::fs::read_dir(crate::manual::root().join("migrations").join(folder))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find_map(|name| name.strip_suffix("_totals_broker.sql")?.parse().ok())
-        .expect("the totals' broker migration");
+    let version: u32 = migration_version(&url, "totals_broker");
     execute_sql(
         &url,
         &format!(

@@ -946,15 +946,7 @@ async fn unfinished_jobs_of_an_archive_from_before_get_their_brokers() {
             .unwrap();
         (of_us.id, paused.id)
     };
-    let folder = match url.starts_with("sqlite://") {
-        true => "sqlite",
-        false => "postgres",
-    };
-    let version: u32 = std::fs::read_dir(crate::manual::root().join("migrations").join(folder))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find_map(|name| name.strip_suffix("_job_brokers.sql")?.parse().ok())
-        .expect("the job brokers' migration");
+    let version: u32 = migration_version(&url, "job_brokers");
     execute_sql(
         &url,
         &format!(

@@ -160,6 +160,24 @@ pub async fn count_rows(database_url: &str, sql: &str) -> i64 {
 
 /// Runs statements on an archive from outside the process that writes it: how a test makes
 /// an archive as an earlier version left it.
+/// The version of the migration named `name` (`0035_totals_broker.sql`: `totals_broker`) for
+/// the backend of `database_url`: found by its name, so renumbering it is a rename.
+pub fn migration_version(database_url: &str, name: &str) -> u32 {
+    let folder = match database_url.starts_with("sqlite://") {
+        true => "sqlite",
+        false => "postgres",
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(folder);
+    let suffix = format!("_{name}.sql");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find_map(|file| file.strip_suffix(&suffix)?.parse().ok())
+        .unwrap_or_else(|| panic!("no migration {name} for {folder}"))
+}
+
 pub async fn execute_sql(database_url: &str, sql: &str) {
     use sqlx::{Connection, Executor};
     if database_url.starts_with("sqlite://") {
