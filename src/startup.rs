@@ -239,9 +239,10 @@ struct Work {
 
 /// Waits until the archive takes a write ([`archive::ServedArchive::prepare`]: created and
 /// migrated if start-up could not, a batch's write probed), then starts everything that
-/// writes it: the DLQ consumers, discovery, the instance name, reindexing, settling,
-/// retention, webhooks and the replay job runner. Until then no delivery is taken, so no
-/// restart of a process that cannot store spends a delivery of a quorum DLQ.
+/// writes it: the DLQ consumers and the indexer that follows them, discovery, the instance
+/// name, reindexing, settling, retention, webhooks and the replay job runner. Until then no
+/// delivery is taken, so no restart of a process that cannot store spends a delivery of a
+/// quorum DLQ.
 async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) {
     let checked = work.archive.is_prepared();
     if !archive_ready(&work, &token).await {
@@ -273,6 +274,7 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         status: state.status.clone(),
         metrics: state.metrics.clone(),
         management: None,
+        index: Arc::new(crate::runtime::indexer::IndexWake::default()),
         shutdown: token.clone(),
     };
     // Each DLQ is consumed from its own broker, its delivery limit read through that broker's
@@ -326,6 +328,12 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         &tracker,
     )
     .await;
+    tracker.spawn(crate::runtime::indexer::run(
+        background.clone(),
+        ctx.rules.clone(),
+        ctx.index.clone(),
+        token.clone(),
+    ));
     tracker.spawn(reindex_search(
         background.clone(),
         ctx.rules.clone(),

@@ -1,5 +1,6 @@
-//! One DLQ consumer: manual acks, deliveries gathered into batches, each batch stored in one
-//! durable transaction and only then acked with a single `multiple` ack.
+//! One DLQ consumer: manual acks, deliveries gathered into batches, each batch appended in one
+//! durable transaction and only then acked with a single `multiple` ack (its search entries
+//! follow, written by the indexer: [`crate::runtime::indexer`]).
 //!
 //! Any broker error drops the connection and starts over after a backoff: unacked
 //! deliveries come back flagged redelivered, and the archive recognises those it committed
@@ -26,6 +27,7 @@ use super::wire::{Channel, Connection, Delivery, Event, WireError};
 use crate::archive::{Archive, IncomingMessage, IngestRules, Numbering, PreparedMessage};
 use crate::message::dlq::Dlq;
 use crate::message::headers::{AmqpValue, Table};
+use crate::runtime::indexer::IndexWake;
 use crate::runtime::metrics::{Metrics, QueueLabels};
 use crate::runtime::status::{ConsumerState, IngestStatus};
 use crate::support::backoff::Backoff;
@@ -54,6 +56,8 @@ pub struct ConsumerContext {
     pub metrics: Arc<Metrics>,
     /// RabbitMQ's management API, to read each DLQ's delivery limit (`--management-url`).
     pub management: Option<Arc<Management>>,
+    /// Told of every batch appended: its search entries are the indexer's to write.
+    pub index: Arc<IndexWake>,
     pub shutdown: CancellationToken,
 }
 
@@ -753,8 +757,9 @@ async fn store(
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let started = Instant::now();
-        match ctx.archive.store_numbered(&messages, &mut numbering).await {
+        match ctx.archive.append_numbered(&messages, &mut numbering).await {
             Ok(outcome) => {
+                ctx.index.appended();
                 ctx.metrics
                     .batch_commit_seconds
                     .observe(started.elapsed().as_secs_f64());

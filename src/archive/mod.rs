@@ -40,9 +40,9 @@ pub use record::{
 };
 pub use sqlite::SqliteArchive;
 pub use store::{
-    Accounts, Actions, Archive, AuditLog, Carry, Console, Export, GroupNotes, Import, Ingest,
-    InstanceLock, JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices, Numbering,
-    Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
+    Accounts, Actions, Archive, AuditLog, Carry, Console, Export, GroupNotes, Import, Index,
+    Ingest, InstanceLock, JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices,
+    Numbering, Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -463,6 +463,10 @@ pub struct MessagePage {
     pub messages: Vec<MessageSummary>,
     /// Pass back as `cursor` for the next (older) page; `None` on the last page.
     pub next_cursor: Option<String>,
+    /// Messages archived whose search entries are not written yet (the indexer follows
+    /// ingest, seconds behind during a burst): listed and counted, not yet found by a search
+    /// (`q`, `field:value`). 0 when search is up to date.
+    pub indexing_behind: u64,
 }
 
 /// Archived messages for one DLQ and first-death reason (`none` without death history).

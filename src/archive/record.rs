@@ -300,6 +300,20 @@ fn body_error_text(body_text: Option<&str>, pointers: &[String]) -> Option<Strin
     })
 }
 
+/// The keys `field:value` finds business field values by, each (name, key) once.
+pub(crate) fn field_keys(fields: &[(String, String)]) -> Vec<(&str, String)> {
+    let mut out: Vec<(&str, String)> = Vec::new();
+    for (name, value) in fields {
+        for key in crate::message::field_match::keys(value) {
+            // The same field twice with one value would repeat a key.
+            if !out.iter().any(|(n, k)| n == name && *k == key) {
+                out.push((name, key));
+            }
+        }
+    }
+    out
+}
+
 /// The business field values of a message and the text search finds it by, as `rules`
 /// extract them: what ingest derives for the index, and the background reindex again.
 pub(crate) fn searchable(
@@ -589,16 +603,7 @@ impl PreparedMessage {
     /// The keys `field:value` finds its business fields by, as (name, key): each value's
     /// folded words from each word to the end ([`crate::message::field_match::keys`]).
     pub fn field_keys(&self) -> Vec<(&str, String)> {
-        let mut out: Vec<(&str, String)> = Vec::new();
-        for (name, value) in &self.fields {
-            for key in crate::message::field_match::keys(value) {
-                // The same field twice with one value would repeat a key.
-                if !out.iter().any(|(n, k)| n == name && *k == key) {
-                    out.push((name, key));
-                }
-            }
-        }
-        out
+        field_keys(&self.fields)
     }
 
     /// The queue its framework convention says it failed in.

@@ -41,6 +41,18 @@ pub trait Ingest: Send + Sync {
         // One batch at a time: numbered in turn by storing in turn.
         self.store_batch(batch).await
     }
+    /// As [`Ingest::store_numbered`], but what only search needs — the full-text entries,
+    /// search words, business fields and their keys — is left to the indexer ([`Index`]):
+    /// the DLQ consumers' write, so that a batch is durable, listed, counted and acked sooner
+    /// (issue 37: append, then index). A backend that writes them within the batch's own
+    /// statement stores it whole.
+    async fn append_numbered(
+        &self,
+        batch: &[PreparedMessage],
+        numbering: &mut Numbering,
+    ) -> Result<StoreOutcome, ArchiveError> {
+        self.store_numbered(batch, numbering).await
+    }
     /// Where to resume reading a stream DLQ: the offset after the last one archived from it
     /// (`None`: nothing archived from it as a stream yet).
     async fn stream_offset(&self, queue: &str) -> Result<Option<u64>, ArchiveError>;
@@ -131,6 +143,9 @@ pub trait MessageStore: Send + Sync {
     ) -> Result<Vec<String>, ArchiveError>;
     /// Totals by DLQ and first-death reason, kept incrementally (no table scan).
     async fn counts(&self) -> Result<Vec<QueueReasonCount>, ArchiveError>;
+    /// Messages archived whose search entries the indexer has not written yet ([`Index`]):
+    /// listed and counted already, not yet found by a search.
+    async fn index_behind(&self) -> Result<u64, ArchiveError>;
     /// Archived messages per DLQ and hour, from `since` on.
     async fn hourly_counts(&self, since: OffsetDateTime) -> Result<Vec<HourlyCount>, ArchiveError>;
     /// Archived messages per DLQ from `since` on (within the last hour): what dies now.
@@ -432,6 +447,17 @@ pub trait Reindex: Send + Sync {
     ) -> Result<Option<ReindexProgress>, ArchiveError>;
 }
 
+/// Writing the search entries of messages ingest appended without them
+/// ([`Ingest::append_numbered`]), after their ack: the id of each waits in `index_pending`
+/// until a transaction writes its entries and deletes it, so a crash at any point loses
+/// nothing and indexes nothing twice.
+#[async_trait]
+pub trait Index: Send + Sync {
+    /// Derives and writes the search entries of up to `limit` waiting messages, oldest first;
+    /// how many waited (0: none did).
+    async fn index_batch(&self, rules: &IngestRules, limit: u32) -> Result<u64, ArchiveError>;
+}
+
 /// What the search index still has to catch up with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReindexProgress {
@@ -656,6 +682,7 @@ pub trait Archive:
     + JobLease
     + InstanceLock
     + Reindex
+    + Index
     + Upkeep
     + Retention
     + Import
@@ -671,6 +698,7 @@ impl<
             + JobLease
             + InstanceLock
             + Reindex
+            + Index
             + Upkeep
             + Retention
             + Import

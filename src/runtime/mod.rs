@@ -1,6 +1,8 @@
 //! This process while it runs: its Prometheus metrics, the consumers' and database's state
-//! for `/readyz`, and its instance name with the lock that makes it its own.
+//! for `/readyz`, its instance name with the lock that makes it its own, and the indexer that
+//! writes the search entries ingest appended without.
 
+pub mod indexer;
 pub mod instance;
 pub mod metrics;
 pub mod status;

@@ -197,11 +197,7 @@ on_both_backends!(each_cluster_is_discovered_and_read_through_its_own_management
 async fn each_cluster_is_discovered_and_read_through_its_own_management_api() {
     // The default broker: a 3.10 of the test's own with its management plugin (the
     // machine's runs without one); b: the 4.x, whose management API listens beside it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_local_port();
     let a = PrivateBroker::configured(
         Broker::Rabbitmq3,
         "[rabbitmq_management].",

@@ -28,6 +28,7 @@ mod groups;
 mod headers;
 mod hostile;
 mod incident;
+mod indexing;
 mod ingest_bounds;
 mod instances;
 mod jobs;

@@ -26,14 +26,6 @@ use crate::helpers::*;
 const CLIENT_ID: &str = "lazarus-test";
 const CLIENT_SECRET: &str = "a client secret of the test";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// npm's `oidc-provider`, running oidc_provider.mjs.
 struct Provider {
     child: Child,
@@ -220,7 +212,7 @@ async fn groups_give_roles_taken_again_at_every_sign_in_through_chromium() {
                 .await;
         }
     }
-    let (port, provider_port) = (free_port(), free_port());
+    let (port, provider_port) = (free_local_port(), free_local_port());
     let app = lazarus(
         port,
         provider_port,
@@ -431,7 +423,7 @@ async fn groups_give_roles_taken_again_at_every_sign_in_through_chromium() {
 
 #[tokio::test]
 async fn forged_expired_unsigned_tokens_wrong_states_and_replayed_codes_are_refused() {
-    let (port, provider_port) = (free_port(), free_port());
+    let (port, provider_port) = (free_local_port(), free_local_port());
     let app = lazarus(port, provider_port, &[], &["lazarus-admins=admin".into()]).await;
     let provider = Provider::start(provider_port, &callback_url(port)).await;
     let base = format!("http://127.0.0.1:{port}");
@@ -552,7 +544,7 @@ async fn forged_expired_unsigned_tokens_wrong_states_and_replayed_codes_are_refu
 
 #[tokio::test]
 async fn a_provider_without_end_session_leaves_a_page_that_says_its_session_may_be_open() {
-    let (port, provider_port) = (free_port(), free_port());
+    let (port, provider_port) = (free_local_port(), free_local_port());
     let app = lazarus(port, provider_port, &[], &["lazarus-admins=admin".into()]).await;
     let provider = Provider::without_end_session(provider_port, &callback_url(port)).await;
     let issuer = Provider::issuer(provider_port);
@@ -599,7 +591,7 @@ async fn a_provider_without_end_session_leaves_a_page_that_says_its_session_may_
 
 #[tokio::test]
 async fn a_session_lasts_no_longer_than_oidc_session_max_and_the_next_sign_in_retakes_the_groups() {
-    let (port, provider_port) = (free_port(), free_port());
+    let (port, provider_port) = (free_local_port(), free_local_port());
     let roles = ["tenant-a=viewer:tenant-a/*".into(), "ops=operator".into()];
     let app = lazarus_with(port, provider_port, &[], &roles, |c| {
         c.oidc.oidc_session_max_secs = 4;

@@ -61,11 +61,21 @@ pub async fn page_of<R: ArchiveRow>(
     Ok(MessagePage {
         messages,
         next_cursor,
+        indexing_behind: 0,
     })
 }
 
 #[async_trait]
 impl<T: SqlArchive> MessageStore for T {
+    async fn index_behind(&self) -> Result<u64, ArchiveError> {
+        let sql = "SELECT count(*) AS n FROM index_pending";
+        let behind: i64 = match self.db().fetch_optional(sql, args![]).await? {
+            Some(row) => row.column("n")?,
+            None => 0,
+        };
+        Ok(behind.max(0) as u64)
+    }
+
     async fn get_message(&self, id: i64) -> Result<Option<ArchivedMessage>, ArchiveError> {
         let db = self.db();
         let sql = format!(

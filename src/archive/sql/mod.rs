@@ -16,6 +16,7 @@ pub mod filter;
 mod group_notes;
 mod groups;
 mod import;
+mod index;
 mod jobs;
 mod lease;
 pub mod lifecycle;
@@ -53,6 +54,17 @@ pub trait SqlArchive: Send + Sync {
         conn: &mut Conn<'_>,
         entries: &[(i64, SearchText)],
     ) -> Result<(), sqlx::Error>;
+
+    /// Writes the search index entries of messages that have none yet — the indexer's, whose
+    /// ids left `index_pending` in this transaction — inside the transaction `conn` is in; as
+    /// [`SqlArchive::rewrite_search`], without looking for entries to replace.
+    async fn write_search(
+        &self,
+        conn: &mut Conn<'_>,
+        entries: &[(i64, SearchText)],
+    ) -> Result<(), sqlx::Error> {
+        self.rewrite_search(conn, entries).await
+    }
 
     /// Deletes these messages for good — bodies, search entries, replay records, totals —
     /// except those an unfinished job holds, inside the transaction `conn` is in, as a purge

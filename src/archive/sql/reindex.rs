@@ -59,7 +59,10 @@ impl<T: SqlArchive> Reindex for T {
                 .map(Some);
         }
         let sql = format!(
-            "SELECT {}, {DETAIL_COLUMNS} FROM messages WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3",
+            // Messages appended but not indexed yet are the indexer's: it writes their
+            // entries as ingest derives them today.
+            "SELECT {}, {DETAIL_COLUMNS} FROM messages WHERE id >= $1 AND id <= $2 \
+             AND id NOT IN (SELECT id FROM index_pending) ORDER BY id LIMIT $3",
             summary_columns(db.dialect())
         );
         let rows = db
@@ -70,36 +73,12 @@ impl<T: SqlArchive> Reindex for T {
             None => last_id,
         };
         // Derived outside the transaction: it is the slow part, and SQLite's writers wait.
-        // Bodies are read whole, as ingest had them, a few MiB at a time (a larger one
-        // alone), within what the process holds of bodies at once.
-        let stored = rows
-            .iter()
-            .map(|row| message_from_row(row, Default::default()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut changed: Vec<(i64, SearchText)> = Vec::new();
-        let mut stored = stored.into_iter().peekable();
-        while stored.peek().is_some() {
-            let mut group = Vec::new();
-            let mut bytes = 0usize;
-            while let Some(next) = stored.peek() {
-                let size = next.summary.body_size.max(0) as usize;
-                if !group.is_empty() && bytes + size > BODY_BYTES_AT_ONCE {
-                    break;
-                }
-                bytes += size;
-                group.push(stored.next().expect("peeked"));
-            }
-            let _held = crate::support::memory::hold_bodies(bytes).await;
-            let ids: Vec<i64> = group.iter().map(|m| m.summary.id).collect();
-            let mut body_of = bodies::whole(self, &ids).await?;
-            for message in group {
-                let id = message.summary.id;
-                let body = body_of.remove(&id).unwrap_or_default();
-                if let Some(text) = search_text(version, message, body, rules) {
-                    changed.push((id, text));
-                }
-            }
-        }
+        let rules = rules.clone();
+        let changed: Vec<(i64, SearchText)> = derive_each(self, &rows, move |message, body| {
+            let id = message.summary.id;
+            search_text(version, message, body, &rules).map(|text| (id, text))
+        })
+        .await?;
         let mut tx = db.begin().await?;
         let mut conn = tx.conn();
         self.rewrite_search(&mut conn, &changed).await?;
@@ -122,6 +101,76 @@ impl<T: SqlArchive> Reindex for T {
         limit: u32,
     ) -> Result<Option<ReindexProgress>, ArchiveError> {
         super::regroup::batch(self.db(), rules, limit).await
+    }
+}
+
+/// What `derive` makes of every stored message of `rows` (read with the summary and detail
+/// columns) and its whole body, as ingest had it, where it makes anything. Bodies are read a
+/// few MiB at a time (a larger one alone), within what the process holds of bodies at once;
+/// each group is derived on a blocking thread, as decoding a body is CPU work that would hold
+/// up the requests served beside it.
+pub(super) async fn derive_each<T: SqlArchive, R: Send + 'static>(
+    archive: &T,
+    rows: &[super::Row],
+    derive: impl Fn(crate::archive::ArchivedMessage, Vec<u8>) -> Option<R> + Clone + Send + 'static,
+) -> Result<Vec<R>, ArchiveError> {
+    let stored = rows
+        .iter()
+        .map(|row| message_from_row(row, Default::default()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut derived = Vec::with_capacity(stored.len());
+    let mut stored = stored.into_iter().peekable();
+    while stored.peek().is_some() {
+        let mut group = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(next) = stored.peek() {
+            let size = next.summary.body_size.max(0) as usize;
+            if !group.is_empty() && bytes + size > BODY_BYTES_AT_ONCE {
+                break;
+            }
+            bytes += size;
+            group.push(stored.next().expect("peeked"));
+        }
+        let _held = crate::support::memory::hold_bodies(bytes).await;
+        let ids: Vec<i64> = group.iter().map(|m| m.summary.id).collect();
+        let mut body_of = bodies::whole(archive, &ids).await?;
+        let group: Vec<_> = group
+            .into_iter()
+            .map(|message| {
+                let body = body_of.remove(&message.summary.id).unwrap_or_default();
+                (message, body)
+            })
+            .collect();
+        let derive = derive.clone();
+        let part = tokio::task::spawn_blocking(move || {
+            group
+                .into_iter()
+                .filter_map(|(message, body)| derive(message, body))
+                .collect::<Vec<R>>()
+        });
+        match part.await {
+            Ok(part) => derived.extend(part),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    Ok(derived)
+}
+
+/// A stored message as ingest received it (what deriving its search entries reads).
+pub(super) fn incoming(stored: crate::archive::ArchivedMessage, body: Vec<u8>) -> IncomingMessage {
+    IncomingMessage {
+        broker: stored.summary.broker.clone(),
+        vhost: stored.summary.vhost.clone(),
+        queue: stored.summary.queue,
+        exchange: stored.delivered_exchange,
+        routing_key: stored.delivered_routing_key,
+        redelivered: stored.redelivered,
+        properties: stored.properties,
+        headers: stored.headers,
+        body,
+        received_at: stored.summary.archived_at,
+        decode_problems: Vec::new(),
+        stream_offset: None,
     }
 }
 
@@ -217,20 +266,7 @@ fn search_text(
     if version > 1 && !decoded_now {
         return None;
     }
-    let message = IncomingMessage {
-        broker: "default".into(),
-        vhost: stored.summary.vhost.clone(),
-        queue: stored.summary.queue,
-        exchange: stored.delivered_exchange,
-        routing_key: stored.delivered_routing_key,
-        redelivered: stored.redelivered,
-        properties: stored.properties,
-        headers: stored.headers,
-        body,
-        received_at: stored.summary.archived_at,
-        decode_problems: Vec::new(),
-        stream_offset: None,
-    };
+    let message = incoming(stored, body);
     let (_, text) = crate::archive::record::searchable(&message, rules);
     if version > 1 {
         return Some(text);

@@ -102,6 +102,7 @@ pub(super) async fn delete_purge_ids(
         "DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_fields WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_field_keys WHERE message_id IN (SELECT id FROM purge_ids)",
+        "DELETE FROM index_pending WHERE id IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_body_chunks WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM message_bodies WHERE message_id IN (SELECT id FROM purge_ids)",
         "DELETE FROM replays WHERE message_id IN (SELECT id FROM purge_ids)",

@@ -1,16 +1,17 @@
 //! Storing a batch on SQLite: one `BEGIN IMMEDIATE` transaction, numbered rows in a few
 //! multi-row statements (a body over a MiB: its first MiB there, the rest a piece a
-//! statement), totals kept up to date in the same transaction.
+//! statement), totals kept up to date in the same transaction. A DLQ consumer's batch is
+//! appended without its search entries, which the indexer writes after the ack.
 
 use async_trait::async_trait;
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use super::SqliteArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
 use crate::archive::sql::{bodies as body, lifecycle, millis, Conn};
 use crate::archive::{
-    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, PreparedMessage,
-    StoreOutcome,
+    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
+    PreparedMessage, SearchText, StoreOutcome,
 };
 
 /// How many rows are archived with each fingerprint that a possible copy in the batch has, by
@@ -204,7 +205,22 @@ impl Ingest for SqliteArchive {
         // IMMEDIATE takes the write lock up front (waiting out busy_timeout), so a batch never
         // fails half-way on a lock upgrade when several consumers write at once.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let outcome = write_batch(&mut tx, batch, terms).await?;
+        let outcome = write_batch(&mut tx, batch, Some(terms)).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// As [`Ingest::store_batch`], without the search entries: each message's id waits in
+    /// `index_pending` for the indexer. Gathering the search words and FTS5's tokenizing alone
+    /// were a sixth of the instructions ingest ran (callgrind, docs/lab-notebook.md), all of
+    /// it between a delivery and its ack.
+    async fn append_numbered(
+        &self,
+        batch: &[PreparedMessage],
+        _numbering: &mut Numbering,
+    ) -> Result<StoreOutcome, ArchiveError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let outcome = write_batch(&mut tx, batch, None).await?;
         tx.commit().await?;
         Ok(outcome)
     }
@@ -226,7 +242,7 @@ impl Ingest for SqliteArchive {
     async fn writable(&self) -> Result<(), ArchiveError> {
         let probe = [PreparedMessage::probe()];
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        write_batch(&mut tx, &probe, terms_of(&probe)).await?;
+        write_batch(&mut tx, &probe, Some(terms_of(&probe))).await?;
         tx.rollback().await?;
         sqlx::query(
             "INSERT INTO write_probe (id, probed_at) VALUES (1, ?) \
@@ -249,12 +265,13 @@ fn terms_of(batch: &[PreparedMessage]) -> super::terms::Terms {
     terms
 }
 
-/// Writes a batch, with its search words, in the caller's transaction, which holds the write
-/// lock: the caller commits it (or, for the write probe, rolls it back).
+/// Writes a batch in the caller's transaction, which holds the write lock: the caller commits
+/// it (or, for the write probe, rolls it back). With its search words (`terms`), its search
+/// entries go in with it; without, its ids wait in `index_pending` for the indexer.
 async fn write_batch(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     batch: &[PreparedMessage],
-    terms: super::terms::Terms,
+    terms: Option<super::terms::Terms>,
 ) -> Result<StoreOutcome, ArchiveError> {
     let mut outcome = StoreOutcome::default();
     let (fresh, duplicates) = without_copies(batch, archived_copies(tx, batch).await?);
@@ -286,44 +303,25 @@ async fn write_batch(
         {
             body::write_rest(&mut Conn::from(&mut *tx), *id, &m.message.body).await?;
         }
-        let mut fts =
-            QueryBuilder::<Sqlite>::new("INSERT INTO messages_fts (rowid, body, ids, headers) ");
-        fts.push_values(chunk, |mut b, (id, m)| {
-            let t = &m.search_text;
-            b.push_bind(*id)
-                .push_bind(&t.body)
-                .push_bind(&t.ids)
-                .push_bind(&t.headers);
-        });
-        fts.build().execute(&mut **tx).await?;
-        let fields: Vec<(i64, &(String, String))> = chunk
-            .iter()
-            .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
-            .collect();
-        for fields in shaped(&fields, FIELD_ROWS_PER_STATEMENT) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
-            );
-            q.push_values(fields, |mut b, (id, (name, value))| {
-                b.push_bind(*id).push_bind(name).push_bind(value);
-            });
-            q.build().execute(&mut **tx).await?;
-        }
-        let keys: Vec<(i64, &str, String)> = chunk
-            .iter()
-            .flat_map(|(id, m)| m.field_keys().into_iter().map(move |(n, k)| (*id, n, k)))
-            .collect();
-        for keys in shaped(&keys, FIELD_ROWS_PER_STATEMENT) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT OR IGNORE INTO message_field_keys (message_id, name, folded) ",
-            );
-            q.push_values(keys, |mut b, (id, name, key)| {
-                b.push_bind(*id).push_bind(*name).push_bind(key);
-            });
-            q.build().execute(&mut **tx).await?;
+        if terms.is_some() {
+            write_search_entries(tx, chunk).await?;
         }
     }
-    terms.save(tx).await?;
+    match terms {
+        Some(terms) => terms.save(tx).await?,
+        // Contiguous ids: one statement of one text whatever the batch.
+        None if !rows.is_empty() => {
+            sqlx::query(
+                "WITH RECURSIVE r (id) AS (SELECT ? UNION ALL SELECT id + 1 FROM r WHERE id < ?) \
+                 INSERT INTO index_pending (id) SELECT id FROM r",
+            )
+            .bind(first_id)
+            .bind(first_id + rows.len() as i64 - 1)
+            .execute(&mut **tx)
+            .await?;
+        }
+        None => {}
+    }
     record_overview(tx, &rows).await?;
     for ((queue, reason), t) in totals(&rows) {
         sqlx::query(
@@ -356,6 +354,62 @@ async fn write_batch(
     }
     outcome.inserted = rows.len() as u64;
     Ok(outcome)
+}
+
+/// FTS5's rows for messages that have none yet, in chunks of a few fixed sizes.
+pub(super) async fn insert_fts(
+    conn: &mut SqliteConnection,
+    rows: &[(i64, &SearchText)],
+) -> Result<(), sqlx::Error> {
+    for chunk in shaped(rows, ROWS_PER_STATEMENT) {
+        let mut fts =
+            QueryBuilder::<Sqlite>::new("INSERT INTO messages_fts (rowid, body, ids, headers) ");
+        fts.push_values(chunk, |mut b, (id, t)| {
+            b.push_bind(*id)
+                .push_bind(&t.body)
+                .push_bind(&t.ids)
+                .push_bind(&t.headers);
+        });
+        fts.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The search entries of a chunk of a batch: FTS5's rows, the business fields and their keys.
+async fn write_search_entries(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    chunk: &[(i64, &PreparedMessage)],
+) -> Result<(), sqlx::Error> {
+    let texts: Vec<(i64, &SearchText)> =
+        chunk.iter().map(|(id, m)| (*id, &m.search_text)).collect();
+    insert_fts(tx, &texts).await?;
+    let fields: Vec<(i64, &(String, String))> = chunk
+        .iter()
+        .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
+        .collect();
+    for fields in shaped(&fields, FIELD_ROWS_PER_STATEMENT) {
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO message_fields (message_id, name, value) ",
+        );
+        q.push_values(fields, |mut b, (id, (name, value))| {
+            b.push_bind(*id).push_bind(name).push_bind(value);
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    let keys: Vec<(i64, &str, String)> = chunk
+        .iter()
+        .flat_map(|(id, m)| m.field_keys().into_iter().map(move |(n, k)| (*id, n, k)))
+        .collect();
+    for keys in shaped(&keys, FIELD_ROWS_PER_STATEMENT) {
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO message_field_keys (message_id, name, folded) ",
+        );
+        q.push_values(keys, |mut b, (id, name, key)| {
+            b.push_bind(*id).push_bind(*name).push_bind(key);
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

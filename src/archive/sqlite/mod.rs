@@ -153,6 +153,27 @@ impl SqlArchive for SqliteArchive {
         terms.save(conn).await
     }
 
+    /// Multi-row inserts of a few fixed sizes, as ingest writes a batch's entries.
+    async fn write_search(
+        &self,
+        conn: &mut Conn<'_>,
+        entries: &[(i64, SearchText)],
+    ) -> Result<(), sqlx::Error> {
+        let Conn::Sqlite(conn) = conn else {
+            unreachable!("a SQLite archive's transactions are SQLite's")
+        };
+        let mut terms = terms::Terms::default();
+        let rows: Vec<(i64, &SearchText)> = entries
+            .iter()
+            .map(|(id, text)| {
+                terms.add(text);
+                (*id, text)
+            })
+            .collect();
+        ingest::insert_fts(conn, &rows).await?;
+        terms.save(conn).await
+    }
+
     async fn selected_ids(
         &self,
         selection: &Selection,

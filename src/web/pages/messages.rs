@@ -120,6 +120,8 @@ pub struct MessagesPage {
     pub count_link: Option<String>,
     /// Filters in use besides the search (the folded filters say how many).
     pub filters_in_use: usize,
+    /// While the indexer is behind ingest, what the list says of it.
+    pub indexing: Option<String>,
 }
 
 #[derive(Template)]
@@ -136,6 +138,7 @@ pub struct MessageRowsPartial {
     /// A search that found nothing: how it was read, and what to try instead.
     pub read_as: Vec<String>,
     pub offers: Vec<Hint>,
+    pub indexing: Option<String>,
 }
 
 /// Whether a query string holds a parameter with nothing in it (`?q=&queue=billing`), as a
@@ -269,6 +272,7 @@ pub async fn list_page(
     let parsed = caller.filter(&state, &form).await;
     let mut found_nothing: Option<MessageFilter> = None;
     let mut group = None;
+    let mut indexing = None;
     let (rows, next_link, error) = match parsed {
         Ok((filter, page)) => {
             let _reading = state
@@ -284,6 +288,13 @@ pub async fn list_page(
                 .list_messages(&filter, page)
                 .await
                 .map_err(|e| PageError::new(e, &headers))?;
+            indexing = super::indexing_notice(
+                state
+                    .archive
+                    .index_behind()
+                    .await
+                    .map_err(|e| PageError::new(e, &headers))?,
+            );
             for m in &mut page.messages {
                 let role = caller.role_on(&m.queue, &m.vhost, &state);
                 state.masking.summary(role.unwrap_or(Role::Viewer), m);
@@ -342,6 +353,7 @@ pub async fn list_page(
                 filter_pairs: pairs,
                 read_as,
                 offers,
+                indexing,
             }),
         )
             .into_response());
@@ -371,6 +383,7 @@ pub async fn list_page(
             rows,
             next_link,
             error,
+            indexing,
         }),
     )
         .into_response())

@@ -17,3 +17,15 @@ pub mod overview;
 pub mod overview_groups;
 pub mod payload;
 pub mod replays;
+
+/// What the list and the overview say while the indexer is behind ingest (issue 37: append,
+/// then index); `None` when it is not.
+pub fn indexing_notice(behind: u64) -> Option<String> {
+    (behind > 0).then(|| {
+        format!(
+            "Indexing: {} behind. The newest messages are listed and counted already; \
+             search finds them once they are indexed, within seconds.",
+            crate::support::format::thousands(behind)
+        )
+    })
+}

@@ -162,6 +162,8 @@ pub struct OverviewPage {
     pub warnings: Vec<(String, String)>,
     /// What cannot be reached (the database, RabbitMQ), said in full above everything.
     pub outages: Vec<String>,
+    /// While the indexer is behind ingest, what the page says of it.
+    pub indexing: Option<String>,
     /// Messages open across every DLQ.
     pub open_total: i64,
     /// The minutes "dying now" counts.
@@ -270,9 +272,16 @@ pub async fn overview(
             settling,
             notes: notes.into_iter().collect(),
         };
-        Ok::<_, crate::archive::ArchiveError>((counts, hourly, groups, recent, last_pass, extra))
+        let behind = state.archive.index_behind().await?;
+        Ok::<_, crate::archive::ArchiveError>((
+            counts, hourly, groups, recent, last_pass, extra, behind,
+        ))
     };
-    let (counts, hourly, groups, recent, last_pass, extra) = match state.reads.acquire().await {
+    let (counts, hourly, groups, recent, last_pass, extra, behind) = match state
+        .reads
+        .acquire()
+        .await
+    {
         // Too many readers at once: said like an outage, and the page refreshes itself.
         Err(busy) => {
             outages.insert(0, format!("{busy}."));
@@ -324,6 +333,7 @@ pub async fn overview(
     let (groups, snoozed) = group_rows(&groups, group_by, sort, &extra, now);
     render(&OverviewPage {
         nav,
+        indexing: super::indexing_notice(behind),
         dlqs,
         retention,
         notifications,

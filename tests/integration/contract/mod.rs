@@ -7,6 +7,7 @@ mod accounts;
 mod actions;
 mod audit;
 mod bodies;
+mod index;
 mod ingest;
 mod jobs;
 mod lease;

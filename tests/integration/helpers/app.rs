@@ -107,13 +107,16 @@ impl TestApp {
             .unwrap_or(0)
     }
 
+    /// Waits until `n` messages are archived and searchable (the indexer caught up with
+    /// what ingest appended).
     pub async fn wait_for_archived(&self, n: i64, timeout: Duration) {
         let now = wait_showing(&format!("{n} messages archived"), timeout, async || {
             let now = self.archived().await;
-            if now >= n {
+            let behind = self.archive.index_behind().await.unwrap();
+            if now >= n && behind == 0 {
                 Ok(now)
             } else {
-                Err(format!("{now} archived"))
+                Err(format!("{now} archived, {behind} of them not indexed yet"))
             }
         })
         .await;

@@ -187,3 +187,12 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[line_end + 4 + size..];
     }
 }
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (for a process to listen on).
+pub fn free_local_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -1,0 +1,156 @@
+//! The indexer's batch, one algorithm for both backends: the search entries of messages a DLQ
+//! consumer appended without them ([`crate::archive::Ingest::append_numbered`]) derived from
+//! what is stored, as ingest derives them, outside any transaction; then, in one transaction,
+//! the batch's ids taken out of `index_pending` and the entries written for those that were
+//! still there and whose message still is. A crash before the commit leaves the ids waiting
+//! (indexed by the next batch); after it, they are gone: nothing is indexed twice.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+
+use super::columns::{summary_columns, DETAIL_COLUMNS};
+use super::reindex::{derive_each, incoming};
+use super::{args, ArchiveRow, Arg, Conn, SqlArchive};
+use crate::archive::{ArchiveError, Index, IngestRules, SearchText};
+
+/// Business field values (and the keys `field:value` finds them by) a statement writes at
+/// most: three parameters each.
+const FIELDS_PER_STATEMENT: usize = 300;
+
+#[async_trait]
+impl<T: SqlArchive> Index for T {
+    async fn index_batch(&self, rules: &IngestRules, limit: u32) -> Result<u64, ArchiveError> {
+        let db = self.db();
+        let waiting: Vec<i64> = db
+            .fetch_all(
+                "SELECT id FROM index_pending ORDER BY id LIMIT $1",
+                args![i64::from(limit.max(1))],
+            )
+            .await?
+            .iter()
+            .map(|row| row.column("id"))
+            .collect::<Result<_, _>>()?;
+        if waiting.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "SELECT {}, {DETAIL_COLUMNS} FROM messages WHERE {} ORDER BY id",
+            summary_columns(db.dialect()),
+            db.dialect().in_ids("id", 1)
+        );
+        let rows = db.fetch_all(&sql, args![&waiting[..]]).await?;
+        let rules = rules.clone();
+        let mut entries: Vec<Entry> = derive_each(self, &rows, move |message, body| {
+            let id = message.summary.id;
+            let (fields, text) =
+                crate::archive::record::searchable(&incoming(message, body), &rules);
+            Some(Entry { id, text, fields })
+        })
+        .await?;
+        let mut tx = db.begin().await?;
+        let mut conn = tx.conn();
+        let taken = take_waiting(&mut conn, &waiting).await?;
+        // Only ids still waiting (another indexer may have taken some) of messages still
+        // archived (a purge may have deleted some meanwhile).
+        let live = still_archived(&mut conn, &taken).await?;
+        entries.retain(|e| live.contains(&e.id));
+        let texts: Vec<(i64, SearchText)> = entries
+            .iter_mut()
+            .map(|e| (e.id, std::mem::take(&mut e.text)))
+            .collect();
+        self.write_search(&mut conn, &texts).await?;
+        write_fields(&mut conn, &entries).await?;
+        tx.commit().await?;
+        Ok(taken.len() as u64)
+    }
+}
+
+/// A message's search entries, as ingest derives them.
+struct Entry {
+    id: i64,
+    text: SearchText,
+    fields: Vec<(String, String)>,
+}
+
+/// Deletes `ids` from `index_pending`: those that were there.
+async fn take_waiting(conn: &mut Conn<'_>, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    let sql = format!(
+        "DELETE FROM index_pending WHERE {} RETURNING id",
+        conn.dialect().in_ids("id", 1)
+    );
+    conn.fetch_all(&sql, args![ids])
+        .await?
+        .iter()
+        .map(|row| row.column("id"))
+        .collect()
+}
+
+/// Which of `ids` are archived.
+async fn still_archived(conn: &mut Conn<'_>, ids: &[i64]) -> Result<HashSet<i64>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let sql = format!(
+        "SELECT id FROM messages WHERE {}",
+        conn.dialect().in_ids("id", 1)
+    );
+    conn.fetch_all(&sql, args![ids])
+        .await?
+        .iter()
+        .map(|row| row.column("id"))
+        .collect()
+}
+
+/// The business field values of `entries` and their keys (`field:value`), as ingest writes
+/// them; one already there is left as it is.
+async fn write_fields(conn: &mut Conn<'_>, entries: &[Entry]) -> Result<(), sqlx::Error> {
+    let fields: Vec<(i64, &str, &str)> = entries
+        .iter()
+        .flat_map(|e| e.fields.iter().map(|(n, v)| (e.id, n.as_str(), v.as_str())))
+        .collect();
+    let keys: Vec<(i64, &str, String)> = entries
+        .iter()
+        .flat_map(|e| {
+            crate::archive::record::field_keys(&e.fields)
+                .into_iter()
+                .map(|(n, k)| (e.id, n, k))
+        })
+        .collect();
+    for (table, columns, rows) in [
+        (
+            "message_fields",
+            "message_id, name, value",
+            fields
+                .iter()
+                .map(|(id, n, v)| (*id, *n, *v))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "message_field_keys",
+            "message_id, name, folded",
+            keys.iter()
+                .map(|(id, n, k)| (*id, *n, k.as_str()))
+                .collect(),
+        ),
+    ] {
+        for chunk in rows.chunks(FIELDS_PER_STATEMENT) {
+            let values: Vec<String> = (0..chunk.len())
+                .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+                .collect();
+            let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
+            for (id, name, value) in chunk {
+                bound.extend([Arg::from(*id), Arg::from(*name), Arg::from(*value)]);
+            }
+            conn.execute(
+                &format!(
+                    "INSERT INTO {table} ({columns}) VALUES {} ON CONFLICT DO NOTHING",
+                    values.join(", ")
+                ),
+                &bound,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Append, then index (issue 37): what a DLQ consumer appends is listed and counted at once;
+//! its search entries — full text, business fields and their keys — follow from the indexer,
+//! each written once whoever runs it and whatever is purged meanwhile. On PostgreSQL the
+//! append still writes them in the batch's own statement: nothing waits.
+
+use lazarus::archive::{IngestRules, Numbering};
+
+use super::*;
+
+fn rules() -> IngestRules {
+    IngestRules {
+        fields: vec!["name=/name".parse().unwrap()],
+        ..Default::default()
+    }
+}
+
+/// Appends the deliveries as a DLQ consumer does: how many were stored.
+async fn append(archive: &dyn Archive, batch: Vec<IncomingMessage>) -> u64 {
+    let prepared: Vec<PreparedMessage> = batch
+        .into_iter()
+        .map(|m| PreparedMessage::with_rules(m, &rules()))
+        .collect();
+    let outcome = archive
+        .append_numbered(&prepared, &mut Numbering::default())
+        .await
+        .unwrap();
+    outcome.inserted
+}
+
+/// The message-ids the business field search `name:value` finds.
+async fn by_field(archive: &dyn Archive, value: &str) -> Vec<String> {
+    let search = lazarus::message::search::parse(&format!("name:{value}"), &["name".into()]);
+    let search = search.unwrap();
+    let filter = MessageFilter {
+        text: search.text_query(),
+        terms: search.fields,
+        ..Default::default()
+    };
+    message_ids(archive, &filter).await
+}
+
+on_both_backends!(appended_messages_are_listed_at_once_and_searchable_once_indexed);
+async fn appended_messages_are_listed_at_once_and_searchable_once_indexed() {
+    let (_dir, archive) = archive().await;
+    let batch = (0..30)
+        .map(|i| delivery("idx.dlq", &format!("walrus{i}"), Some(REJECTED)))
+        .collect();
+    assert_eq!(append(&*archive, batch).await, 30);
+    // Listed and counted at once.
+    assert_eq!(listed(&*archive, "idx.dlq").await.len(), 30);
+    let counted: i64 = archive
+        .counts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.messages)
+        .sum();
+    assert_eq!(counted, 30);
+    let sqlite = matches!(Backend::current(), Backend::Sqlite);
+    let waiting = match sqlite {
+        true => 30,
+        false => 0,
+    };
+    assert_eq!(archive.index_behind().await.unwrap(), waiting);
+    if sqlite {
+        assert!(
+            found(&*archive, "walrus*").await.is_empty(),
+            "searchable before indexed"
+        );
+        let early = by_field(&*archive, "walrus7").await;
+        assert!(
+            early.is_empty(),
+            "found by its field before indexed: {early:?}"
+        );
+    }
+    // Two indexers at once, in batches smaller than what waits: each message once.
+    let index = async || {
+        let mut indexed = 0;
+        loop {
+            match archive.index_batch(&rules(), 7).await.unwrap() {
+                0 => return indexed,
+                n => {
+                    assert!(n <= 7, "a batch of {n}");
+                    indexed += n;
+                }
+            }
+        }
+    };
+    let (a, b) = tokio::join!(index(), index());
+    assert_eq!(a + b, waiting, "indexed by one or the other: {a} + {b}");
+    assert_eq!(archive.index_behind().await.unwrap(), 0);
+    assert_eq!(found(&*archive, "walrus*").await.len(), 30);
+    assert_eq!(by_field(&*archive, "walrus7").await, ["walrus7"]);
+    assert_eq!(archive.index_batch(&rules(), 7).await.unwrap(), 0);
+}
+
+on_both_backends!(a_message_purged_before_it_is_indexed_leaves_nothing_waiting);
+async fn a_message_purged_before_it_is_indexed_leaves_nothing_waiting() {
+    let (_dir, archive) = archive().await;
+    let batch = (0..3)
+        .map(|i| delivery("gone.dlq", &format!("gone-{i}"), Some(REJECTED)))
+        .collect();
+    append(&*archive, batch).await;
+    let ids: Vec<i64> = listed(&*archive, "gone.dlq")
+        .await
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    let purged = archive
+        .purge(
+            &super::ids(&ids[..2]),
+            "two",
+            "cleanup",
+            &Actor::system("test"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(purged, 2);
+    let left = match Backend::current() {
+        Backend::Sqlite => 1,
+        Backend::Postgres => 0,
+    };
+    assert_eq!(
+        archive.index_behind().await.unwrap(),
+        left,
+        "the purged ones wait no more"
+    );
+    assert_eq!(archive.index_batch(&rules(), 10).await.unwrap(), left);
+    assert_eq!(found(&*archive, "gone").await, ["gone-2"]);
+}
