@@ -391,7 +391,9 @@ async fn the_deepest_table_replays_byte_for_byte() {
         .filter(|m| ["deepest-table", "not-utf8"].contains(&m.name))
         .collect::<Vec<_>>();
     publish_raw(&url, &fanout, &dlq, &deep, 0).await;
-    app.wait_for_archived(deep.len() as i64, Duration::from_secs(30))
+    // Generous: a table 1,024 deep is slow to decode in a debug build, slower on a busy
+    // machine (on four test threads beside other builds, 30 s was not always enough).
+    app.wait_for_archived(deep.len() as i64, Duration::from_secs(120))
         .await;
     t.bind(&capture, &fanout, "").await;
 
@@ -447,7 +449,9 @@ async fn next_raw(url: &str, queue: &str) -> Box<lazarus::amqp::wire::Delivery> 
     let mut channel = connection.channel().await.unwrap();
     channel.qos(1).await.unwrap();
     channel.consume(queue, &Table::new()).await.unwrap();
-    let delivery = tokio::time::timeout(Duration::from_secs(20), async {
+    // As long as the archiving above may take: the broker and this client read the same
+    // deep table (20 s ran out on a loaded machine).
+    let delivery = tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             if let Event::Delivery(d) = channel.next_event().await {
                 channel.ack(d.delivery_tag, false).await.unwrap();
