@@ -14,8 +14,7 @@ use super::reindex::{derive_each, incoming};
 use super::{args, ArchiveRow, Arg, Conn, SqlArchive};
 use crate::archive::{ArchiveError, Index, IngestRules, SearchText};
 
-/// Business field values (and the keys `field:value` finds them by) a statement writes at
-/// most: three parameters each.
+/// Rows of three values a statement writes at most ([`insert_rows`]).
 const FIELDS_PER_STATEMENT: usize = 300;
 
 #[async_trait]
@@ -75,26 +74,26 @@ struct Entry {
 
 /// Deletes `ids` from `index_pending`: those that were there.
 async fn take_waiting(conn: &mut Conn<'_>, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
-    let sql = format!(
-        "DELETE FROM index_pending WHERE {} RETURNING id",
-        conn.dialect().in_ids("id", 1)
-    );
-    conn.fetch_all(&sql, args![ids])
-        .await?
-        .iter()
-        .map(|row| row.column("id"))
-        .collect()
+    ids_of(conn, "DELETE FROM index_pending WHERE", "RETURNING id", ids).await
 }
 
 /// Which of `ids` are archived.
 async fn still_archived(conn: &mut Conn<'_>, ids: &[i64]) -> Result<HashSet<i64>, sqlx::Error> {
+    let found = ids_of(conn, "SELECT id FROM messages WHERE", "", ids).await?;
+    Ok(found.into_iter().collect())
+}
+
+/// The ids `{head} id IN (ids) {tail}` returns.
+async fn ids_of(
+    conn: &mut Conn<'_>,
+    head: &str,
+    tail: &str,
+    ids: &[i64],
+) -> Result<Vec<i64>, sqlx::Error> {
     if ids.is_empty() {
-        return Ok(HashSet::new());
+        return Ok(Vec::new());
     }
-    let sql = format!(
-        "SELECT id FROM messages WHERE {}",
-        conn.dialect().in_ids("id", 1)
-    );
+    let sql = format!("{head} {} {tail}", conn.dialect().in_ids("id", 1));
     conn.fetch_all(&sql, args![ids])
         .await?
         .iter()
@@ -117,40 +116,37 @@ async fn write_fields(conn: &mut Conn<'_>, entries: &[Entry]) -> Result<(), sqlx
                 .map(|(n, k)| (e.id, n, k))
         })
         .collect();
-    for (table, columns, rows) in [
-        (
-            "message_fields",
-            "message_id, name, value",
-            fields
-                .iter()
-                .map(|(id, n, v)| (*id, *n, *v))
-                .collect::<Vec<_>>(),
-        ),
-        (
-            "message_field_keys",
-            "message_id, name, folded",
-            keys.iter()
-                .map(|(id, n, k)| (*id, *n, k.as_str()))
-                .collect(),
-        ),
-    ] {
-        for chunk in rows.chunks(FIELDS_PER_STATEMENT) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
-                .collect();
-            let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
-            for (id, name, value) in chunk {
-                bound.extend([Arg::from(*id), Arg::from(*name), Arg::from(*value)]);
-            }
-            conn.execute(
-                &format!(
-                    "INSERT INTO {table} ({columns}) VALUES {} ON CONFLICT DO NOTHING",
-                    values.join(", ")
-                ),
-                &bound,
-            )
-            .await?;
+    let keys: Vec<(i64, &str, &str)> = keys
+        .iter()
+        .map(|(id, n, k)| (*id, *n, k.as_str()))
+        .collect();
+    insert_rows(conn, "message_fields (message_id, name, value)", &fields).await?;
+    insert_rows(conn, "message_field_keys (message_id, name, folded)", &keys).await
+}
+
+/// Rows of three values (an id and two texts) into `table_and_columns`, a few hundred a
+/// statement; a row already there is left as it is.
+pub(super) async fn insert_rows(
+    conn: &mut Conn<'_>,
+    table_and_columns: &str,
+    rows: &[(i64, &str, &str)],
+) -> Result<(), sqlx::Error> {
+    for chunk in rows.chunks(FIELDS_PER_STATEMENT) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+            .collect();
+        let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
+        for (id, a, b) in chunk {
+            bound.extend([Arg::from(*id), Arg::from(*a), Arg::from(*b)]);
         }
+        conn.execute(
+            &format!(
+                "INSERT INTO {table_and_columns} VALUES {} ON CONFLICT DO NOTHING",
+                values.join(", ")
+            ),
+            &bound,
+        )
+        .await?;
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::bodies;
 use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::rows::message_from_row;
-use super::{args, ArchiveRow, Arg, SqlArchive};
+use super::{args, ArchiveRow, SqlArchive};
 use crate::archive::{
     ArchiveError, IncomingMessage, IngestRules, Reindex, ReindexProgress, SearchText,
 };
@@ -177,9 +177,6 @@ pub(super) fn incoming(stored: crate::archive::ArchivedMessage, body: Vec<u8>) -
 /// The version of the reindex that gives business field values their keys.
 const FIELD_KEYS: i64 = 3;
 
-/// Rows a key insert writes at most (three parameters each).
-const KEYS_PER_STATEMENT: usize = 300;
-
 /// Keys for the business fields of the next `limit` messages that have any, up to `last_id`
 /// (ingest writes them for later ones); keys already there are left as they are.
 async fn field_keys_batch<T: SqlArchive>(
@@ -220,24 +217,16 @@ async fn field_keys_batch<T: SqlArchive>(
     }
     let mut tx = db.begin().await?;
     let mut conn = tx.conn();
-    for chunk in keys.chunks(KEYS_PER_STATEMENT) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
-            .collect();
-        let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
-        for (id, name, key) in chunk {
-            bound.extend([Arg::from(*id), Arg::from(name), Arg::from(key)]);
-        }
-        conn.execute(
-            &format!(
-                "INSERT INTO message_field_keys (message_id, name, folded) VALUES {} \
-                 ON CONFLICT DO NOTHING",
-                values.join(", ")
-            ),
-            &bound,
-        )
-        .await?;
-    }
+    let keys: Vec<(i64, &str, &str)> = keys
+        .iter()
+        .map(|(id, name, key)| (*id, name.as_str(), key.as_str()))
+        .collect();
+    super::index::insert_rows(
+        &mut conn,
+        "message_field_keys (message_id, name, folded)",
+        &keys,
+    )
+    .await?;
     conn.execute(
         "UPDATE search_reindex SET next_id = $1 WHERE version = $2 AND next_id < $1",
         args![done_through + 1, FIELD_KEYS],
