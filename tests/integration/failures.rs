@@ -3,7 +3,6 @@
 //! shutdown with a batch in flight, redeliveries of what is already archived.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lapin::types::{AMQPValue, FieldTable};
@@ -12,8 +11,6 @@ use lazarus::archive::{IncomingMessage, PreparedMessage};
 use lazarus::message::headers::MessageProperties;
 use serde_json::{json, Value};
 use sqlx::Connection;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 use crate::brokers::on_both_brokers;
 use crate::helpers::*;
@@ -96,75 +93,8 @@ async fn unreachable_broker_keeps_the_web_up_and_says_so() {
 /// PostgreSQL behind a forwarder of the test's own, which can go down: its port then
 /// refuses connections and every connection through it is cut, as when the server stops,
 /// restarts or fails over.
-struct DatabaseProxy {
-    port: u16,
-    listening: Option<JoinHandle<()>>,
-    forwarding: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl DatabaseProxy {
-    async fn start() -> DatabaseProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mut proxy = DatabaseProxy {
-            port,
-            listening: None,
-            forwarding: Default::default(),
-        };
-        proxy.listen(listener);
-        proxy
-    }
-
-    /// `database_url` (on the test server) reached through this proxy.
-    fn url(&self, database_url: &str) -> String {
-        let (scheme, rest) = database_url.split_once("://").unwrap();
-        let (authority, path) = rest.split_once('/').unwrap();
-        let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
-        format!(
-            "{scheme}://{}127.0.0.1:{}/{path}",
-            user.unwrap_or_default(),
-            self.port
-        )
-    }
-
-    fn listen(&mut self, listener: TcpListener) {
-        let server = postgres_admin_url();
-        let server = server
-            .split_once("://")
-            .and_then(|(_, rest)| rest.split_once('/'))
-            .map(|(authority, _)| authority.rsplit('@').next().unwrap().to_owned())
-            .unwrap();
-        let forwarding = self.forwarding.clone();
-        self.listening = Some(tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let server = server.clone();
-                let forward = tokio::spawn(async move {
-                    if let Ok(mut upstream) = TcpStream::connect(&server).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
-                });
-                forwarding.lock().unwrap().push(forward);
-            }
-        }));
-    }
-
-    /// Stops listening (connections are refused) and cuts every forwarded connection.
-    async fn down(&mut self) {
-        if let Some(listening) = self.listening.take() {
-            listening.abort();
-            let _ = listening.await;
-        }
-        let forwarding = std::mem::take(&mut *self.forwarding.lock().unwrap());
-        for forward in forwarding {
-            forward.abort();
-            let _ = forward.await;
-        }
-    }
-
-    async fn up(&mut self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
-        self.listen(listener);
-    }
+async fn database_proxy() -> TcpProxy {
+    TcpProxy::before(&postgres_admin_url()).await
 }
 
 /// The archive stops answering: on SQLite another process holds the write lock for longer
@@ -172,11 +102,11 @@ impl DatabaseProxy {
 /// Lazarus's cut), as in a restart or a failover.
 enum Outage {
     Locked(sqlx::SqliteConnection),
-    Down(DatabaseProxy),
+    Down(TcpProxy),
 }
 
 impl Outage {
-    async fn begin(database_url: &str, proxy: Option<DatabaseProxy>) -> Outage {
+    async fn begin(database_url: &str, proxy: Option<TcpProxy>) -> Outage {
         match proxy {
             Some(mut proxy) => {
                 proxy.down().await;
@@ -209,7 +139,7 @@ async fn unavailable_database_holds_deliveries_unacked_until_it_recovers() {
     let mut t = Topology::new().await;
     t.queue(&dlq, FieldTable::default()).await;
     let proxy = match Backend::current() {
-        Backend::Postgres => Some(DatabaseProxy::start().await),
+        Backend::Postgres => Some(database_proxy().await),
         Backend::Sqlite => None,
     };
     let app = TestApp::spawn_with(&[&dlq], |c| {
@@ -1157,7 +1087,7 @@ async fn a_quorum_dlq_keeps_its_messages_through_an_outage_and_lost_connections(
     let dlq = "dlq";
     let mut t = Topology::on(&vhost.url()).await;
     t.queue(dlq, args(&[("x-queue-type", s("quorum"))])).await;
-    let mut proxy = Some(DatabaseProxy::start().await);
+    let mut proxy = Some(database_proxy().await);
     let app = TestApp::spawn_with(&[dlq], |c| {
         c.connection.amqp_url = vhost.url().into();
         if let Some(proxy) = &proxy {
@@ -1498,7 +1428,7 @@ async fn started_while_postgresql_is_down_it_waits_for_it() {
                 t.publish("", &dlq, b"{}", json_props(&format!("waited-{i}")))
                     .await;
             }
-            let mut proxy = DatabaseProxy::start().await;
+            let mut proxy = database_proxy().await;
             proxy.down().await;
             let app = TestApp::spawn_with(&[&dlq], |c| {
                 c.connection.database_url = proxy.url(&c.connection.database_url).into();

@@ -1,7 +1,7 @@
 //! Shared test scaffolding, by concern: the archive backend under test (`archive`), the
 //! broker side (`broker`), a running Lazarus (`app`), a tiny HTTP client (`http`), a WebDriver
-//! client for Chromium (`browser`) and waiting for a condition (`poll`). Tests
-//! take it all with `use crate::helpers::*`.
+//! client for Chromium (`browser`), a TCP forwarder for network faults (`proxy`) and waiting
+//! for a condition (`poll`). Tests take it all with `use crate::helpers::*`.
 
 mod app;
 mod archive;
@@ -9,6 +9,7 @@ mod broker;
 mod browser;
 mod http;
 mod poll;
+mod proxy;
 mod tls;
 
 pub use app::*;
@@ -18,6 +19,7 @@ pub use broker::*;
 pub use browser::*;
 pub use http::*;
 pub use poll::*;
+pub use proxy::*;
 pub use tls::*;
 
 pub use crate::brokers::Vhost;
