@@ -545,7 +545,7 @@ fn cases(rows: usize) -> Vec<Case> {
     const FTS: &str =
         "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 51";
     const TSQUERY: &str =
-        "SELECT id FROM messages WHERE search @@ $1::tsquery ORDER BY id DESC LIMIT 51";
+        "SELECT id FROM message_search WHERE search @@ $1::tsquery ORDER BY id DESC LIMIT 51";
     const NEWEST: &str =
         "SELECT id, queue, archived_at, message_id, deaths FROM messages ORDER BY id DESC LIMIT 51";
     const OVERVIEW: &str = "SELECT queue, reason, messages FROM queue_reason_counts";
@@ -573,7 +573,7 @@ fn cases(rows: usize) -> Vec<Case> {
     );
     const COUNT_FTS: &str = "SELECT count(*) FROM (SELECT rowid FROM messages_fts \
         WHERE messages_fts MATCH ? LIMIT 10001)";
-    const COUNT_TSQUERY: &str = "SELECT count(*) FROM (SELECT id FROM messages \
+    const COUNT_TSQUERY: &str = "SELECT count(*) FROM (SELECT id FROM message_search \
         WHERE search @@ $1::tsquery LIMIT 10001) AS found";
     let group_count_uri = group_uri.replacen("/messages?", "/messages/count?", 1);
     vec![

@@ -44,8 +44,8 @@ pub trait Ingest: Send + Sync {
     /// As [`Ingest::store_numbered`], but what only search needs — the full-text entries,
     /// search words, business fields and their keys — is left to the indexer ([`Index`]):
     /// the DLQ consumers' write, so that a batch is durable, listed, counted and acked sooner
-    /// (issue 37: append, then index). A backend that writes them within the batch's own
-    /// statement stores it whole.
+    /// (issue 37: append, then index). Both archives do; one without an indexer would
+    /// store the batch whole, as here.
     async fn append_numbered(
         &self,
         batch: &[PreparedMessage],

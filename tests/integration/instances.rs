@@ -1071,7 +1071,7 @@ async fn bulk_work_at_scale() {
     let columns = "fingerprint, queue, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, \
          headers, deaths, death_problems, first_death_queue, first_death_reason, \
-         first_death_exchange, replay_exchange, replay_routing_key, error, search";
+         first_death_exchange, replay_exchange, replay_routing_key, error";
     loop {
         let have: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
             .fetch_one(&mut fill)
@@ -1093,6 +1093,8 @@ async fn bulk_work_at_scale() {
          WHERE NOT EXISTS (SELECT 1 FROM message_status s WHERE s.id = m.id)",
         "INSERT INTO message_bodies (message_id, body) SELECT id, '\\x7b7d' FROM messages m \
          WHERE NOT EXISTS (SELECT 1 FROM message_bodies b WHERE b.message_id = m.id)",
+        "INSERT INTO message_search (id, search) SELECT id, 'bulk:1'::tsvector FROM messages m \
+         WHERE NOT EXISTS (SELECT 1 FROM message_search s WHERE s.id = m.id)",
         "UPDATE queue_reason_counts SET messages = (SELECT count(*) FROM messages)",
         "VACUUM (ANALYZE)",
     ] {

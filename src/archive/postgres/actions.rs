@@ -157,6 +157,7 @@ pub(super) async fn delete_messages(
             "DELETE FROM message_fields WHERE message_id = ANY($1)",
             "DELETE FROM message_field_keys WHERE message_id = ANY($1)",
             "DELETE FROM index_pending WHERE id = ANY($1)",
+            "DELETE FROM message_search WHERE id = ANY($1)",
             "DELETE FROM message_body_chunks WHERE message_id = ANY($1)",
             "DELETE FROM message_bodies WHERE message_id = ANY($1)",
             "DELETE FROM replays WHERE message_id = ANY($1)",

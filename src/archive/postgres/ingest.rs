@@ -43,14 +43,25 @@ async fn archived_copies(
     Ok(archived)
 }
 
-/// Writes a batch whose ids are taken: the messages, their bodies, statuses and business
-/// fields (with the keys `field:value` finds them by), and the totals, the sparkline's hourly counts and the failure groups they
-/// add to — all in one statement (data-modifying `WITH` parts, each one `UNNEST` insert), so
-/// a batch costs the server one round trip and one plan. Totals keys go in sorted, so
-/// instances updating the same rows at once take their locks in one order.
+/// When a batch's search entries are written ([`Ingest::append_numbered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// In the batch's own statement.
+    Now,
+    /// By the indexer, after the ack: the batch's ids wait in `index_pending`.
+    Later,
+}
+
+/// Writes a batch whose ids are taken: the messages, their bodies and statuses, the totals,
+/// the sparkline's hourly counts and the failure groups they add to, and either their search
+/// entries (the document, the business fields with the keys `field:value` finds them by) or
+/// their ids for the indexer — all in one statement (data-modifying `WITH` parts, each one
+/// `UNNEST` insert), so a batch costs the server one round trip and one plan. Totals keys go
+/// in sorted, so instances updating the same rows at once take their locks in one order.
 async fn insert_batch(
     conn: &mut PgConnection,
     rows: &[(i64, &PreparedMessage)],
+    search: Search,
 ) -> Result<(), sqlx::Error> {
     fn first(m: &PreparedMessage) -> Option<&crate::message::death::FirstDeath> {
         m.history.first_death.as_ref()
@@ -73,8 +84,12 @@ async fn insert_batch(
         .map(|(_, m)| m.message.body.len() as i64)
         .collect();
     let replay_of: Vec<Option<i64>> = rows.iter().map(|(_, m)| m.replay_of).collect();
-    let search: Vec<String> = rows
-        .iter()
+    let (indexed, waiting): (&[i64], &[i64]) = match search {
+        Search::Now => (&ids, &[]),
+        Search::Later => (&[], &ids),
+    };
+    let indexed_rows = || rows.iter().filter(|_| search == Search::Now);
+    let documents: Vec<String> = indexed_rows()
         .map(|(_, m)| search::document(&m.search_text))
         .collect();
     // A body over a MiB: its first MiB here, the rest by `write_fresh`.
@@ -82,12 +97,10 @@ async fn insert_batch(
         .iter()
         .map(|(_, m)| bodies::head(&m.message.body))
         .collect();
-    let fields: Vec<(i64, &(String, String))> = rows
-        .iter()
+    let fields: Vec<(i64, &(String, String))> = indexed_rows()
         .flat_map(|(id, m)| m.fields.iter().map(move |f| (*id, f)))
         .collect();
-    let keys: Vec<(i64, &str, String)> = rows
-        .iter()
+    let keys: Vec<(i64, &str, String)> = indexed_rows()
         .flat_map(|(id, m)| m.field_keys().into_iter().map(move |(n, k)| (*id, n, k)))
         .collect();
     let totals = totals(rows);
@@ -102,23 +115,27 @@ async fn insert_batch(
          INSERT INTO messages (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, \
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
+         replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, \
          failed_queue, replay_target_from, convention_problems) \
          SELECT id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search::tsvector, snippet, error_type, cause, message_type, \
+         replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, \
          convention, failed_queue, replay_target_from, convention_problems \
          FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $73::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
-         $21::text[], $22::text[], $23::bigint[], $24::text[], $49::text[], \
+         $21::text[], $22::text[], $23::bigint[], $49::text[], \
          $55::text[], $56::text[], $57::text[], $62::text[], $63::text[], $64::text[], $65::text[]) \
          AS t (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
-         replay_routing_key, error, replay_of, search, snippet, error_type, cause, message_type, convention, \
+         replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, \
          failed_queue, replay_target_from, convention_problems)), \
+         new_search AS (\
+         INSERT INTO message_search (id, search) \
+         SELECT i, s::tsvector FROM UNNEST($75::bigint[], $24::text[]) AS t (i, s)), \
+         new_waiting AS (INSERT INTO index_pending (id) SELECT * FROM UNNEST($76::bigint[])), \
          new_bodies AS (\
          INSERT INTO message_bodies (message_id, body) SELECT * FROM UNNEST($1::bigint[], $25::bytea[])), \
          new_status AS (INSERT INTO message_status (id, group_queue, group_reason, group_cause) \
@@ -187,7 +204,7 @@ async fn insert_batch(
     .bind(col(&|m| target(m).map(|t| t.routing_key.as_str())))
     .bind(col(&|m| m.error.as_deref()))
     .bind(&replay_of)
-    .bind(&search)
+    .bind(&documents)
     .bind(&heads)
     .bind(fields.iter().map(|(id, _)| *id).collect::<Vec<i64>>())
     .bind(fields.iter().map(|(_, (n, _))| n.as_str()).collect::<Vec<_>>())
@@ -243,6 +260,9 @@ async fn insert_batch(
     .bind(col(&|m| Some(&m.message.broker)))
     // Each total's broker, for the metrics' `broker` label.
     .bind(totals.values().map(|v| v.broker).collect::<Vec<_>>())
+    // Its search entries now, or its id waiting for the indexer (issue 37).
+    .bind(indexed)
+    .bind(waiting)
     .execute(conn)
     .await?;
     Ok(())
@@ -277,10 +297,11 @@ async fn write_fresh(
     conn: &mut PgConnection,
     ids: &[i64],
     fresh: Vec<&PreparedMessage>,
+    search: Search,
     outcome: &mut StoreOutcome,
 ) -> Result<(), sqlx::Error> {
     let rows: Vec<(i64, &PreparedMessage)> = ids.iter().copied().zip(fresh).collect();
-    insert_batch(conn, &rows).await?;
+    insert_batch(conn, &rows, search).await?;
     for (id, m) in rows
         .iter()
         .filter(|(_, m)| bodies::has_rest(&m.message.body))
@@ -291,21 +312,14 @@ async fn write_fresh(
     Ok(())
 }
 
-#[async_trait]
-impl Ingest for PostgresArchive {
-    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
-    /// A redelivered message (or one a failed attempt may have stored: see
-    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
-    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
-    /// anything else is stored, even when identical content is already archived.
-    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
-        self.store_numbered(batch, &mut Numbering::default()).await
-    }
-
-    async fn store_numbered(
+impl PostgresArchive {
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk,
+    /// its search entries written `search`.
+    async fn store_with(
         &self,
         batch: &[PreparedMessage],
         numbering: &mut Numbering,
+        search: Search,
     ) -> Result<StoreOutcome, ArchiveError> {
         let mut outcome = StoreOutcome::default();
         if batch.is_empty() {
@@ -325,7 +339,7 @@ impl Ingest for PostgresArchive {
             // lookups, so no transaction to hold open. The one statement that writes the batch
             // commits it as a whole.
             let mut conn = self.pool.acquire().await?;
-            write_fresh(&mut conn, ids, batch.iter().collect(), &mut outcome).await?;
+            write_fresh(&mut conn, ids, batch.iter().collect(), search, &mut outcome).await?;
             return Ok(outcome);
         }
         // Some may be copies of rows already archived (look them up, then write the rest), or
@@ -338,7 +352,7 @@ impl Ingest for PostgresArchive {
         let originals: Vec<i64> = fresh.iter().filter_map(|m| m.replay_of).collect();
         lifecycle::copies_died(&mut Conn::from(&mut tx), &originals).await?;
         if !fresh.is_empty() {
-            write_fresh(&mut tx, ids, fresh, &mut outcome).await?;
+            write_fresh(&mut tx, ids, fresh, search, &mut outcome).await?;
         }
         for (queue, next) in streams {
             sqlx::query(
@@ -353,6 +367,37 @@ impl Ingest for PostgresArchive {
         }
         tx.commit().await?;
         Ok(outcome)
+    }
+}
+
+#[async_trait]
+impl Ingest for PostgresArchive {
+    /// Stores a batch in one durable transaction and returns only once the commit is on disk.
+    /// A redelivered message (or one a failed attempt may have stored: see
+    /// [`PreparedMessage::maybe_stored`]) whose fingerprint is archived from its queue is
+    /// skipped, as many of them in the batch as there are such rows ([`without_copies`]);
+    /// anything else is stored, even when identical content is already archived.
+    async fn store_batch(&self, batch: &[PreparedMessage]) -> Result<StoreOutcome, ArchiveError> {
+        self.store_numbered(batch, &mut Numbering::default()).await
+    }
+
+    async fn store_numbered(
+        &self,
+        batch: &[PreparedMessage],
+        numbering: &mut Numbering,
+    ) -> Result<StoreOutcome, ArchiveError> {
+        self.store_with(batch, numbering, Search::Now).await
+    }
+
+    /// [`Ingest::store_numbered`] without the search entries, which the indexer writes after
+    /// the ack: the document's tokens into a GIN index, the business fields and their keys
+    /// were a large part of the batch's statement.
+    async fn append_numbered(
+        &self,
+        batch: &[PreparedMessage],
+        numbering: &mut Numbering,
+    ) -> Result<StoreOutcome, ArchiveError> {
+        self.store_with(batch, numbering, Search::Later).await
     }
 
     /// Where to resume reading a stream DLQ: the offset after the last one archived from it
@@ -376,7 +421,8 @@ impl Ingest for PostgresArchive {
         let id: i64 = sqlx::query_scalar("SELECT nextval('messages_id_seq')")
             .fetch_one(&mut *tx)
             .await?;
-        write_fresh(&mut tx, &[id], vec![&probe], &mut StoreOutcome::default()).await?;
+        let outcome = &mut StoreOutcome::default();
+        write_fresh(&mut tx, &[id], vec![&probe], Search::Later, outcome).await?;
         tx.rollback().await?;
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT txid_current()")

@@ -1,4 +1,4 @@
-//! Finding messages on PostgreSQL: lists and search through the `tsvector` column, and
+//! Finding messages on PostgreSQL: lists and search through `message_search`'s `tsvector`, and
 //! related records.
 
 use async_trait::async_trait;
@@ -20,9 +20,12 @@ use crate::archive::{
 pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, filter: &'a MessageFilter) {
     match filter.text.as_ref().map(search::query) {
         Some(Some(query)) => {
-            q.push(" FROM messages WHERE search @@ ")
-                .push_bind(query)
-                .push("::tsquery");
+            q.push(
+                " FROM messages WHERE messages.id IN \
+                 (SELECT id FROM message_search WHERE search @@ ",
+            )
+            .push_bind(query)
+            .push("::tsquery)");
         }
         // Words without a letter or digit in them: FTS5 finds nothing either.
         Some(None) => {

@@ -18,7 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres, QueryBuilder};
 
 use super::sql::filter::push_freeze;
-use super::sql::{args, Conn, Pool, SqlArchive};
+use super::sql::{Conn, Pool, SqlArchive};
 use super::{ArchiveError, InstanceLock, JobSpec, NameLock, SearchText, Selection};
 
 #[derive(Debug, Clone)]
@@ -205,14 +205,22 @@ impl SqlArchive for PostgresArchive {
         conn: &mut Conn<'_>,
         entries: &[(i64, SearchText)],
     ) -> Result<(), sqlx::Error> {
-        for (id, text) in entries {
-            let document = search::document(text);
-            conn.execute(
-                "UPDATE messages SET search = $2::tsvector WHERE id = $1",
-                args![*id, &document],
-            )
-            .await?;
-        }
+        // In one statement, for messages still archived; an entry there is replaced.
+        let Conn::Postgres(conn) = conn else {
+            unreachable!("a PostgreSQL archive's transactions are PostgreSQL's")
+        };
+        let ids: Vec<i64> = entries.iter().map(|(id, _)| *id).collect();
+        let documents: Vec<String> = entries.iter().map(|(_, t)| search::document(t)).collect();
+        sqlx::query(
+            "INSERT INTO message_search (id, search) \
+             SELECT i, s::tsvector FROM UNNEST($1::bigint[], $2::text[]) AS t (i, s) \
+             WHERE EXISTS (SELECT 1 FROM messages WHERE messages.id = t.i) \
+             ON CONFLICT (id) DO UPDATE SET search = excluded.search",
+        )
+        .bind(&ids)
+        .bind(&documents)
+        .execute(&mut **conn)
+        .await?;
         Ok(())
     }
 

@@ -39,8 +39,8 @@ async fn old_archive() -> (tempfile::TempDir, String, Arc<dyn Archive>) {
              SELECT id, 'note {text}', '{message}', '' FROM messages WHERE message_id = '{message}';"
         ),
         false => format!(
-            "UPDATE messages SET search = 'note:1 {text}:2 {message}:4'::tsvector \
-             WHERE message_id = '{message}';"
+            "UPDATE message_search SET search = 'note:1 {text}:2 {message}:4'::tsvector \
+             WHERE id = (SELECT id FROM messages WHERE message_id = '{message}');"
         ),
     }
     };
@@ -165,7 +165,8 @@ async fn bodies_read_since_version_2_are_reindexed_and_no_others() {
              DELETE FROM search_terms WHERE term IN ('pinecone', 'task');"
         ),
         false => format!(
-            "UPDATE messages SET search = '{message}:1'::tsvector WHERE message_id = '{message}';"
+            "UPDATE message_search SET search = '{message}:1'::tsvector \
+             WHERE id = (SELECT id FROM messages WHERE message_id = '{message}');"
         ),
     }
     };
