@@ -9,6 +9,8 @@
 //! ([`crate::message::field_match`]), from the values alone: no body is read.
 //! The regroup of failures by cause walks a cursor of its own (`regroup`).
 
+use std::panic::AssertUnwindSafe;
+
 use async_trait::async_trait;
 
 use super::bodies;
@@ -108,16 +110,25 @@ impl<T: SqlArchive> Reindex for T {
 /// columns) and its whole body, as ingest had it, where it makes anything. Bodies are read a
 /// few MiB at a time (a larger one alone), within what the process holds of bodies at once;
 /// each group is derived on a blocking thread, as decoding a body is CPU work that would hold
-/// up the requests served beside it.
+/// up the requests served beside it. A row that cannot be read, or whose derivation panics,
+/// makes nothing (with a warning naming it), so one bad row never holds up every message
+/// after it: the message stays archived and listed, without search entries.
 pub(super) async fn derive_each<T: SqlArchive, R: Send + 'static>(
     archive: &T,
     rows: &[super::Row],
     derive: impl Fn(crate::archive::ArchivedMessage, Vec<u8>) -> Option<R> + Clone + Send + 'static,
 ) -> Result<Vec<R>, ArchiveError> {
-    let stored = rows
+    let stored: Vec<_> = rows
         .iter()
-        .map(|row| message_from_row(row, Default::default()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .filter_map(|row| match message_from_row(row, Default::default()) {
+            Ok(message) => Some(message),
+            Err(e) => {
+                let id: Option<i64> = row.column("id").ok();
+                tracing::warn!(id, error = %e, "a stored message cannot be read: no search entries for it");
+                None
+            }
+        })
+        .collect();
     let mut derived = Vec::with_capacity(stored.len());
     let mut stored = stored.into_iter().peekable();
     while stored.peek().is_some() {
@@ -145,7 +156,18 @@ pub(super) async fn derive_each<T: SqlArchive, R: Send + 'static>(
         let part = tokio::task::spawn_blocking(move || {
             group
                 .into_iter()
-                .filter_map(|(message, body)| derive(message, body))
+                .filter_map(|(message, body)| {
+                    let id = message.summary.id;
+                    let derived =
+                        std::panic::catch_unwind(AssertUnwindSafe(|| derive(message, body)));
+                    derived.unwrap_or_else(|_| {
+                        tracing::warn!(
+                            id,
+                            "deriving a stored message's search entries failed: none for it"
+                        );
+                        None
+                    })
+                })
                 .collect::<Vec<R>>()
         });
         match part.await {

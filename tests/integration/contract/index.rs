@@ -118,6 +118,32 @@ async fn a_message_purged_before_it_is_indexed_leaves_nothing_waiting() {
     assert_eq!(found(&*archive, "gone").await, ["gone-2"]);
 }
 
+on_both_backends!(a_row_that_cannot_be_read_holds_up_no_other);
+async fn a_row_that_cannot_be_read_holds_up_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    let batch = ["ok-1", "bad", "ok-2"]
+        .iter()
+        .map(|id| delivery("bad.dlq", id, Some(REJECTED)))
+        .collect();
+    append(&*archive, batch).await;
+    // Its stored properties no longer JSON, as a hand edit or a damaged page could leave them.
+    execute_sql(
+        &url,
+        "UPDATE messages SET properties = 'not json' WHERE message_id = 'bad';",
+    )
+    .await;
+    assert_eq!(archive.index_batch(&rules(), 10).await.unwrap(), 3);
+    assert_eq!(
+        archive.index_behind().await.unwrap(),
+        0,
+        "nothing left waiting"
+    );
+    assert_eq!(found(&*archive, "ok").await, ["ok-1", "ok-2"]);
+    assert_eq!(listed(&*archive, "bad.dlq").await.len(), 3, "still listed");
+}
+
 /// A PostgreSQL archive from before its search documents had a table of their own (migration
 /// 0031): each message's document moves there, and it is found as before, with nothing
 /// waiting for the indexer.
