@@ -21,6 +21,11 @@
 //! deriving each failure's cause is part of what is measured), BENCH_BASELINE (the path of
 //! another `lazarus` binary, say the previous commit's: each round runs it too, right after
 //! or before this one in turn, and the table ends with this binary's rate over it),
+//! BENCH_PAGE_CLIENTS=0 (N: each round also drains a backlog into each backend while N page
+//! clients ask Lazarus for an incident's pages, one after another with no pause — the
+//! overview, the list and its counts, a common word, an invoice searched for, a message's
+//! page — and the summary gives that drain's rate over the unloaded one's and the pages'
+//! p50/p95/p99),
 //! BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
 //! afterwards), LAZARUS_TEST_AMQP_URL. Needs the local RabbitMQ, and PostgreSQL for the
@@ -36,6 +41,7 @@ use lapin::{BasicProperties, Channel, Connection};
 use tokio::process::Command;
 
 mod common;
+use common::page_clients::{incident_pages, percentile, PageClients, PageLoad};
 use common::{
     amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
     postgres_url, publish_all,
@@ -463,20 +469,24 @@ async fn lazarus(target: &Target, queue: &str, until: Until<'_>, prefetch: u16) 
         target,
         queue,
         until,
-        prefetch,
+        (prefetch, 0),
     )
     .await
 }
 
-/// [`lazarus`] with the binary at `binary`.
+/// [`lazarus`] with the binary at `binary`, and `clients` page clients asking it for pages
+/// from the moment it listens until the drain is over ([`incident_pages`]).
 async fn lazarus_binary(
     binary: &str,
     target: &Target,
     queue: &str,
     until: Until<'_>,
-    prefetch: u16,
+    (prefetch, clients): (u16, usize),
 ) -> Drained {
     let mut conn = None;
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
     let start = Instant::now();
     let mut child = Command::new(binary)
         .args([
@@ -484,7 +494,7 @@ async fn lazarus_binary(
             "--queue",
             queue,
             "--listen",
-            "127.0.0.1:0",
+            &listen.to_string(),
             "--prefetch",
             &prefetch.to_string(),
         ])
@@ -496,6 +506,7 @@ async fn lazarus_binary(
         .spawn()
         .unwrap();
     let pid = child.id().unwrap();
+    let page_clients = (clients > 0).then(|| PageClients::start(listen, clients, incident_pages));
     let mut peak: f64 = 0.0;
     loop {
         let done = match until {
@@ -513,6 +524,10 @@ async fn lazarus_binary(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = start.elapsed();
+    let pages = match page_clients {
+        Some(clients) => Some(clients.finish().await),
+        None => None,
+    };
     // Drained and acked; then until every message is searchable (append, then index).
     while target.waiting_to_index(&mut conn).await > 0 {
         peak = peak.max(peak_rss_mib(pid).unwrap_or(0.0));
@@ -534,6 +549,7 @@ async fn lazarus_binary(
         elapsed,
         peak,
         indexed_after,
+        pages,
     }
 }
 
@@ -543,6 +559,8 @@ struct Drained {
     elapsed: Duration,
     peak: f64,
     indexed_after: Duration,
+    /// What the page clients saw during the drain, if there were any.
+    pages: Option<PageLoad>,
 }
 
 /// Who drains a backlog.
@@ -556,6 +574,9 @@ enum Contender<'a> {
     Baseline(&'a str, &'a str),
     /// The floor consumer into a fresh archive on this backend ([`floor_consumer`]).
     Floor(&'a str),
+    /// Lazarus into a fresh archive on this backend, with this many page clients asking it
+    /// for pages meanwhile (BENCH_PAGE_CLIENTS).
+    Loaded(&'a str, usize),
 }
 
 /// One timed drain of a backlog: the raw consumer, Lazarus or the floor into one backend.
@@ -567,6 +588,8 @@ struct Run {
     floor: bool,
     /// The BENCH_BASELINE binary's run.
     baseline: bool,
+    /// A run with page clients: what they saw.
+    pages: Option<PageLoad>,
     big: usize,
     /// What was special about the backlog, for the table.
     note: &'static str,
@@ -600,6 +623,7 @@ async fn drain(
         backend: None,
         floor: false,
         baseline: false,
+        pages: None,
         big,
         note: "",
         dead,
@@ -609,28 +633,38 @@ async fn drain(
     };
     match contender {
         Contender::Raw => run.elapsed = raw_consumer(connection, &queue, n, prefetch).await,
-        Contender::Lazarus(name) | Contender::Floor(name) | Contender::Baseline(name, _) => {
+        Contender::Lazarus(name)
+        | Contender::Floor(name)
+        | Contender::Baseline(name, _)
+        | Contender::Loaded(name, _) => {
             let floor = matches!(contender, Contender::Floor(_));
             let baseline = match contender {
                 Contender::Baseline(_, path) => Some(path),
                 _ => None,
             };
+            let clients = match contender {
+                Contender::Loaded(_, clients) => clients,
+                _ => 0,
+            };
             let target = Target::new(
                 name,
-                round * 16
+                round * 32
                     + usize::from(big > 0)
                     + 2 * usize::from(dead)
                     + 4 * usize::from(floor)
-                    + 8 * usize::from(baseline.is_some()),
+                    + 8 * usize::from(baseline.is_some())
+                    + 16 * usize::from(clients > 0),
             );
             if floor {
                 run.elapsed = floor_consumer(connection, &queue, n, prefetch, &target).await;
             } else {
                 let binary = baseline.unwrap_or(env!("CARGO_BIN_EXE_lazarus"));
                 let until = Until::Archived(n as i64);
-                let drained = lazarus_binary(binary, &target, &queue, until, prefetch).await;
+                let sizes = (prefetch, clients);
+                let drained = lazarus_binary(binary, &target, &queue, until, sizes).await;
                 (run.elapsed, run.rss) = (drained.elapsed, Some(drained.peak));
                 run.indexed_after = Some(drained.indexed_after);
+                run.pages = drained.pages;
                 run.baseline = baseline.is_some();
             }
             (run.backend, run.floor) = (Some(target.backend), floor);
@@ -660,6 +694,7 @@ async fn redelivered(
         backend: Some(target.backend),
         floor: false,
         baseline: false,
+        pages: None,
         big: 0,
         note,
         dead: true,
@@ -699,6 +734,7 @@ async fn main() {
     let rounds = env_or("BENCH_ROUNDS", 3).max(1);
     let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
     let floor = env_or("BENCH_FLOOR", 0) > 0;
+    let clients = env_or("BENCH_PAGE_CLIENTS", 0);
     let modes: &[bool] = if env_or("BENCH_DIRECT", 1) > 0 {
         &[true, false]
     } else {
@@ -737,6 +773,12 @@ async fn main() {
                 if floor {
                     let queue = format!("bench.{tag}.{backend}.floor.{round}.{dead}");
                     let b = Contender::Floor(backend);
+                    let run = drain(&connection, &channel, queue, b, sizes, 0, at, trace);
+                    runs.push(run.await);
+                }
+                if clients > 0 {
+                    let queue = format!("bench.{tag}.{backend}.loaded.{round}.{dead}");
+                    let b = Contender::Loaded(backend, clients);
                     let run = drain(&connection, &channel, queue, b, sizes, 0, at, trace);
                     runs.push(run.await);
                 }
@@ -783,6 +825,9 @@ async fn main() {
             None => format!("raw lapin consumer, ack only, {how}"),
             Some(b) if r.floor => format!("floor: append-only consumer → {b}, {how}"),
             Some(b) if r.baseline => format!("baseline lazarus → {b}, {how}"),
+            Some(b) if r.pages.is_some() => {
+                format!("lazarus → {b}, {how}, {clients} page clients meanwhile")
+            }
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
             Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
             Some(b) => format!("lazarus → {b}, {how}"),
@@ -805,7 +850,7 @@ async fn main() {
     let rates_of = |backend: Option<&str>, dead: bool, floor: bool, baseline: bool| -> Vec<f64> {
         runs.iter()
             .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead && r.floor == floor)
-            .filter(|r| r.baseline == baseline)
+            .filter(|r| r.baseline == baseline && r.pages.is_none())
             .map(|r| rate(r.elapsed))
             .collect()
     };
@@ -845,7 +890,7 @@ async fn main() {
                 .fold(0.0, f64::max);
             let searchable = runs
                 .iter()
-                .filter(|r| r.backend == Some(backend) && !r.baseline)
+                .filter(|r| r.backend == Some(backend) && !r.baseline && r.pages.is_none())
                 .filter_map(|r| r.indexed_after)
                 .max()
                 .unwrap_or_default();
@@ -858,6 +903,7 @@ async fn main() {
                 per_round.join(", "),
                 searchable.as_secs_f64()
             );
+            loaded_summary(&runs, backend, dead, &own, rate);
             let base = rates_of(Some(backend), dead, false, true);
             if !base.is_empty() {
                 let per_round: Vec<String> = own
@@ -874,5 +920,66 @@ async fn main() {
                 );
             }
         }
+    }
+}
+
+/// The page clients' line of the summary: the drains with page clients against those without
+/// (`unloaded`, the same backend's rates round by round), and the pages' times meanwhile.
+fn loaded_summary(
+    runs: &[Run],
+    backend: &str,
+    dead: bool,
+    unloaded: &[f64],
+    rate: impl Fn(Duration) -> f64,
+) {
+    let loaded: Vec<&Run> = runs
+        .iter()
+        .filter(|r| r.backend == Some(backend) && r.dead == dead && r.pages.is_some())
+        .collect();
+    if loaded.is_empty() {
+        return;
+    }
+    let rates: Vec<f64> = loaded.iter().map(|r| rate(r.elapsed)).collect();
+    let per_round: Vec<String> = rates
+        .iter()
+        .zip(unloaded)
+        .map(|(l, u)| format!("{:.2}", l / u))
+        .collect();
+    let mut all = PageLoad::empty();
+    for pages in loaded.iter().filter_map(|r| r.pages.as_ref()) {
+        all.add(pages);
+    }
+    let ms =
+        |took: &[Duration], p: f64| percentile(took, p).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+    let failed: Vec<String> = all
+        .failed
+        .iter()
+        .map(|(status, n)| format!("{n} answered {status}"))
+        .collect();
+    println!(
+        "  lazarus → {backend} under page clients: median {:.0} msg/s, ratio of medians to the \
+         unloaded drains {:.2} (target ≥ 0.7), per round {}; {} pages, p50 {:.1} ms, p95 {:.1} \
+         ms (target < 100 ms), p99 {:.1} ms; {}",
+        median(rates.clone()),
+        median(rates) / median(unloaded.to_vec()),
+        per_round.join(", "),
+        all.took.len(),
+        ms(&all.took, 50.0),
+        ms(&all.took, 95.0),
+        ms(&all.took, 99.0),
+        if failed.is_empty() {
+            "every page answered".to_owned()
+        } else {
+            failed.join(", ")
+        }
+    );
+    for (page, took) in &all.by_page {
+        println!(
+            "    {page}: {} asked, p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+            took.len(),
+            ms(took, 50.0),
+            ms(took, 95.0),
+            ms(took, 99.0)
+        );
     }
 }

@@ -1,9 +1,12 @@
 //! What the benchmarks share: their settings from the environment, the local services'
 //! URLs, the backends to measure, the median of a run's figures, and filling queues (a
 //! confirm channel, confirmed publishing, the arguments that make the broker dead-letter,
-//! broker-made dead letters of the 1 KB invoice body), and an archive's count of a DLQ.
+//! broker-made dead letters of the 1 KB invoice body), an archive's count of a DLQ, and page
+//! clients that load a running Lazarus.
 //! Each bench uses a part of it, hence `dead_code` allowed.
 #![allow(dead_code)]
+
+pub mod page_clients;
 
 use std::time::{Duration, Instant};
 
