@@ -334,6 +334,10 @@ async fn start_work(work: Work, token: CancellationToken, tracker: TaskTracker) 
         ctx.index.clone(),
         token.clone(),
     ));
+    tracker.spawn(crate::runtime::statistics::run(
+        background.clone(),
+        token.clone(),
+    ));
     tracker.spawn(reindex_search(
         background.clone(),
         ctx.rules.clone(),

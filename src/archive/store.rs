@@ -644,6 +644,9 @@ pub trait Upkeep: Send + Sync {
     async fn settle(&self, before: OffsetDateTime, limit: u32) -> Result<u64, ArchiveError>;
     /// Forgets the per-minute counts older than `MINUTES_KEPT` minutes (ingest only adds).
     async fn prune_minutes(&self) -> Result<(), ArchiveError>;
+    /// Brings the query planner's statistics up to date where a burst of writes left them
+    /// stale (PostgreSQL; SQLite's plans need none): the tables analyzed.
+    async fn refresh_statistics(&self) -> Result<Vec<String>, ArchiveError>;
 }
 
 /// What the web may use: everything but storing deliveries and stepping replay jobs.

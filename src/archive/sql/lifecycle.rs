@@ -261,6 +261,10 @@ impl<T: SqlArchive> Upkeep for T {
         Ok(())
     }
 
+    async fn refresh_statistics(&self) -> Result<Vec<String>, ArchiveError> {
+        super::statistics::refresh(self.db()).await
+    }
+
     async fn settle(&self, before: OffsetDateTime, limit: u32) -> Result<u64, ArchiveError> {
         let mut tx = self.db().begin().await?;
         let mut conn = tx.conn();

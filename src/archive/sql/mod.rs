@@ -28,6 +28,7 @@ mod reindex;
 mod replays;
 pub mod retention;
 pub mod rows;
+mod statistics;
 
 use time::OffsetDateTime;
 

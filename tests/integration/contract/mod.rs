@@ -17,6 +17,7 @@ mod reindex;
 mod replays;
 mod search;
 mod search_terms;
+mod statistics;
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
