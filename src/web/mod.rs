@@ -9,6 +9,7 @@ mod error;
 mod extract;
 mod health;
 pub mod html;
+pub mod lag;
 pub mod limits;
 pub mod masking;
 pub mod nav;
@@ -92,6 +93,8 @@ pub struct AppState {
     pub retention: Option<Arc<str>>,
     /// The webhooks (`--webhook`) and what became of their latest events.
     pub notifications: crate::notify::NotifyStatus,
+    /// How far the search index is behind ingest, counted at most once a second.
+    pub index_lag: Arc<lag::IndexLag>,
 }
 
 impl AppState {
@@ -141,6 +144,7 @@ impl AppState {
             discovery: Arc::default(),
             retention: None,
             notifications: Default::default(),
+            index_lag: Arc::default(),
         }
     }
 }

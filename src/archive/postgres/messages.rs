@@ -20,9 +20,12 @@ use crate::archive::{
 pub(super) fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, filter: &'a MessageFilter) {
     match filter.text.as_ref().map(search::query) {
         Some(Some(query)) => {
+            // Bounded by the newest message indexed: while a drain is being indexed, the
+            // newest tens of thousands have no search document yet, and a list of a common
+            // word read backwards from the newest message would step over each of them.
             q.push(
-                " FROM messages WHERE messages.id IN \
-                 (SELECT id FROM message_search WHERE search @@ ",
+                " FROM messages WHERE messages.id <= (SELECT max(id) FROM message_search) \
+                 AND messages.id IN (SELECT id FROM message_search WHERE search @@ ",
             )
             .push_bind(query)
             .push("::tsquery)");

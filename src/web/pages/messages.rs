@@ -290,8 +290,8 @@ pub async fn list_page(
                 .map_err(|e| PageError::new(e, &headers))?;
             indexing = super::indexing_notice(
                 state
-                    .archive
-                    .index_behind()
+                    .index_lag
+                    .behind(state.archive.as_ref())
                     .await
                     .map_err(|e| PageError::new(e, &headers))?,
             );

@@ -86,6 +86,27 @@ async fn appended_messages_are_listed_at_once_and_searchable_once_indexed() {
     assert_eq!(archive.index_batch(&rules(), 7).await.unwrap(), 0);
 }
 
+on_both_backends!(a_search_while_newer_messages_wait_finds_every_one_indexed);
+async fn a_search_while_newer_messages_wait_finds_every_one_indexed() {
+    let (_dir, archive) = archive().await;
+    let named = |range: std::ops::Range<usize>| -> Vec<IncomingMessage> {
+        range
+            .map(|i| delivery("idx.dlq", &format!("narwhal{i:03}"), Some(REJECTED)))
+            .collect()
+    };
+    assert_eq!(append(&*archive, named(0..30)).await, 30);
+    while archive.index_batch(&rules(), 1_000).await.unwrap() > 0 {}
+    // A drain's newest messages, not indexed yet: a search reads past them, and finds every
+    // indexed one, the newest of them too.
+    assert_eq!(append(&*archive, named(30..330)).await, 300);
+    assert_eq!(archive.index_behind().await.unwrap(), 300);
+    let indexed: Vec<String> = (0..30).map(|i| format!("narwhal{i:03}")).collect();
+    assert_eq!(found(&*archive, "narwhal*").await, indexed);
+    while archive.index_batch(&rules(), 1_000).await.unwrap() > 0 {}
+    let all: Vec<String> = (0..330).map(|i| format!("narwhal{i:03}")).collect();
+    assert_eq!(found(&*archive, "narwhal*").await, all);
+}
+
 on_both_backends!(a_message_purged_before_it_is_indexed_leaves_nothing_waiting);
 async fn a_message_purged_before_it_is_indexed_leaves_nothing_waiting() {
     let (_dir, archive) = archive().await;
