@@ -76,9 +76,22 @@ async fn assert_whole(db: &str, when: &str) -> Held {
     h
 }
 
-async fn kill(child: &mut Child) {
+/// SIGKILL, then (PostgreSQL) until the server has ended the process's sessions: a COMMIT it
+/// sent just before it died may still complete on the server, and the counts read next must
+/// not change between one and the other.
+async fn kill(child: &mut Child, db: &str) {
     child.start_kill().unwrap(); // SIGKILL
     child.wait().await.unwrap();
+    if Backend::current() == Backend::Postgres {
+        let others = "SELECT count(*) FROM pg_stat_activity \
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()";
+        wait_until(
+            "the killed process's sessions to end",
+            Duration::from_secs(30),
+            async || count_rows(db, others).await == 0,
+        )
+        .await;
+    }
 }
 
 on_both_backends!(sigkill_between_append_and_index_loses_nothing_and_indexes_nothing_twice);
@@ -103,7 +116,7 @@ async fn sigkill_between_append_and_index_loses_nothing_and_indexes_nothing_twic
         count_rows(&db, "SELECT count(*) FROM messages").await >= 3_000
     })
     .await;
-    kill(&mut first).await;
+    kill(&mut first, &db).await;
     let at_kill = assert_whole(&db, "killed mid-drain").await;
     assert!(
         at_kill.waiting > 0 && at_kill.messages < BACKLOG,
@@ -133,7 +146,7 @@ async fn sigkill_between_append_and_index_loses_nothing_and_indexes_nothing_twic
         now < waiting || now == 0
     })
     .await;
-    kill(&mut second).await;
+    kill(&mut second, &db).await;
     let mid = assert_whole(&db, "killed while the indexer caught up").await;
     assert!(
         behind > 0 && behind <= BACKLOG as u64,
