@@ -4,6 +4,8 @@
 //! once a minute when on; a never-analyzed `messages` had the list of one failure reason take
 //! 240 ms instead of 3 at 100,000 rows (docs/lab-notebook.md, "pages under ingest").
 
+use sqlx::{ConnectOptions, Connection};
+
 use super::{args, ArchiveRow, Dialect, Pool};
 use crate::archive::ArchiveError;
 
@@ -45,12 +47,14 @@ pub(super) async fn refresh(db: Pool<'_>) -> Result<Vec<String>, ArchiveError> {
         .iter()
         .map(|row| row.column::<String>("name"))
         .collect::<Result<Vec<_>, _>>()?;
-    if !stale.is_empty() {
-        db.execute(
-            &format!("ANALYZE (SKIP_LOCKED) {}", stale.join(", ")),
-            args![],
-        )
-        .await?;
+    if let (false, Pool::Postgres(pool)) = (stale.is_empty(), db) {
+        // On a connection of its own that does not log it as a slow statement: a second is
+        // what analyzing takes, not a sign of trouble.
+        let options = (*pool.connect_options()).clone();
+        let mut conn = options.disable_statement_logging().connect().await?;
+        let analyze = format!("ANALYZE (SKIP_LOCKED) {}", stale.join(", "));
+        sqlx::query(&analyze).execute(&mut conn).await?;
+        conn.close().await?;
     }
     Ok(stale)
 }
