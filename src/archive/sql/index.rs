@@ -10,12 +10,9 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 
 use super::columns::{summary_columns, DETAIL_COLUMNS};
-use super::reindex::{derive_each, incoming};
-use super::{args, ArchiveRow, Arg, Conn, SqlArchive};
+use super::derive::{derive_each, incoming, insert_rows};
+use super::{args, ArchiveRow, Conn, SqlArchive};
 use crate::archive::{ArchiveError, Index, IngestRules, SearchText};
-
-/// Rows of three values a statement writes at most ([`insert_rows`]).
-const FIELDS_PER_STATEMENT: usize = 300;
 
 #[async_trait]
 impl<T: SqlArchive> Index for T {
@@ -122,31 +119,4 @@ async fn write_fields(conn: &mut Conn<'_>, entries: &[Entry]) -> Result<(), sqlx
         .collect();
     insert_rows(conn, "message_fields (message_id, name, value)", &fields).await?;
     insert_rows(conn, "message_field_keys (message_id, name, folded)", &keys).await
-}
-
-/// Rows of three values (an id and two texts) into `table_and_columns`, a few hundred a
-/// statement; a row already there is left as it is.
-pub(super) async fn insert_rows(
-    conn: &mut Conn<'_>,
-    table_and_columns: &str,
-    rows: &[(i64, &str, &str)],
-) -> Result<(), sqlx::Error> {
-    for chunk in rows.chunks(FIELDS_PER_STATEMENT) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
-            .collect();
-        let mut bound: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 3);
-        for (id, a, b) in chunk {
-            bound.extend([Arg::from(*id), Arg::from(*a), Arg::from(*b)]);
-        }
-        conn.execute(
-            &format!(
-                "INSERT INTO {table_and_columns} VALUES {} ON CONFLICT DO NOTHING",
-                values.join(", ")
-            ),
-            &bound,
-        )
-        .await?;
-    }
-    Ok(())
 }

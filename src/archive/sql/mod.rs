@@ -11,6 +11,7 @@ pub mod bodies;
 mod carry;
 pub mod columns;
 mod db;
+mod derive;
 mod export;
 pub mod filter;
 mod group_notes;
