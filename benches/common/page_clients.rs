@@ -92,10 +92,15 @@ impl PageLoad {
             }
         }
         for &(status, count) in &other.failed {
-            match self.failed.iter_mut().find(|(s, _)| *s == status) {
-                Some((_, n)) => *n += count,
-                None => self.failed.push((status, count)),
-            }
+            self.failed_with(status, count);
+        }
+    }
+
+    /// Counts `count` more answers of `status` among the failed.
+    fn failed_with(&mut self, status: u16, count: usize) {
+        match self.failed.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += count,
+            None => self.failed.push((status, count)),
         }
     }
 }
@@ -157,10 +162,7 @@ impl PageClients {
         load.took = answers.iter().map(|a| a.took).collect();
         load.took.sort();
         for a in answers.iter().filter(|a| a.status != 200) {
-            match load.failed.iter_mut().find(|(s, _)| *s == a.status) {
-                Some((_, n)) => *n += 1,
-                None => load.failed.push((a.status, 1)),
-            }
+            load.failed_with(a.status, 1);
         }
         load
     }

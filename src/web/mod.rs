@@ -94,10 +94,16 @@ pub struct AppState {
     /// The webhooks (`--webhook`) and what became of their latest events.
     pub notifications: crate::notify::NotifyStatus,
     /// How far the search index is behind ingest, counted at most once a second.
-    pub index_lag: Arc<lag::IndexLag>,
+    index_lag: Arc<lag::IndexLag>,
 }
 
 impl AppState {
+    /// Messages archived but not yet searchable, counted at most once a second
+    /// ([`lag::IndexLag`]).
+    pub async fn index_behind(&self) -> Result<u64, crate::archive::ArchiveError> {
+        self.index_lag.behind(self.archive.as_ref()).await
+    }
+
     /// A stored vhost named: the empty one is the AMQP URL's.
     pub fn vhost_name<'a>(&'a self, stored: &'a str) -> &'a str {
         crate::message::dlq::named_vhost(stored, &self.home_vhost)

@@ -34,7 +34,7 @@ pub(crate) async fn list_messages(
     let (filter, page) = caller.filter(&state, &params).await?;
     let _reading = state.reads.acquire().await?;
     let mut page = state.archive.list_messages(&filter, page).await?;
-    page.indexing_behind = state.index_lag.behind(state.archive.as_ref()).await?;
+    page.indexing_behind = state.index_behind().await?;
     for m in &mut page.messages {
         let role = caller.role_on(&m.queue, &m.vhost, &state);
         let role = role.unwrap_or(Role::Viewer);

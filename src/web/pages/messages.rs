@@ -290,8 +290,7 @@ pub async fn list_page(
                 .map_err(|e| PageError::new(e, &headers))?;
             indexing = super::indexing_notice(
                 state
-                    .index_lag
-                    .behind(state.archive.as_ref())
+                    .index_behind()
                     .await
                     .map_err(|e| PageError::new(e, &headers))?,
             );

@@ -272,7 +272,7 @@ pub async fn overview(
             settling,
             notes: notes.into_iter().collect(),
         };
-        let behind = state.index_lag.behind(state.archive.as_ref()).await?;
+        let behind = state.index_behind().await?;
         Ok::<_, crate::archive::ArchiveError>((
             counts, hourly, groups, recent, last_pass, extra, behind,
         ))
