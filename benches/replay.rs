@@ -1,6 +1,7 @@
 //! Replay benchmark: bulk-replays N dead letters — made by the broker's own dead-lettering
 //! (published to a work queue with `x-message-ttl` 0 whose dead-letter target is the DLQ, so
-//! each carries `x-death`) and archived by the release `lazarus serve` — through the API a
+//! each carries `x-death`) and archived by the release `lazarus serve`, the indexer caught up
+//! (no job is timed beside it) — through the API a
 //! user takes: `POST /api/replays` with a filter on the DLQ, timed from the request (planning
 //! included) until `GET /api/replays/{id}` says `completed`. Alternately, in the same run, a
 //! raw lapin publisher sends the same number of messages of the same shape with the same
@@ -13,7 +14,10 @@
 //! dropped afterwards — LAZARUS_TEST_AMQP_URL). Needs the local RabbitMQ; the shovel part also
 //! needs `rabbitmqctl` and `rabbitmq-plugins` on this machine (it enables `rabbitmq_shovel`
 //! when it is disabled, and is skipped when they are missing or with BENCH_SHOVEL=0) and the
-//! default vhost. Prints a table of rates and the ratios, and for each job the time until
+//! default vhost. BENCH_BASELINE: the path of another `lazarus` binary (say the previous
+//! commit's, same schema): in each run it serves the same archive and replays it too, the two
+//! taking turns going first, and the summary gives this binary's rate over it run by run.
+//! Prints a table of rates and the ratios, and for each job the time until
 //! `POST /api/replays` answered (planning) and its runner's own time (`started_at` to
 //! `finished_at`, as the job records them).
 
@@ -36,7 +40,7 @@ use tokio::process::Command;
 mod common;
 use common::{
     amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
-    postgres_url, publish_all, text,
+    postgres_url, publish_all, text, waiting_to_index,
 };
 
 /// The routing key every message was first published with.
@@ -214,10 +218,10 @@ async fn http(
     Ok((status, body))
 }
 
-/// `lazarus serve` archiving `dlq` into `database_url`, its web on `port` (no sign-in: the
-/// default, loopback only).
-fn serve(database_url: &str, dlq: &str, port: u16) -> tokio::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_lazarus"))
+/// `binary serve` (a `lazarus`) archiving `dlq` into `database_url`, its web on `port` (no
+/// sign-in: the default, loopback only).
+fn serve(binary: &str, database_url: &str, dlq: &str, port: u16) -> tokio::process::Child {
+    Command::new(binary)
         .args(["serve", "--queue", dlq, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--database-url")
@@ -506,6 +510,8 @@ fn replayed_messages(base: &str, n: usize) -> Vec<(Vec<u8>, BasicProperties)> {
 struct Measured {
     backend: String,
     lazarus: Vec<JobTimes>,
+    /// The BENCH_BASELINE binary's jobs, one beside each of this binary's on the same archive.
+    baseline: Vec<JobTimes>,
     raw: Vec<Duration>,
 }
 
@@ -552,24 +558,58 @@ async fn measure(channel: &Channel, backend: &str, n: usize, runs: usize) -> Mea
         _ => postgres_url(&format!("lazarus_bench_replay_{}", std::process::id())),
     };
     let port = free_port();
-    let mut child = serve(&db, &dlq, port);
+    let this = env!("CARGO_BIN_EXE_lazarus");
+    let baseline = std::env::var("BENCH_BASELINE").ok();
+    let mut child = serve(this, &db, &dlq, port);
     let archiving = Instant::now();
     wait_archived(port, n).await;
     println!(
         "{backend}: archived by lazarus serve in {:.1} s",
         archiving.elapsed().as_secs_f64()
     );
+    // A replay after a fix comes long after the messages were archived: none is timed while
+    // the indexer still makes the backlog searchable beside it.
+    while waiting_to_index(&db).await > 0 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "{backend}: searchable {:.1} s after the start",
+        archiving.elapsed().as_secs_f64()
+    );
     let messages = replayed_messages(&base, n);
     let mut measured = Measured {
         backend: backend.to_owned(),
         lazarus: Vec::new(),
+        baseline: Vec::new(),
         raw: Vec::new(),
     };
     for run in 1..=runs {
-        println!("{backend}, run {run}/{runs}: POST /api/replays...");
         let key = format!("bench-{}-{run}", std::process::id());
-        measured.lazarus.push(lazarus(port, &dlq, &key, n).await);
-        check_and_purge(channel, &target, n).await;
+        // With a baseline, the two binaries take turns going first (the first job on a fresh
+        // archive ran slower for either): this one first in odd runs.
+        let mut order = vec![(this, false)];
+        if let Some(baseline) = &baseline {
+            match run % 2 {
+                1 => order.push((baseline.as_str(), true)),
+                _ => order.insert(0, (baseline.as_str(), true)),
+            }
+        }
+        for (binary, is_baseline) in order {
+            if baseline.is_some() {
+                // Each binary serves the archive in turn: stopped, the other holds nothing.
+                let _ = child.kill().await;
+                child = serve(binary, &db, &dlq, port);
+                wait_archived(port, n).await;
+            }
+            println!("{backend}, run {run}/{runs}: POST /api/replays to {binary}...");
+            let key = format!("{key}-{}", if is_baseline { "baseline" } else { "this" });
+            let times = lazarus(port, &dlq, &key, n).await;
+            match is_baseline {
+                true => measured.baseline.push(times),
+                false => measured.lazarus.push(times),
+            }
+            check_and_purge(channel, &target, n).await;
+        }
         println!("{backend}, run {run}/{runs}: raw lapin publisher...");
         measured.raw.push(raw(&url, &base, &messages, window).await);
         check_and_purge(channel, &target, n).await;
@@ -636,6 +676,18 @@ async fn main() {
                 s(*raw),
                 rate(*raw)
             );
+            if let Some(base) = m.baseline.get(i) {
+                println!(
+                    "| BENCH_BASELINE → {}, run {} | {n} | {} | {:.0} | {:.2} | {} | {} |",
+                    m.backend,
+                    i + 1,
+                    s(base.total),
+                    rate(base.total),
+                    rate(base.total) / rate(*raw),
+                    s(base.planning),
+                    s(base.running)
+                );
+            }
         }
     }
     match &moved {
@@ -654,8 +706,20 @@ async fn main() {
             Ok(moved) => format!(", lazarus / shovel {:.2}", laz_rate / rate(moved.total)),
             Err(_) => String::new(),
         };
+        let baseline = match m.baseline.is_empty() {
+            true => String::new(),
+            false => {
+                let each: Vec<String> = m
+                    .lazarus
+                    .iter()
+                    .zip(&m.baseline)
+                    .map(|(l, b)| format!("{:.2}", b.total.as_secs_f64() / l.total.as_secs_f64()))
+                    .collect();
+                format!("; lazarus / BENCH_BASELINE {}", each.join(", "))
+            }
+        };
         println!(
-            "{}: median msg/s lazarus {laz_rate:.0}, raw {raw_rate:.0}; lazarus / raw {:.2}{shovel} (target: faster than the shovel)",
+            "{}: median msg/s lazarus {laz_rate:.0}, raw {raw_rate:.0}; lazarus / raw {:.2}{shovel}{baseline} (target: faster than the shovel)",
             m.backend,
             laz_rate / raw_rate
         );

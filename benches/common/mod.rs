@@ -1,7 +1,8 @@
 //! What the benchmarks share: their settings from the environment, the local services'
 //! URLs, the backends to measure, the median of a run's figures, and filling queues (a
 //! confirm channel, confirmed publishing, the arguments that make the broker dead-letter,
-//! broker-made dead letters of the 1 KB invoice body), an archive's count of a DLQ, and page
+//! broker-made dead letters of the 1 KB invoice body), an archive's count of a DLQ and of
+//! what waits to be indexed, and page
 //! clients that load a running Lazarus.
 //! Each bench uses a part of it, hence `dead_code` allowed.
 #![allow(dead_code)]
@@ -205,28 +206,46 @@ pub async fn dead_letter(channel: &Channel, dlq: &str, n: usize, from: usize) {
 
 /// Messages of `queue` in the archive at `url` (its kept totals; 0 before it exists).
 pub async fn archived(url: &str, queue: &str) -> i64 {
-    use sqlx::{ConnectOptions, Connection};
     const SQL: &str = "SELECT CAST(COALESCE(SUM(messages), 0) AS BIGINT) FROM queue_reason_counts \
                        WHERE queue = $1";
+    count_in(url, SQL, Some(queue)).await.unwrap_or(0)
+}
+
+/// Messages archived at `url` that the indexer has not made searchable yet (0 for an
+/// archive from before append-then-index, which has no such table).
+pub async fn waiting_to_index(url: &str) -> i64 {
+    count_in(url, "SELECT count(*) FROM index_pending", None)
+        .await
+        .unwrap_or(0)
+}
+
+/// One count from the archive at `url` (`sql` with at most one text bind), read on a
+/// connection of its own (read-only on SQLite); `None` when it cannot be read.
+async fn count_in(url: &str, sql: &str, bind: Option<&str>) -> Option<i64> {
+    use sqlx::{ConnectOptions, Connection};
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let Ok(mut c) = sqlx::sqlite::SqliteConnectOptions::new()
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(path)
             .read_only(true)
             .connect()
             .await
-        else {
-            return 0;
-        };
-        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
+            .ok()?;
+        let mut q = sqlx::query_scalar::<_, i64>(sql);
+        if let Some(b) = bind {
+            q = q.bind(b);
+        }
+        let n = q.fetch_one(&mut c).await;
         let _ = c.close().await;
-        n.unwrap_or(0)
+        n.ok()
     } else {
-        let Ok(mut c) = sqlx::PgConnection::connect(url).await else {
-            return 0;
-        };
-        let n = sqlx::query_scalar(SQL).bind(queue).fetch_one(&mut c).await;
+        let mut c = sqlx::PgConnection::connect(url).await.ok()?;
+        let mut q = sqlx::query_scalar::<_, i64>(sql);
+        if let Some(b) = bind {
+            q = q.bind(b);
+        }
+        let n = q.fetch_one(&mut c).await;
         let _ = c.close().await;
-        n.unwrap_or(0)
+        n.ok()
     }
 }
 
