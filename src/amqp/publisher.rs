@@ -308,8 +308,13 @@ fn settle_tags(
     multiple: bool,
     outcome: impl Fn(Option<String>) -> PublishOutcome,
 ) {
-    for f in in_flight.iter_mut() {
-        if f.outcome.is_none() && (f.tag == tag || (multiple && f.tag <= tag)) {
+    // Unsettled publishes are in the order of their tags: none past the first one beyond
+    // `tag` is settled by it, so a confirm costs what it settles, not the window.
+    for f in in_flight.iter_mut().filter(|f| f.outcome.is_none()) {
+        if f.tag > tag {
+            break;
+        }
+        if f.tag == tag || multiple {
             f.outcome = Some(outcome(f.returned.take()));
         }
     }
@@ -395,5 +400,45 @@ mod tests {
             ["MT-Fault-Message", "tenant", REPLAY_OF_HEADER]
         );
         assert_eq!(names(None).len(), headers.len() + 1);
+    }
+
+    fn in_flight(entries: &[(u64, Option<PublishOutcome>)]) -> VecDeque<InFlight> {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, (tag, outcome))| InFlight {
+                tag: *tag,
+                archive_id: i as i64,
+                returned: None,
+                outcome: outcome.clone(),
+            })
+            .collect()
+    }
+
+    fn outcomes(in_flight: &VecDeque<InFlight>) -> Vec<Option<PublishOutcome>> {
+        in_flight.iter().map(|f| f.outcome.clone()).collect()
+    }
+
+    #[test]
+    fn a_confirm_settles_its_tag_or_every_tag_up_to_it_and_no_later_one() {
+        let failed = Some(PublishOutcome::Failed("never sent".into()));
+        let published = Some(PublishOutcome::Published);
+        // Tag 0: failed before it was sent, between tags 4 and 5.
+        let mut window = in_flight(&[(3, None), (4, None), (0, failed.clone()), (5, None)]);
+        settle_tags(&mut window, 4, false, |_| PublishOutcome::Published);
+        assert_eq!(
+            outcomes(&window),
+            [None, published.clone(), failed.clone(), None]
+        );
+        settle_tags(&mut window, 5, true, |_| PublishOutcome::Nacked);
+        let nacked = Some(PublishOutcome::Nacked);
+        assert_eq!(
+            outcomes(&window),
+            [nacked.clone(), published.clone(), failed.clone(), nacked]
+        );
+        // A confirm of a tag nothing awaits any more settles nothing else.
+        let mut window = in_flight(&[(7, None), (8, None)]);
+        settle_tags(&mut window, 6, true, |_| PublishOutcome::Published);
+        assert_eq!(outcomes(&window), [None, None]);
     }
 }
