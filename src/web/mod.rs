@@ -5,6 +5,7 @@ pub mod api;
 mod assets;
 pub mod auth;
 pub mod caller;
+pub mod copies;
 mod error;
 mod extract;
 mod health;
@@ -95,6 +96,8 @@ pub struct AppState {
     pub notifications: crate::notify::NotifyStatus,
     /// How far the search index is behind ingest, counted at most once a second.
     index_lag: Arc<lag::IndexLag>,
+    /// What became of running jobs' copies, counted at most once a second per job.
+    job_copies: Arc<copies::JobCopies>,
 }
 
 impl AppState {
@@ -102,6 +105,15 @@ impl AppState {
     /// ([`lag::IndexLag`]).
     pub async fn index_behind(&self) -> Result<u64, crate::archive::ArchiveError> {
         self.index_lag.behind(self.archive.as_ref()).await
+    }
+
+    /// What became of `job`'s copies; while it runs, counted at most once a second
+    /// ([`copies::JobCopies`]).
+    pub async fn job_copies(
+        &self,
+        job: &crate::archive::ReplayJob,
+    ) -> Result<crate::archive::CopyCounts, crate::archive::ArchiveError> {
+        self.job_copies.of(self.archive.as_ref(), job).await
     }
 
     /// A stored vhost named: the empty one is the AMQP URL's.
@@ -151,6 +163,7 @@ impl AppState {
             retention: None,
             notifications: Default::default(),
             index_lag: Arc::default(),
+            job_copies: Arc::default(),
         }
     }
 }

@@ -205,7 +205,7 @@ pub(crate) async fn get_job(
     JobId { id, .. }: JobId,
 ) -> Result<Json<JobDetail>, AppError> {
     let job = find_job(&state, &caller, id).await?;
-    let copies = state.archive.job_copies(id).await?;
+    let copies = state.job_copies(&job).await?;
     let fix_held = copies.fix_held(job.state);
     Ok(Json(JobDetail {
         job: shown(&state, caller.role, job),

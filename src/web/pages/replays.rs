@@ -609,8 +609,7 @@ pub async fn job_page(
             )
         });
     let copies = state
-        .archive
-        .job_copies(id)
+        .job_copies(&job)
         .await
         .map_err(|e| page_error(e.into()))?;
     Ok(render(&JobPage {
@@ -644,8 +643,7 @@ pub async fn progress_partial(
     let page_error = |e: AppError| PageError::new(e, &headers);
     let job = find_job(&state, &caller, id).await.map_err(page_error)?;
     let copies = state
-        .archive
-        .job_copies(id)
+        .job_copies(&job)
         .await
         .map_err(|e| page_error(e.into()))?;
     Ok(render(&ProgressPartial {
