@@ -5,18 +5,17 @@ pub mod api;
 mod assets;
 pub mod auth;
 pub mod caller;
-pub mod copies;
 mod error;
 mod extract;
 mod health;
 pub mod html;
-pub mod lag;
 pub mod limits;
 pub mod masking;
 pub mod nav;
 mod ndjson;
 mod openapi;
 pub mod pages;
+pub mod recent;
 mod security;
 pub mod serve;
 
@@ -95,20 +94,20 @@ pub struct AppState {
     /// The webhooks (`--webhook`) and what became of their latest events.
     pub notifications: crate::notify::NotifyStatus,
     /// How far the search index is behind ingest, counted at most once a second.
-    index_lag: Arc<lag::IndexLag>,
+    index_lag: Arc<recent::IndexLag>,
     /// What became of running jobs' copies, counted at most once a second per job.
-    job_copies: Arc<copies::JobCopies>,
+    job_copies: Arc<recent::JobCopies>,
 }
 
 impl AppState {
     /// Messages archived but not yet searchable, counted at most once a second
-    /// ([`lag::IndexLag`]).
+    /// ([`recent::IndexLag`]).
     pub async fn index_behind(&self) -> Result<u64, crate::archive::ArchiveError> {
         self.index_lag.behind(self.archive.as_ref()).await
     }
 
     /// What became of `job`'s copies; while it runs, counted at most once a second
-    /// ([`copies::JobCopies`]).
+    /// ([`recent::JobCopies`]).
     pub async fn job_copies(
         &self,
         job: &crate::archive::ReplayJob,
