@@ -83,11 +83,11 @@ pub struct GroupNoteChange {
 }
 
 /// Messages of one failure group (as a grouping names it: the cause group's id, or the value
-/// of the part it is grouped by) archived in one minute.
+/// of the part it is grouped by) archived in one span of minutes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMinute {
     pub group: String,
-    /// Unix time / 60.
+    /// The span's newest minute: Unix time / 60.
     pub minute: i64,
     pub messages: i64,
 }

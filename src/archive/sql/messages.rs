@@ -227,8 +227,10 @@ impl<T: SqlArchive> MessageStore for T {
         &self,
         by: GroupBy,
         since: i64,
+        newest: i64,
+        span: i64,
     ) -> Result<Vec<GroupMinute>, ArchiveError> {
-        super::groups::minutes(self.db(), by, since).await
+        super::groups::minutes(self.db(), by, since, newest, span).await
     }
 
     async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError> {

@@ -260,7 +260,13 @@ pub async fn overview(
         // A cause group is of one DLQ; the other groupings' trends count every DLQ's
         // messages, so a caller who sees some DLQs gets none.
         let minutes = match whole || group_by == GroupBy::Cause {
-            true => state.archive.group_minutes(group_by, since).await?,
+            true => {
+                let span = shaped::BIN_MINUTES;
+                let archive = &state.archive;
+                archive
+                    .group_minutes(group_by, since, now_minute, span)
+                    .await?
+            }
             false => Vec::new(),
         };
         let mut settling = state.archive.settling_by_dlq().await?;
