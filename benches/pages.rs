@@ -617,17 +617,19 @@ fn cases(rows: usize) -> Vec<Case> {
     const GROUP_PG: &str = "SELECT id FROM messages WHERE coalesce(first_death_queue, queue) = $1 \
         AND first_death_reason = 'rejected' AND coalesce(error, '') = $2 ORDER BY id DESC LIMIT 51";
     // A group's open messages by its key, as the list's `group` filter writes it
-    // (src/archive/sql/filter.rs): on SQLite the condition of its partial index of open ones.
+    // (src/archive/sql/filter.rs): SQLite, the condition of its partial index of open ones.
     const GROUP_OPEN: &str = "SELECT id FROM messages \
         WHERE coalesce(first_death_queue, failed_queue, queue) = ? \
         AND coalesce(first_death_reason, 'none') = ? AND coalesce(cause, error, '') = ? \
         AND queue = ? AND status IN ('archived', 'replayed', 'replay_failed') \
         ORDER BY id DESC LIMIT 51";
-    const GROUP_OPEN_PG: &str = "SELECT id FROM messages \
-        WHERE coalesce(first_death_queue, failed_queue, queue) = $1 \
-        AND coalesce(first_death_reason, 'none') = $2 AND coalesce(cause, error, '') = $3 \
-        AND queue = $4 AND (SELECT status FROM message_status WHERE message_status.id = messages.id) \
-        IN ('archived', 'replayed', 'replay_failed') ORDER BY id DESC LIMIT 51";
+    // PostgreSQL: through the status table's partial index of open messages by group
+    // (src/archive/postgres/messages.rs, push_open_group).
+    const GROUP_OPEN_PG: &str = "SELECT s.id FROM message_status s \
+        WHERE s.group_queue = $1 AND s.group_reason = $2 AND s.group_cause = $3 \
+        AND s.status IN ('archived', 'replayed', 'replay_failed') \
+        AND (SELECT m.queue FROM messages m WHERE m.id = s.id) = $4 \
+        ORDER BY s.id DESC LIMIT 51";
     // The overview's link to a group: its id, read from each archive ([`GroupLink`]).
     let group_uri = format!("/messages?group={GROUP_ID}&status=open");
     // The same messages found by the group's first-death queue, reason and error text, as a
