@@ -190,7 +190,7 @@ pub async fn minutes(
         GroupBy::Reason => ("m.reason", "", "m.reason"),
     };
     // Summed per span here, not per minute: a row per bar. A row per minute — up to 360 a
-    // group over six hours — cost the overview 13 ms of its 21 at 1,000,000 messages
+    // group over six hours — cost the overview 13 ms of its 15–22 at 1,000,000 messages
     // (docs/lab-notebook.md, "the overview's trends summed by the database").
     let span = span.max(1);
     let sql = format!(
