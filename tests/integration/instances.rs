@@ -62,7 +62,8 @@ impl Instance {
         let mut child = lazarus_command(amqp_url, queue, &db_url, flags)
             .env(
                 "RUST_LOG",
-                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::runtime::instance=info",
+                "warn,lazarus::startup=info,lazarus::replay::job=info,lazarus::runtime::instance=info,\
+                 lazarus::archive::sql::index=info",
             )
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
@@ -945,6 +946,62 @@ async fn bulk_work_outwaits_the_lock_bound() {
         planned_in.as_secs_f64()
     );
     pg.close().await;
+}
+
+#[tokio::test]
+async fn two_instances_index_a_backlog_without_deriving_a_batch_twice() {
+    Backend::Postgres.scope(two_indexers()).await
+}
+
+/// Two instances draining one DLQ into one database both index what waits: each indexer
+/// locks the batch it takes (SKIP LOCKED), so the other takes the next one instead of
+/// deriving the same messages only for one commit to win. Every message is indexed once.
+async fn two_indexers() {
+    let vhost = Vhost::create("indexers");
+    let url = vhost.url();
+    let mut t = Topology::on(&url).await;
+    t.queue("dlq", Default::default()).await;
+    publish_many(&t.channel, "", "dlq", "ix", BACKLOG).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = archive_url(dir.path()).await;
+    let (a, b) = tokio::join!(
+        Instance::start("A", &url, &db, &[]),
+        Instance::start("B", &url, &db, &[]),
+    );
+    let pg = PgPool::connect(&db).await.unwrap();
+    wait_until(
+        "every message archived and indexed",
+        Duration::from_secs(120),
+        async || {
+            count(&pg, "SELECT count(*) FROM messages").await == BACKLOG as i64
+                && count(&pg, "SELECT count(*) FROM index_pending").await == 0
+        },
+    )
+    .await;
+    let (a_in, b_in) = (a.counter(INGESTED).await, b.counter(INGESTED).await);
+    assert!(a_in > 0 && b_in > 0, "both archived: A {a_in}, B {b_in}");
+    assert_eq!(
+        count(&pg, "SELECT count(*) FROM message_search").await,
+        BACKLOG as i64,
+        "every message indexed once"
+    );
+    let in_vain: Vec<String> = [&a, &b]
+        .iter()
+        .flat_map(|i| {
+            let log = i.log.lock().unwrap();
+            log.iter()
+                .filter(|l| l.contains("taken first by another indexer"))
+                .map(|l| format!("{}: {l}", i.name))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        in_vain.is_empty(),
+        "batches derived twice:\n{}",
+        in_vain.join("\n")
+    );
+    a.sigterm().await;
+    b.sigterm().await;
 }
 
 #[tokio::test]

@@ -11,22 +11,35 @@ use async_trait::async_trait;
 
 use super::columns::{summary_columns, DETAIL_COLUMNS};
 use super::derive::{derive_each, incoming, insert_rows};
-use super::{args, ArchiveRow, Conn, SqlArchive};
+use super::{args, ArchiveRow, Conn, Dialect, SqlArchive};
 use crate::archive::{ArchiveError, Index, IngestRules, SearchText};
 
 #[async_trait]
 impl<T: SqlArchive> Index for T {
     async fn index_batch(&self, rules: &IngestRules, limit: u32) -> Result<u64, ArchiveError> {
         let db = self.db();
-        let waiting: Vec<i64> = db
-            .fetch_all(
-                "SELECT id FROM index_pending ORDER BY id LIMIT $1",
-                args![i64::from(limit.max(1))],
-            )
-            .await?
-            .iter()
-            .map(|row| row.column("id"))
-            .collect::<Result<_, _>>()?;
+        let d = db.dialect();
+        // PostgreSQL: the batch's ids are locked from here to the commit, so another
+        // instance's indexer passes them over (SKIP LOCKED) and takes the next ones, instead
+        // of deriving the same batch only for one commit to win. SQLite has one writer and
+        // its transactions take the write lock: its transaction begins after the derivation,
+        // so that ingest never waits on it.
+        let mut held = match d {
+            Dialect::Postgres => Some(db.begin().await?),
+            Dialect::Sqlite => None,
+        };
+        let sql = format!(
+            "SELECT id FROM index_pending ORDER BY id LIMIT $1{}",
+            d.skip_locked()
+        );
+        let limit_arg = args![i64::from(limit.max(1))];
+        let waiting: Vec<i64> = match held.as_mut() {
+            Some(tx) => tx.conn().fetch_all(&sql, limit_arg).await?,
+            None => db.fetch_all(&sql, limit_arg).await?,
+        }
+        .iter()
+        .map(|row| row.column("id"))
+        .collect::<Result<_, _>>()?;
         if waiting.is_empty() {
             return Ok(0);
         }
@@ -44,9 +57,21 @@ impl<T: SqlArchive> Index for T {
             Some(Entry { id, text, fields })
         })
         .await?;
-        let mut tx = db.begin().await?;
+        let mut tx = match held {
+            Some(tx) => tx,
+            None => db.begin().await?,
+        };
         let mut conn = tx.conn();
         let taken = take_waiting(&mut conn, &waiting).await?;
+        if taken.len() < waiting.len() {
+            // Derived in vain: another indexer took them first (one of an older version on
+            // the same database, which does not lock them), or a purge deleted them.
+            tracing::info!(
+                derived = waiting.len(),
+                taken = taken.len(),
+                "part of an index batch was taken first by another indexer or a purge"
+            );
+        }
         // Only ids still waiting (another indexer may have taken some) of messages still
         // archived (a purge may have deleted some meanwhile).
         let live = still_archived(&mut conn, &taken).await?;
