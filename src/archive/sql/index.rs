@@ -1,9 +1,11 @@
 //! The indexer's batch, one algorithm for both backends: the search entries of messages a DLQ
 //! consumer appended without them ([`crate::archive::Ingest::append_numbered`]) derived from
-//! what is stored, as ingest derives them, outside any transaction; then, in one transaction,
-//! the batch's ids taken out of `index_pending` and the entries written for those that were
-//! still there and whose message still is. A crash before the commit leaves the ids waiting
-//! (indexed by the next batch); after it, they are gone: nothing is indexed twice.
+//! what is stored, as ingest derives them; then, in one transaction, the batch's ids taken
+//! out of `index_pending` and the entries written for those that were still there and whose
+//! message still is. On PostgreSQL that transaction begins first and locks the batch's ids
+//! (SKIP LOCKED), so several instances' indexers take different batches. A crash before the
+//! commit leaves the ids waiting (indexed by the next batch); after it, they are gone: nothing
+//! is indexed twice.
 
 use std::collections::HashSet;
 
