@@ -160,17 +160,16 @@ pub trait MessageStore: Send + Sync {
     async fn failure_groups(&self, limit: u32) -> Result<Vec<FailureGroup>, ArchiveError> {
         self.groups(&GroupQuery::by_cause(limit)).await
     }
-    /// Messages per failure group (as grouped `by`) and span of `span` minutes counted back
-    /// from minute `newest` (Unix time / 60), from minute `since` to `newest`: each group's
-    /// trend, a row per group and span, named by the span's newest minute. Summed by the
-    /// database, so a page reads a row per bar, not one per minute. Kept by ingest for the
-    /// last few hours.
+    /// Messages per failure group (as grouped `by`) in each of the `spans` spans of `span`
+    /// minutes that end at minute `newest` (Unix time / 60): each group's trend, a row per
+    /// group and span, named by the span's newest minute. Summed by the database, so a page
+    /// reads a row per bar, not one per minute. Kept by ingest for the last few hours.
     async fn group_minutes(
         &self,
         by: GroupBy,
-        since: i64,
         newest: i64,
         span: i64,
+        spans: usize,
     ) -> Result<Vec<GroupMinute>, ArchiveError>;
     /// Replayed messages still settling, per DLQ (DLQs with none left out).
     async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError>;

@@ -163,9 +163,9 @@ pub async fn read(
 pub async fn minutes(
     db: Pool<'_>,
     by: GroupBy,
-    since: i64,
     newest: i64,
     span: i64,
+    spans: usize,
 ) -> Result<Vec<GroupMinute>, ArchiveError> {
     let (group, join, dims) = match by {
         // The cause group's id: the smallest of its rows' (as `read` names it), looked up once
@@ -193,6 +193,7 @@ pub async fn minutes(
     // group over six hours — cost the overview 13 ms of its 15–22 at 1,000,000 messages
     // (docs/lab-notebook.md, "the overview's trends summed by the database").
     let span = span.max(1);
+    let since = newest - span * spans as i64 + 1;
     let sql = format!(
         "SELECT {group} AS grp, ($2 - m.minute) / $3 AS back, \
          CAST(sum(m.messages) AS BIGINT) AS n FROM group_minutes m{join} \

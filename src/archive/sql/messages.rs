@@ -226,11 +226,11 @@ impl<T: SqlArchive> MessageStore for T {
     async fn group_minutes(
         &self,
         by: GroupBy,
-        since: i64,
         newest: i64,
         span: i64,
+        spans: usize,
     ) -> Result<Vec<GroupMinute>, ArchiveError> {
-        super::groups::minutes(self.db(), by, since, newest, span).await
+        super::groups::minutes(self.db(), by, newest, span, spans).await
     }
 
     async fn settling_by_dlq(&self) -> Result<Vec<(String, i64)>, ArchiveError> {

@@ -256,15 +256,14 @@ pub async fn overview(
             None => None,
         };
         let now_minute = now.unix_timestamp().div_euclid(60);
-        let since = now_minute - shaped::BINS as i64 * shaped::BIN_MINUTES + 1;
         // A cause group is of one DLQ; the other groupings' trends count every DLQ's
         // messages, so a caller who sees some DLQs gets none.
         let minutes = match whole || group_by == GroupBy::Cause {
             true => {
-                let span = shaped::BIN_MINUTES;
+                let (span, spans) = (shaped::BIN_MINUTES, shaped::BINS);
                 let archive = &state.archive;
                 archive
-                    .group_minutes(group_by, since, now_minute, span)
+                    .group_minutes(group_by, now_minute, span, spans)
                     .await?
             }
             false => Vec::new(),
