@@ -278,10 +278,36 @@ impl Backend {
     }
 
     async fn count(&self) -> i64 {
-        let sql = "SELECT COUNT(*) FROM messages";
+        let (n,): (i64,) = self
+            .row("SELECT COUNT(*) FROM messages", &[])
+            .await
+            .unwrap();
+        n
+    }
+
+    /// The first row `query` returns with `binds`, if any.
+    async fn row<T>(&self, query: &str, binds: &[&str]) -> Option<T>
+    where
+        T: Send
+            + Unpin
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
         match self {
-            Backend::Sqlite(a) => sqlx::query_scalar(sql).fetch_one(a.pool()).await.unwrap(),
-            Backend::Postgres(a) => sqlx::query_scalar(sql).fetch_one(a.pool()).await.unwrap(),
+            Backend::Sqlite(a) => {
+                let mut q = sqlx::query_as(query);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                q.fetch_optional(a.pool()).await.unwrap()
+            }
+            Backend::Postgres(a) => {
+                let mut q = sqlx::query_as(query);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                q.fetch_optional(a.pool()).await.unwrap()
+            }
         }
     }
 
@@ -464,22 +490,10 @@ impl GroupLink {
             WHERE queue = $1 AND reason = 'rejected' AND example = $2 \
             ORDER BY messages DESC LIMIT 1";
         type Row = (i64, String, String, String, String);
-        let row: Option<Row> = match backend {
-            Backend::Sqlite(a) => sqlx::query_as(SQL)
-                .bind(GROUP_QUEUE)
-                .bind(GROUP_ERROR)
-                .fetch_optional(a.pool())
-                .await
-                .unwrap(),
-            Backend::Postgres(a) => sqlx::query_as(SQL)
-                .bind(GROUP_QUEUE)
-                .bind(GROUP_ERROR)
-                .fetch_optional(a.pool())
-                .await
-                .unwrap(),
-        };
-        let (id, queue, reason, cause, dlq) =
-            row.unwrap_or_else(|| panic!("{}: no group of {GROUP_ERROR:?}", backend.name()));
+        let (id, queue, reason, cause, dlq): Row = backend
+            .row(SQL, &[GROUP_QUEUE, GROUP_ERROR])
+            .await
+            .unwrap_or_else(|| panic!("{}: no group of {GROUP_ERROR:?}", backend.name()));
         GroupLink {
             id: id.to_string(),
             key: [queue, reason, cause, dlq].join("\0"),
