@@ -961,7 +961,11 @@ async fn two_indexers() {
     let url = vhost.url();
     let mut t = Topology::on(&url).await;
     t.queue("dlq", Default::default()).await;
-    publish_many(&t.channel, "", "dlq", "ix", BACKLOG).await;
+    // Dead letters as the broker makes them (x-death), expiring out of a work queue.
+    dying_queue(&mut t, "work", "dlq").await;
+    publish_many(&t.channel, "", "work", "ix", BACKLOG).await;
+    t.wait_for_depth("dlq", BACKLOG as u32, Duration::from_secs(60))
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let db = archive_url(dir.path()).await;
     let (a, b) = tokio::join!(
@@ -984,6 +988,15 @@ async fn two_indexers() {
         count(&pg, "SELECT count(*) FROM message_search").await,
         BACKLOG as i64,
         "every message indexed once"
+    );
+    assert_eq!(
+        count(
+            &pg,
+            "SELECT count(*) FROM messages WHERE first_death_queue = 'work'"
+        )
+        .await,
+        BACKLOG as i64,
+        "each archived with its death"
     );
     let in_vain: Vec<String> = [&a, &b]
         .iter()
