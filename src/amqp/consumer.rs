@@ -567,7 +567,7 @@ impl Batch {
             body,
             ..
         } = *delivery;
-        self.messages.push(PreparedMessage::with_rules(
+        self.messages.push(PreparedMessage::to_append(
             IncomingMessage {
                 broker: broker.to_owned(),
                 vhost: vhost.to_owned(),

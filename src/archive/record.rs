@@ -231,6 +231,12 @@ fn search_text(
     }
 }
 
+/// What the list shows of a body's text: [`search_text`]'s snippet, alone.
+fn body_snippet(body_text: Option<&str>) -> Option<String> {
+    let unescaped = json_unescaped(body_text.unwrap_or_default());
+    snippet(crate::message::body::prefix(&unescaped, INDEXED_BODY_BYTES))
+}
+
 /// Characters of a body the list shows.
 const SNIPPET_CHARS: usize = 160;
 
@@ -320,15 +326,25 @@ pub(crate) fn searchable(
     message: &IncomingMessage,
     rules: &IngestRules,
 ) -> (Vec<(String, String)>, SearchText) {
-    let (fields, search_text, _) = derived(message, rules);
+    let (fields, search_text, _) = derived(message, rules, Search::Now);
     (fields, search_text)
 }
 
-/// [`searchable`], the error text the body holds at an `--error-pointer`, and the failure
+/// Whether a message's search entries are derived as it is prepared, or only what the list
+/// shows of it (the snippet), the rest left to the indexer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    Now,
+    Later,
+}
+
+/// [`searchable`] (with [`Search::Later`]: no fields, and of the search text only the
+/// snippet), the error text the body holds at an `--error-pointer`, and the failure
 /// ([`failure::read`](super::failure::read)), from one decoding.
 fn derived(
     message: &IncomingMessage,
     rules: &IngestRules,
+    search: Search,
 ) -> (Vec<(String, String)>, SearchText, super::Failure) {
     let p = &message.properties;
     let limit = if rules.fields.is_empty() && rules.error_pointers.is_empty() {
@@ -355,7 +371,10 @@ fn derived(
     {
         text = crate::message::body::text(&message.body, &encoding, CONVENTION_BODY_BYTES);
     }
-    let fields = extract_fields(text.as_deref(), &rules.fields);
+    let fields = match search {
+        Search::Now => extract_fields(text.as_deref(), &rules.fields),
+        Search::Later => Vec::new(),
+    };
     let error = body_error_text(text.as_deref(), &rules.error_pointers);
     let failure = super::failure::read(
         &super::failure::Source {
@@ -372,7 +391,13 @@ fn derived(
         &rules.error_headers,
     );
     let search_text = if rules.masks.is_empty() {
-        search_text(message, text.as_deref(), &fields)
+        match search {
+            Search::Now => search_text(message, text.as_deref(), &fields),
+            Search::Later => SearchText {
+                snippet: body_snippet(text.as_deref()),
+                ..Default::default()
+            },
+        }
     } else {
         // Masked values are not indexed, so no word search can reveal them: the body is
         // indexed as masked, or not at all when it cannot be masked (not JSON, too big).
@@ -394,7 +419,14 @@ fn derived(
             })
             .cloned()
             .collect();
-        search_text(message, masked.as_deref(), &indexed)
+        match search {
+            Search::Now => search_text(message, masked.as_deref(), &indexed),
+            // What the list shows is masked as the index is.
+            Search::Later => SearchText {
+                snippet: body_snippet(masked.as_deref()),
+                ..Default::default()
+            },
+        }
     };
     (fields, search_text, failure)
 }
@@ -491,6 +523,10 @@ pub struct PreparedMessage {
     /// (a connection lost during COMMIT): stored only if no archived copy is found, as for
     /// a redelivery.
     pub maybe_stored: bool,
+    /// Its search entries were not derived ([`PreparedMessage::to_append`]): of
+    /// `search_text` only the snippet is set and `fields` is empty. However it is stored,
+    /// its id waits in `index_pending` for the indexer.
+    pub search_later: bool,
 }
 
 impl PreparedMessage {
@@ -528,8 +564,22 @@ impl PreparedMessage {
         self.message.redelivered || self.maybe_stored
     }
 
+    /// Derives everything `rules` ask for, its search entries included.
     pub fn with_rules(message: IncomingMessage, rules: &IngestRules) -> Self {
-        let (fields, search_text, failure) = derived(&message, rules);
+        Self::derive(message, rules, Search::Now)
+    }
+
+    /// [`PreparedMessage::with_rules`] but for its search entries (the search text but the
+    /// snippet, the business fields): a DLQ consumer's batch is appended without them and
+    /// the indexer derives them from what is stored, so deriving them here was work between
+    /// a delivery and its ack that nothing read. Stored any other way, such a message's id
+    /// waits for the indexer too ([`PreparedMessage::search_later`]).
+    pub fn to_append(message: IncomingMessage, rules: &IngestRules) -> Self {
+        Self::derive(message, rules, Search::Later)
+    }
+
+    fn derive(message: IncomingMessage, rules: &IngestRules, search: Search) -> Self {
+        let (fields, search_text, failure) = derived(&message, rules, search);
         let super::failure::Failure {
             error,
             error_type,
@@ -597,6 +647,7 @@ impl PreparedMessage {
             fields,
             replay_of,
             maybe_stored: false,
+            search_later: search == Search::Later,
         }
     }
 
@@ -993,6 +1044,65 @@ mod tests {
         assert_eq!(p.search_text.ids, "m-1\ncorr-7\nINV-9");
         assert_eq!(p.search_text.headers, "timeout\n");
         assert_eq!(p.fields, [("invoice".into(), "INV-9".into())]);
+    }
+
+    #[test]
+    fn prepared_to_append_it_keeps_everything_but_its_search_entries() {
+        let bodies: [&[u8]; 4] = [
+            br#"{"invoice_id": "INV-9", "note": "  spaced   out  "}"#,
+            // Escaped as Python's json.dumps writes it: the snippet shows the characters.
+            br#"{"invoice_id": "INV-9", "memo": "\u652f\u4ed8"}"#,
+            b"\x00\xff not text",
+            b"",
+        ];
+        let plain = IngestRules {
+            fields: vec!["invoice=/invoice_id".parse().unwrap()],
+            ..Default::default()
+        };
+        let masked = IngestRules {
+            masks: vec!["/invoice_id".into()],
+            ..plain.clone()
+        };
+        let mut compared = 0;
+        for rules in [&plain, &masked] {
+            for body in bodies {
+                let mut m = message();
+                m.body = body.to_vec();
+                let all = PreparedMessage::with_rules(m.clone(), rules);
+                let later = PreparedMessage::to_append(m, rules);
+                assert!(!all.search_later && later.search_later);
+                // What the list shows, masked as the index is, and everything stored but
+                // the search entries: as with them.
+                assert_eq!(
+                    later.search_text.snippet, all.search_text.snippet,
+                    "{body:?}"
+                );
+                assert_eq!(
+                    format!("{:?}", (&later.fingerprint, &later.error, &later.cause)),
+                    format!("{:?}", (&all.fingerprint, &all.error, &all.cause))
+                );
+                assert_eq!(later.headers_json, all.headers_json);
+                // The search entries: left to the indexer.
+                let SearchText {
+                    body, ids, headers, ..
+                } = &later.search_text;
+                assert!(body.is_empty() && ids.is_empty() && headers.is_empty());
+                assert!(later.fields.is_empty());
+                compared += usize::from(all.search_text.snippet.is_some());
+            }
+        }
+        assert_eq!(compared, 4, "the snippets compared were of text bodies");
+        let masked_snippet = PreparedMessage::to_append(
+            IncomingMessage {
+                body: bodies[0].to_vec(),
+                ..message()
+            },
+            &masked,
+        )
+        .search_text
+        .snippet
+        .unwrap();
+        assert!(!masked_snippet.contains("INV-9"), "{masked_snippet}");
     }
 
     #[test]

@@ -84,11 +84,17 @@ async fn insert_batch(
         .map(|(_, m)| m.message.body.len() as i64)
         .collect();
     let replay_of: Vec<Option<i64>> = rows.iter().map(|(_, m)| m.replay_of).collect();
-    let (indexed, waiting): (&[i64], &[i64]) = match search {
-        Search::Now => (&ids, &[]),
-        Search::Later => (&[], &ids),
-    };
-    let indexed_rows = || rows.iter().filter(|_| search == Search::Now);
+    // Now: those prepared with their search entries; the rest wait for the indexer
+    // ([`PreparedMessage::search_later`]).
+    let now = |m: &PreparedMessage| search == Search::Now && !m.search_later;
+    let (mut indexed, mut waiting) = (Vec::new(), Vec::new());
+    for (id, m) in rows {
+        match now(m) {
+            true => indexed.push(*id),
+            false => waiting.push(*id),
+        }
+    }
+    let indexed_rows = || rows.iter().filter(|(_, m)| now(m));
     let documents: Vec<String> = indexed_rows()
         .map(|(_, m)| search::document(&m.search_text))
         .collect();
@@ -261,8 +267,8 @@ async fn insert_batch(
     // Each total's broker, for the metrics' `broker` label.
     .bind(totals.values().map(|v| v.broker).collect::<Vec<_>>())
     // Its search entries now, or its id waiting for the indexer (issue 37).
-    .bind(indexed)
-    .bind(waiting)
+    .bind(&indexed)
+    .bind(&waiting)
     .execute(conn)
     .await?;
     Ok(())

@@ -256,10 +256,10 @@ impl Ingest for SqliteArchive {
 }
 
 /// The search words of a batch (copies among its messages hold the words of what they copy:
-/// nothing new).
+/// nothing new; a message prepared without its search entries has none yet).
 fn terms_of(batch: &[PreparedMessage]) -> super::terms::Terms {
     let mut terms = super::terms::Terms::default();
-    for m in batch {
+    for m in batch.iter().filter(|m| !m.search_later) {
         terms.add(&m.search_text);
     }
     terms
@@ -267,7 +267,8 @@ fn terms_of(batch: &[PreparedMessage]) -> super::terms::Terms {
 
 /// Writes a batch in the caller's transaction, which holds the write lock: the caller commits
 /// it (or, for the write probe, rolls it back). With its search words (`terms`), its search
-/// entries go in with it; without, its ids wait in `index_pending` for the indexer.
+/// entries go in with it; without, its ids wait in `index_pending` for the indexer, as those
+/// of messages prepared without their entries ([`PreparedMessage::search_later`]) always do.
 async fn write_batch(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     batch: &[PreparedMessage],
@@ -304,11 +305,30 @@ async fn write_batch(
             body::write_rest(&mut Conn::from(&mut *tx), *id, &m.message.body).await?;
         }
         if terms.is_some() {
-            write_search_entries(tx, chunk).await?;
+            let now: Vec<(i64, &PreparedMessage)> = chunk
+                .iter()
+                .filter(|(_, m)| !m.search_later)
+                .copied()
+                .collect();
+            write_search_entries(tx, &now).await?;
         }
     }
     match terms {
-        Some(terms) => terms.save(tx).await?,
+        Some(terms) => {
+            terms.save(tx).await?;
+            let later: Vec<i64> = rows
+                .iter()
+                .filter(|(_, m)| m.search_later)
+                .map(|(id, _)| *id)
+                .collect();
+            if !later.is_empty() {
+                // A JSON array: one statement text whatever their number.
+                sqlx::query("INSERT INTO index_pending (id) SELECT value FROM json_each(?)")
+                    .bind(serde_json::to_string(&later).expect("ids serialise"))
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
         // Contiguous ids: one statement of one text whatever the batch.
         None if !rows.is_empty() => {
             sqlx::query(
