@@ -26,6 +26,10 @@
 //! overview, the list and its counts, a common word, an invoice searched for, a message's
 //! page — and the summary gives that drain's rate over the unloaded one's and the pages'
 //! p50/p95/p99),
+//! BENCH_FILLED=0 (N: each round also drains a backlog into each backend's archive that
+//! already holds N messages — the pages bench's, which `BENCH_ROWS=N cargo bench --bench
+//! pages` fills and keeps; what the drain adds is purged after it — and the summary gives
+//! that drain's rate over the one into an empty archive in the same round),
 //! BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 //! (the server: each run gets a fresh database `lazarus_bench_ingest_<pid>_<n>` there, dropped
 //! afterwards), LAZARUS_TEST_AMQP_URL. Needs the local RabbitMQ, and PostgreSQL for the
@@ -38,6 +42,7 @@ use lapin::message::Delivery;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
+use lazarus::archive::{Actor, Archive, MessageFilter, PostgresArchive, Selection, SqliteArchive};
 use tokio::process::Command;
 
 mod common;
@@ -215,7 +220,7 @@ impl Appender {
         use sqlx::migrate::MigrateDatabase;
         use sqlx::{ConnectOptions, Connection, Executor};
         const TABLE: &str = "CREATE TABLE landed (routing_key TEXT, exchange TEXT, body BYTEA)";
-        match &target.dir {
+        match &target.file {
             Some(_) => {
                 let mut conn = target
                     .url
@@ -354,23 +359,31 @@ enum Watch {
     Postgres(sqlx::PgConnection),
 }
 
-/// A fresh, empty archive for one run of the binary: a file in a temporary directory, or a
-/// database of its own on the PostgreSQL server (created by Lazarus, dropped by `remove`).
+/// The archive one run of the binary drains into: a fresh, empty one (a file in a temporary
+/// directory, or a database of its own on the PostgreSQL server, created by Lazarus and
+/// dropped by `remove`), or the pages bench's filled archive ([`Target::filled`]), kept.
 struct Target {
     backend: &'static str,
     url: String,
-    dir: Option<tempfile::TempDir>,
+    /// The SQLite file (`None`: PostgreSQL).
+    file: Option<std::path::PathBuf>,
+    /// The temporary directory a fresh SQLite file is in, removed with it.
+    _dir: Option<tempfile::TempDir>,
+    /// The pages bench's archive: what a run adds is purged by `remove`, the rest kept.
+    kept: bool,
 }
 
 impl Target {
     fn new(backend: &str, run: usize) -> Target {
         if backend == "sqlite" {
             let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+            let file = dir.path().join("bench.db");
             Target {
                 backend: "SQLite",
-                url,
-                dir: Some(dir),
+                url: format!("sqlite://{}", file.display()),
+                file: Some(file),
+                _dir: Some(dir),
+                kept: false,
             }
         } else {
             let url = postgres_url(&format!(
@@ -380,7 +393,34 @@ impl Target {
             Target {
                 backend: "PostgreSQL",
                 url,
-                dir: None,
+                file: None,
+                _dir: None,
+                kept: false,
+            }
+        }
+    }
+
+    /// The archive `BENCH_ROWS=<rows> cargo bench --bench pages` fills and keeps for this
+    /// backend (its 30 days of invoices, orders and notifications; `BENCH_DB` as there).
+    fn filled(backend: &str, rows: usize) -> Target {
+        if backend == "sqlite" {
+            let file: std::path::PathBuf = std::env::var("BENCH_DB")
+                .unwrap_or_else(|_| format!("target/bench/pages-{rows}.db"))
+                .into();
+            Target {
+                backend: "SQLite",
+                url: format!("sqlite://{}", file.display()),
+                file: Some(file),
+                _dir: None,
+                kept: true,
+            }
+        } else {
+            Target {
+                backend: "PostgreSQL",
+                url: postgres_url(&format!("lazarus_bench_pages_{rows}")),
+                file: None,
+                _dir: None,
+                kept: true,
             }
         }
     }
@@ -405,10 +445,9 @@ impl Target {
     async fn count(&self, conn: &mut Option<Watch>, sql: &str) -> i64 {
         use sqlx::{ConnectOptions, Connection};
         if conn.is_none() {
-            *conn = match &self.dir {
-                Some(dir) => {
+            *conn = match &self.file {
+                Some(path) => {
                     // Read-only, and never before Lazarus has created the file.
-                    let path = dir.path().join("bench.db");
                     if !path.exists() {
                         return 0;
                     }
@@ -437,14 +476,64 @@ impl Target {
         })
     }
 
-    async fn remove(self) {
+    /// The archive as the library opens it (to purge a run from a kept one).
+    async fn open(&self) -> std::sync::Arc<dyn Archive> {
+        match self.file {
+            Some(_) => std::sync::Arc::new(SqliteArchive::open(&self.url).await.unwrap()),
+            None => std::sync::Arc::new(PostgresArchive::open(&self.url).await.unwrap()),
+        }
+    }
+
+    /// Drops a fresh archive; from a kept one, deletes what the run drained from `queue`
+    /// (a purge, as a user would), so that it holds what it held before.
+    async fn remove(self, queue: &str) {
         use sqlx::migrate::MigrateDatabase;
-        if self.dir.is_none() {
+        if self.kept {
+            let filter = MessageFilter {
+                queue: Some(queue.to_owned()),
+                ..Default::default()
+            };
+            let begun = Instant::now();
+            let purged = self
+                .open()
+                .await
+                .purge(
+                    &Selection::Filter(Box::new(filter)),
+                    "bench",
+                    "the ingest bench's drain into a filled archive",
+                    &Actor::system("bench"),
+                )
+                .await
+                .unwrap();
+            println!(
+                "purged the {purged} messages drained into the filled {} archive in {:.1} s",
+                self.backend,
+                begun.elapsed().as_secs_f64()
+            );
+        } else if self.file.is_none() {
             sqlx::Postgres::force_drop_database(&self.url)
                 .await
                 .unwrap();
         }
     }
+}
+
+/// How many messages the kept archive `target` holds, checked to be about `rows` (the pages
+/// bench fills it; a run's drain is purged after it, so it stays at its fill). Its per-minute
+/// counts are pruned first, as a running instance keeps them: a first `lazarus serve` on a
+/// fresh fill would otherwise spend its first seconds forgetting 30 days of them.
+async fn holding(target: &Target, rows: usize) -> i64 {
+    target.open().await.prune_minutes().await.unwrap();
+    let mut conn = None;
+    let held = target.archived(&mut conn).await;
+    assert!(
+        held as usize >= rows,
+        "the {} archive at {} holds {held} messages, not {rows}: fill it first with \
+         `BENCH_ROWS={rows} BENCH_BACKENDS=… cargo bench --bench pages`",
+        target.backend,
+        target.url
+    );
+    held
 }
 
 fn peak_rss_mib(pid: u32) -> Option<f64> {
@@ -577,6 +666,9 @@ enum Contender<'a> {
     /// Lazarus into a fresh archive on this backend, with this many page clients asking it
     /// for pages meanwhile (BENCH_PAGE_CLIENTS).
     Loaded(&'a str, usize),
+    /// Lazarus into the pages bench's archive of this many messages on this backend
+    /// (BENCH_FILLED, [`Target::filled`]).
+    Filled(&'a str, usize),
 }
 
 /// One timed drain of a backlog: the raw consumer, Lazarus or the floor into one backend.
@@ -590,6 +682,8 @@ struct Run {
     baseline: bool,
     /// A run with page clients: what they saw.
     pages: Option<PageLoad>,
+    /// A run into an archive that held this many messages already (BENCH_FILLED).
+    filled: Option<i64>,
     big: usize,
     /// What was special about the backlog, for the table.
     note: &'static str,
@@ -624,6 +718,7 @@ async fn drain(
         floor: false,
         baseline: false,
         pages: None,
+        filled: None,
         big,
         note: "",
         dead,
@@ -636,7 +731,8 @@ async fn drain(
         Contender::Lazarus(name)
         | Contender::Floor(name)
         | Contender::Baseline(name, _)
-        | Contender::Loaded(name, _) => {
+        | Contender::Loaded(name, _)
+        | Contender::Filled(name, _) => {
             let floor = matches!(contender, Contender::Floor(_));
             let baseline = match contender {
                 Contender::Baseline(_, path) => Some(path),
@@ -646,29 +742,37 @@ async fn drain(
                 Contender::Loaded(_, clients) => clients,
                 _ => 0,
             };
-            let target = Target::new(
-                name,
-                round * 32
-                    + usize::from(big > 0)
-                    + 2 * usize::from(dead)
-                    + 4 * usize::from(floor)
-                    + 8 * usize::from(baseline.is_some())
-                    + 16 * usize::from(clients > 0),
-            );
+            let target = match contender {
+                Contender::Filled(_, rows) => Target::filled(name, rows),
+                _ => Target::new(
+                    name,
+                    round * 32
+                        + usize::from(big > 0)
+                        + 2 * usize::from(dead)
+                        + 4 * usize::from(floor)
+                        + 8 * usize::from(baseline.is_some())
+                        + 16 * usize::from(clients > 0),
+                ),
+            };
+            let before = match contender {
+                Contender::Filled(_, rows) => Some(holding(&target, rows).await),
+                _ => None,
+            };
             if floor {
                 run.elapsed = floor_consumer(connection, &queue, n, prefetch, &target).await;
             } else {
                 let binary = baseline.unwrap_or(env!("CARGO_BIN_EXE_lazarus"));
-                let until = Until::Archived(n as i64);
+                let until = Until::Archived(before.unwrap_or(0) + n as i64);
                 let sizes = (prefetch, clients);
                 let drained = lazarus_binary(binary, &target, &queue, until, sizes).await;
                 (run.elapsed, run.rss) = (drained.elapsed, Some(drained.peak));
                 run.indexed_after = Some(drained.indexed_after);
                 run.pages = drained.pages;
                 run.baseline = baseline.is_some();
+                run.filled = before;
             }
             (run.backend, run.floor) = (Some(target.backend), floor);
-            target.remove().await;
+            target.remove(&queue).await;
         }
     }
     channel
@@ -695,6 +799,7 @@ async fn redelivered(
         floor: false,
         baseline: false,
         pages: None,
+        filled: None,
         big: 0,
         note,
         dead: true,
@@ -718,7 +823,7 @@ async fn redelivered(
         target.archived(&mut conn).await
     );
     drop(conn);
-    target.remove().await;
+    target.remove(&queue).await;
     channel
         .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await
@@ -735,6 +840,7 @@ async fn main() {
     let redeliveries = env_or("BENCH_REDELIVERED", 1) > 0;
     let floor = env_or("BENCH_FLOOR", 0) > 0;
     let clients = env_or("BENCH_PAGE_CLIENTS", 0);
+    let filled = env_or("BENCH_FILLED", 0);
     let modes: &[bool] = if env_or("BENCH_DIRECT", 1) > 0 {
         &[true, false]
     } else {
@@ -779,6 +885,12 @@ async fn main() {
                 if clients > 0 {
                     let queue = format!("bench.{tag}.{backend}.loaded.{round}.{dead}");
                     let b = Contender::Loaded(backend, clients);
+                    let run = drain(&connection, &channel, queue, b, sizes, 0, at, trace);
+                    runs.push(run.await);
+                }
+                if filled > 0 {
+                    let queue = format!("bench.{tag}.{backend}.filled.{round}.{dead}");
+                    let b = Contender::Filled(backend, filled);
                     let run = drain(&connection, &channel, queue, b, sizes, 0, at, trace);
                     runs.push(run.await);
                 }
@@ -828,6 +940,9 @@ async fn main() {
             Some(b) if r.pages.is_some() => {
                 format!("lazarus → {b}, {how}, {clients} page clients meanwhile")
             }
+            Some(b) if r.filled.is_some() => {
+                format!("lazarus → {b} holding {} already, {how}", r.filled.unwrap())
+            }
             Some(b) if r.big > 0 => format!("lazarus → {b}, {} × 16 MiB among them", r.big),
             Some(b) if !r.note.is_empty() => format!("lazarus → {b}, {}", r.note),
             Some(b) => format!("lazarus → {b}, {how}"),
@@ -850,7 +965,7 @@ async fn main() {
     let rates_of = |backend: Option<&str>, dead: bool, floor: bool, baseline: bool| -> Vec<f64> {
         runs.iter()
             .filter(|r| r.round > 0 && r.backend == backend && r.dead == dead && r.floor == floor)
-            .filter(|r| r.baseline == baseline && r.pages.is_none())
+            .filter(|r| r.baseline == baseline && r.pages.is_none() && r.filled.is_none())
             .map(|r| rate(r.elapsed))
             .collect()
     };
@@ -891,6 +1006,7 @@ async fn main() {
             let searchable = runs
                 .iter()
                 .filter(|r| r.backend == Some(backend) && !r.baseline && r.pages.is_none())
+                .filter(|r| r.filled.is_none())
                 .filter_map(|r| r.indexed_after)
                 .max()
                 .unwrap_or_default();
@@ -904,6 +1020,7 @@ async fn main() {
                 searchable.as_secs_f64()
             );
             loaded_summary(&runs, backend, dead, &own, rate);
+            filled_summary(&runs, backend, dead, &own, rate);
             let base = rates_of(Some(backend), dead, false, true);
             if !base.is_empty() {
                 let per_round: Vec<String> = own
@@ -921,6 +1038,47 @@ async fn main() {
             }
         }
     }
+}
+
+/// The filled archive's line of the summary: the drains into the archive that held
+/// BENCH_FILLED messages against those into an empty one (`empty`, the same backend's rates
+/// round by round).
+fn filled_summary(
+    runs: &[Run],
+    backend: &str,
+    dead: bool,
+    empty: &[f64],
+    rate: impl Fn(Duration) -> f64,
+) {
+    let into: Vec<(i64, f64)> = runs
+        .iter()
+        .filter(|r| r.backend == Some(backend) && r.dead == dead)
+        .filter_map(|r| Some((r.filled?, rate(r.elapsed))))
+        .collect();
+    let Some(&(held, _)) = into.first() else {
+        return;
+    };
+    let rates: Vec<f64> = into.iter().map(|(_, r)| *r).collect();
+    let per_round: Vec<String> = rates
+        .iter()
+        .zip(empty)
+        .map(|(f, e)| format!("{:.2}", f / e))
+        .collect();
+    let searchable = runs
+        .iter()
+        .filter(|r| r.backend == Some(backend) && r.dead == dead && r.filled.is_some())
+        .filter_map(|r| r.indexed_after)
+        .max()
+        .unwrap_or_default();
+    println!(
+        "  lazarus → {backend} holding {held} already: median {:.0} msg/s, over the empty \
+         archive's: ratio of medians {:.2} (target ≥ 0.8), per round {}; every message \
+         searchable at most {:.1} s after the drain",
+        median(rates.clone()),
+        median(rates) / median(empty.to_vec()),
+        per_round.join(", "),
+        searchable.as_secs_f64()
+    );
 }
 
 /// The page clients' line of the summary: the drains with page clients against those without
