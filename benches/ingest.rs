@@ -49,7 +49,7 @@ mod common;
 use common::page_clients::{incident_pages, percentile, PageClients, PageLoad};
 use common::{
     amqp_url, backend_names, confirm_channel, env_or, expiring_into, invoice_body, median,
-    postgres_url, publish_all,
+    pages_archive_file, pages_archive_url, postgres_url, publish_all,
 };
 
 /// A failing Spring listener's error headers for invoice `i`: the cause's message, naming the
@@ -404,9 +404,7 @@ impl Target {
     /// backend (its 30 days of invoices, orders and notifications; `BENCH_DB` as there).
     fn filled(backend: &str, rows: usize) -> Target {
         if backend == "sqlite" {
-            let file: std::path::PathBuf = std::env::var("BENCH_DB")
-                .unwrap_or_else(|_| format!("target/bench/pages-{rows}.db"))
-                .into();
+            let file: std::path::PathBuf = pages_archive_file(rows).into();
             Target {
                 backend: "SQLite",
                 url: format!("sqlite://{}", file.display()),
@@ -417,7 +415,7 @@ impl Target {
         } else {
             Target {
                 backend: "PostgreSQL",
-                url: postgres_url(&format!("lazarus_bench_pages_{rows}")),
+                url: pages_archive_url(rows),
                 file: None,
                 _dir: None,
                 kept: true,

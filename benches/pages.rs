@@ -28,7 +28,7 @@ use time::OffsetDateTime;
 use tower::ServiceExt;
 
 mod common;
-use common::{backend_names, env_or, postgres_url, text};
+use common::{backend_names, env_or, pages_archive_file, pages_archive_url, text};
 
 const QUEUES: [&str; 3] = ["billing.invoices.dlq", "orders.dlq", "notifications.dlq"];
 const ERRORS: [&str; 8] = [
@@ -223,8 +223,7 @@ enum Backend {
 impl Backend {
     async fn open(name: &str, rows: usize) -> Backend {
         if name == "sqlite" {
-            let path = std::env::var("BENCH_DB")
-                .unwrap_or_else(|_| format!("target/bench/pages-{rows}.db"));
+            let path = pages_archive_file(rows);
             std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
             Backend::Sqlite(
                 SqliteArchive::open(&format!("sqlite://{path}"))
@@ -232,7 +231,7 @@ impl Backend {
                     .unwrap(),
             )
         } else {
-            let url = postgres_url(&format!("lazarus_bench_pages_{rows}"));
+            let url = pages_archive_url(rows);
             Backend::Postgres(PostgresArchive::open(&url).await.unwrap_or_else(|e| {
                 panic!("cannot open the PostgreSQL archive (BENCH_POSTGRES_URL): {e}")
             }))

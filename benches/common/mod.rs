@@ -69,6 +69,17 @@ pub fn postgres_url(database: &str) -> String {
     format!("{}/{database}{query}", &base[..host_end])
 }
 
+/// The SQLite file the pages bench fills with `rows` messages and keeps (`BENCH_DB`, else
+/// `target/bench/pages-<rows>.db`); the ingest bench's `BENCH_FILLED` drains into it.
+pub fn pages_archive_file(rows: usize) -> String {
+    std::env::var("BENCH_DB").unwrap_or_else(|_| format!("target/bench/pages-{rows}.db"))
+}
+
+/// The URL of the PostgreSQL database the pages bench fills with `rows` messages and keeps.
+pub fn pages_archive_url(rows: usize) -> String {
+    postgres_url(&format!("lazarus_bench_pages_{rows}"))
+}
+
 /// The median (the mean of the middle two for an even count).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
