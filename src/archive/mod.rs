@@ -35,8 +35,9 @@ pub use jobs::{
 pub use model::*;
 pub use postgres::PostgresArchive;
 pub use record::{
-    error_description, extract_fields, fingerprint, stream_positions, BusinessField,
-    IncomingMessage, IngestRules, PreparedMessage, SearchText, DEFAULT_ERROR_HEADERS,
+    error_description, extract_fields, fingerprint, fingerprint_time, stream_positions,
+    BusinessField, IncomingMessage, IngestRules, PreparedMessage, SearchText,
+    DEFAULT_ERROR_HEADERS,
 };
 pub use sqlite::SqliteArchive;
 pub use store::{

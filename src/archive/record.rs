@@ -498,6 +498,9 @@ pub(crate) fn stored_failure(m: &Stored<'_>, rules: &IngestRules) -> super::Fail
 pub struct PreparedMessage {
     pub message: IncomingMessage,
     pub fingerprint: [u8; 32],
+    /// The time its content carries ([`fingerprint_time`]): the fingerprint's index is kept
+    /// in its order, so that a new row's entry lands where the archive's newest are.
+    pub fingerprint_time: Option<i64>,
     pub properties_json: String,
     pub headers_json: Option<String>,
     pub history: DeathHistory,
@@ -629,9 +632,11 @@ impl PreparedMessage {
             &properties_json,
             headers_json.as_deref().unwrap_or(""),
         );
+        let fingerprint_time = fingerprint_time(&history, &message.properties);
         PreparedMessage {
             message,
             fingerprint,
+            fingerprint_time,
             properties_json,
             headers_json,
             history,
@@ -736,6 +741,24 @@ pub fn fingerprint(
     hasher.finalize().into()
 }
 
+/// The time a message's content carries, in Unix seconds: its newest death's (x-death's
+/// `time`), else its `timestamp` property, else none. Deliveries with one fingerprint carry
+/// one time (both are of what the fingerprint hashes), so the archive looks a possible copy
+/// up by both, through an index in time order: dead letters arrive roughly in the order they
+/// died, so each new entry lands beside the archive's newest, where a fingerprint alone (random)
+/// dirtied a page of the index anywhere for each message stored. Rows archived before this
+/// existed, and messages without either time, are found by the fingerprint alone. Like the
+/// fingerprint it must not change: rows archived before keep their time.
+pub fn fingerprint_time(history: &DeathHistory, properties: &MessageProperties) -> Option<i64> {
+    let died = history
+        .deaths
+        .iter()
+        .filter_map(|d| d.time)
+        .map(OffsetDateTime::unix_timestamp)
+        .max();
+    died.or_else(|| properties.timestamp.and_then(|t| i64::try_from(t).ok()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,6 +808,66 @@ mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         assert_eq!(hex, GOLDEN_FINGERPRINT);
+    }
+
+    /// The time the fingerprint's index is ordered by: the newest death's, else the
+    /// `timestamp` property, else none; the same for every delivery of one message, as the
+    /// lookup of its copies needs, and what it was for rows archived before.
+    #[test]
+    fn fingerprint_time_is_the_newest_death_else_the_timestamp() {
+        let death = |queue: &str, time: u64| {
+            AmqpValue::Table(Table::from([
+                ("queue", AmqpValue::text(queue)),
+                ("reason", AmqpValue::text("rejected")),
+                ("count", AmqpValue::LongLongInt(1)),
+                ("exchange", AmqpValue::text("")),
+                ("time", AmqpValue::Timestamp(time)),
+            ]))
+        };
+        let with = |deaths: Option<Vec<AmqpValue>>, timestamp: Option<u64>| {
+            let mut m = message();
+            m.properties.timestamp = timestamp;
+            if let Some(deaths) = deaths {
+                let headers = m.headers.as_mut().unwrap();
+                headers.insert("x-death", AmqpValue::Array(deaths));
+            }
+            m
+        };
+        let time = |m: IncomingMessage| PreparedMessage::new(m).fingerprint_time;
+        // Broker order is newest first, but a retry loop keeps each entry's first time: the
+        // largest is taken, wherever it is.
+        let looped = with(
+            Some(vec![
+                death("work", 1_700_000_100),
+                death("retry", 1_700_000_160),
+            ]),
+            Some(1_600_000_000),
+        );
+        assert_eq!(time(looped.clone()), Some(1_700_000_160));
+        assert_eq!(time(with(None, Some(1_600_000_000))), Some(1_600_000_000));
+        assert_eq!(time(with(None, None)), None);
+        // A history without times (malformed, or not the broker's) falls back too.
+        let mut untimed = with(None, Some(42));
+        untimed.headers.as_mut().unwrap().insert(
+            "x-death",
+            AmqpValue::Array(vec![AmqpValue::Table(Table::from([(
+                "queue",
+                AmqpValue::text("work"),
+            )]))]),
+        );
+        assert_eq!(time(untimed), Some(42));
+        // What a redelivery changes does not change it.
+        let mut again = looped.clone();
+        again.redelivered = true;
+        again.received_at = OffsetDateTime::now_utc();
+        again
+            .headers
+            .as_mut()
+            .unwrap()
+            .insert("x-delivery-count", AmqpValue::LongLongInt(2));
+        let (first, again) = (PreparedMessage::new(looped), PreparedMessage::new(again));
+        assert_eq!(first.fingerprint, again.fingerprint);
+        assert_eq!(first.fingerprint_time, again.fingerprint_time);
     }
 
     #[test]

@@ -537,10 +537,11 @@ pub trait Export: Send + Sync {
 #[async_trait]
 pub trait Import: Send + Sync {
     /// The ids of the messages archived with each (queue, fingerprint), in id order (none
-    /// for a key without any).
+    /// for a key without any). Each key comes with its message's
+    /// [`fingerprint_time`](crate::archive::fingerprint_time), which the lookup goes by.
     async fn ids_with_fingerprints(
         &self,
-        keys: &[(String, [u8; 32])],
+        keys: &[(String, [u8; 32], Option<i64>)],
     ) -> Result<HashMap<(String, [u8; 32]), Vec<i64>>, ArchiveError>;
     /// Gives each message (by its new id) its exported redelivered flag, status, note, times
     /// and replay records (those not recorded yet), keeping the open counts; one transaction.

@@ -240,15 +240,14 @@ impl Importer {
             prepared.push((p, *n));
         }
         let batch: &[ExportedMessage] = batch;
-        let keys: Vec<(String, [u8; 32])> = prepared
+        let keys: Vec<(String, [u8; 32], Option<i64>)> = prepared
             .iter()
-            .map(|(p, _)| (p.message.queue.clone(), p.fingerprint))
+            .map(|(p, _)| (p.message.queue.clone(), p.fingerprint, p.fingerprint_time))
             .collect();
         let archived = archive.ids_with_fingerprints(&keys).await?;
         let (mut fresh, mut fresh_lines, mut present) = (Vec::new(), Vec::new(), Vec::new());
-        for ((p, n), m) in prepared.into_iter().zip(batch) {
-            let key = (p.message.queue.clone(), p.fingerprint);
-            match archived[&key].get(n - 1) {
+        for (((p, n), m), key) in prepared.into_iter().zip(batch).zip(keys) {
+            match archived[&(key.0.clone(), key.1)].get(n - 1) {
                 Some(id) => {
                     self.ids.insert(m.id, *id);
                     self.imported.present += 1;
@@ -278,10 +277,11 @@ impl Importer {
             fresh.len()
         );
         let mut stored = Vec::with_capacity(fresh_lines.len());
-        let keys: Vec<(String, [u8; 32])> = fresh_lines.iter().map(|(_, k, _)| k.clone()).collect();
+        let keys: Vec<(String, [u8; 32], Option<i64>)> =
+            fresh_lines.iter().map(|(_, k, _)| k.clone()).collect();
         let now = archive.ids_with_fingerprints(&keys).await?;
-        for (m, key, n) in fresh_lines {
-            let id = *now[&key]
+        for (m, (queue, fingerprint, _), n) in fresh_lines {
+            let id = *now[&(queue, fingerprint)]
                 .get(n - 1)
                 .context("a stored message is not found by its fingerprint")?;
             self.ids.insert(m.id, id);

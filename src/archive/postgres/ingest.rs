@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::search;
 use super::PostgresArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
-use crate::archive::sql::{bodies, lifecycle, millis, Conn};
+use crate::archive::sql::{bodies, lifecycle, millis, ArchivedRow, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
     PreparedMessage, StoreOutcome,
@@ -16,31 +16,61 @@ use crate::archive::{
 use crate::message::death::ReplayTarget;
 
 /// How many rows are archived (by any instance) with each fingerprint that a possible copy in
-/// the batch has, by queue: one query, through the `messages_fingerprint` hash index.
+/// the batch has, by queue ([`archived_rows`]).
 async fn archived_copies(
     conn: &mut PgConnection,
     batch: &[PreparedMessage],
 ) -> Result<ArchivedCopies, sqlx::Error> {
-    let fingerprints: Vec<&[u8]> = batch
+    let keys: Vec<([u8; 32], Option<i64>)> = batch
         .iter()
         .filter(|m| m.may_be_archived())
-        .map(|m| &m.fingerprint[..])
+        .map(|m| (m.fingerprint, m.fingerprint_time))
         .collect();
-    let rows = sqlx::query(
-        "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint = ANY($1) \
-         GROUP BY queue, fingerprint",
-    )
-    .bind(&fingerprints)
-    .fetch_all(conn)
-    .await?;
     let mut archived = ArchivedCopies::new();
-    for row in rows {
-        let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
-        if let Ok(fingerprint) = fingerprint.try_into() {
-            archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
-        }
+    for (_, queue, fingerprint) in archived_rows(conn, &keys).await? {
+        *archived.entry((queue, fingerprint)).or_default() += 1;
     }
     Ok(archived)
+}
+
+/// The rows archived with these fingerprints ([`SqlArchive::archived_rows`]), in one query:
+/// through the `messages_fingerprint` hash index by the fingerprint alone among rows without
+/// a time (those archived before rows had one, and those whose content carries none), and
+/// through `messages_fingerprint_dated` by each distinct time and fingerprint among the others.
+///
+/// [`SqlArchive::archived_rows`]: crate::archive::sql::SqlArchive::archived_rows
+pub(super) async fn archived_rows(
+    conn: &mut PgConnection,
+    keys: &[([u8; 32], Option<i64>)],
+) -> Result<Vec<ArchivedRow>, sqlx::Error> {
+    let fingerprints: Vec<&[u8]> = keys.iter().map(|(f, _)| &f[..]).collect();
+    // Each (time, fingerprint) once: the join below would find a row once per repeat.
+    let dated: std::collections::BTreeSet<(i64, &[u8])> = keys
+        .iter()
+        .filter_map(|(f, time)| Some(((*time)?, &f[..])))
+        .collect();
+    let (times, dated_fingerprints): (Vec<i64>, Vec<&[u8]>) = dated.into_iter().unzip();
+    let found = sqlx::query(
+        "SELECT id, queue, fingerprint FROM messages \
+         WHERE fingerprint_time IS NULL AND fingerprint = ANY($1) \
+         UNION ALL \
+         SELECT m.id, m.queue, m.fingerprint FROM UNNEST($2::bigint[], $3::bytea[]) AS k (t, f) \
+         JOIN messages m ON m.fingerprint_time = k.t AND m.fingerprint = k.f \
+         ORDER BY id",
+    )
+    .bind(&fingerprints)
+    .bind(&times)
+    .bind(&dated_fingerprints)
+    .fetch_all(conn)
+    .await?;
+    let mut rows = Vec::with_capacity(found.len());
+    for row in found {
+        let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+        if let Ok(fingerprint) = fingerprint.try_into() {
+            rows.push((row.try_get("id")?, row.try_get("queue")?, fingerprint));
+        }
+    }
+    Ok(rows)
 }
 
 /// When a batch's search entries are written ([`Ingest::append_numbered`]).
@@ -122,22 +152,22 @@ async fn insert_batch(
          message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, \
-         failed_queue, replay_target_from, convention_problems) \
+         failed_queue, replay_target_from, convention_problems, fingerprint_time) \
          SELECT id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, \
-         convention, failed_queue, replay_target_from, convention_problems \
+         convention, failed_queue, replay_target_from, convention_problems, fingerprint_time \
          FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $51::text[], $73::text[], $4::bigint[], $5::text[], $6::text[], \
          $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[], \
          $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], \
          $21::text[], $22::text[], $23::bigint[], $49::text[], \
-         $55::text[], $56::text[], $57::text[], $62::text[], $63::text[], $64::text[], $65::text[]) \
+         $55::text[], $56::text[], $57::text[], $62::text[], $63::text[], $64::text[], $65::text[], $77::bigint[]) \
          AS t (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, \
          correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, \
          death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, \
          replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, \
-         failed_queue, replay_target_from, convention_problems)), \
+         failed_queue, replay_target_from, convention_problems, fingerprint_time)), \
          new_search AS (\
          INSERT INTO message_search (id, search) \
          SELECT i, s::tsvector FROM UNNEST($75::bigint[], $24::text[]) AS t (i, s)), \
@@ -269,6 +299,8 @@ async fn insert_batch(
     // Its search entries now, or its id waiting for the indexer (issue 37).
     .bind(&indexed)
     .bind(&waiting)
+    // The time its content carries: the fingerprint's index is in its order (issue 37).
+    .bind(rows.iter().map(|(_, m)| m.fingerprint_time).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())

@@ -6,47 +6,25 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::lifecycle::{any, set_status};
-use super::{args, millis, ArchiveRow, Conn, Dialect, SqlArchive};
+use super::{args, millis, Conn, SqlArchive};
 use crate::archive::{ArchiveError, ExportedMessage, Import};
 
 #[async_trait]
 impl<T: SqlArchive> Import for T {
     async fn ids_with_fingerprints(
         &self,
-        keys: &[(String, [u8; 32])],
+        keys: &[(String, [u8; 32], Option<i64>)],
     ) -> Result<HashMap<(String, [u8; 32]), Vec<i64>>, ArchiveError> {
-        let db = self.db();
-        let mut out: HashMap<(String, [u8; 32]), Vec<i64>> =
-            keys.iter().map(|k| (k.clone(), Vec::new())).collect();
-        // The fingerprints as literals (hex of our own bytes): one statement for a batch,
-        // through the fingerprint index.
-        let literal = |fp: &[u8; 32]| {
-            let hex: String = fp.iter().map(|b| format!("{b:02x}")).collect();
-            match db.dialect() {
-                Dialect::Sqlite => format!("X'{hex}'"),
-                Dialect::Postgres => format!("'\\x{hex}'::bytea"),
-            }
-        };
-        for chunk in keys.chunks(500) {
-            let list: Vec<String> = chunk.iter().map(|(_, fp)| literal(fp)).collect();
-            let rows = db
-                .fetch_all(
-                    &format!(
-                        "SELECT id, queue, fingerprint FROM messages WHERE fingerprint IN ({}) \
-                         ORDER BY id",
-                        list.join(", ")
-                    ),
-                    args![],
-                )
-                .await?;
-            for row in rows {
-                let fingerprint: Vec<u8> = row.column("fingerprint")?;
-                let Ok(fingerprint) = <[u8; 32]>::try_from(fingerprint) else {
-                    continue;
-                };
-                if let Some(ids) = out.get_mut(&(row.column("queue")?, fingerprint)) {
-                    ids.push(row.column("id")?);
-                }
+        let mut out: HashMap<(String, [u8; 32]), Vec<i64>> = keys
+            .iter()
+            .map(|(queue, fp, _)| ((queue.clone(), *fp), Vec::new()))
+            .collect();
+        // As ingest looks a possible copy up: through the fingerprint indexes.
+        let lookup: Vec<([u8; 32], Option<i64>)> =
+            keys.iter().map(|(_, fp, time)| (*fp, *time)).collect();
+        for (id, queue, fingerprint) in self.archived_rows(&lookup).await? {
+            if let Some(ids) = out.get_mut(&(queue, fingerprint)) {
+                ids.push(id);
             }
         }
         Ok(out)

@@ -42,6 +42,9 @@ pub use rows::ArchiveRow;
 
 use super::{ArchiveError, JobSpec, ReplayEdit, SearchText, Selection};
 
+/// A row found by its fingerprint: (id, queue, fingerprint).
+pub type ArchivedRow = (i64, String, [u8; 32]);
+
 /// A backend, for the capabilities this module implements once for both: its pool, and what
 /// only it knows how to do (find the messages of a selection: the search engines differ).
 #[async_trait::async_trait]
@@ -67,6 +70,15 @@ pub trait SqlArchive: Send + Sync {
     ) -> Result<(), sqlx::Error> {
         self.rewrite_search(conn, entries).await
     }
+
+    /// The rows archived with these fingerprints, each given with its message's
+    /// [`fingerprint_time`](crate::archive::fingerprint_time), as (id, queue, fingerprint) in
+    /// id order: through the backend's fingerprint indexes, as ingest looks a possible copy
+    /// up (`lazarus import` finds what is archived already so).
+    async fn archived_rows(
+        &self,
+        keys: &[([u8; 32], Option<i64>)],
+    ) -> Result<Vec<ArchivedRow>, sqlx::Error>;
 
     /// Deletes these messages for good — bodies, search entries, replay records, totals —
     /// except those an unfinished job holds, inside the transaction `conn` is in, as a purge

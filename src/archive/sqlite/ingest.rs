@@ -8,40 +8,87 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use super::SqliteArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
-use crate::archive::sql::{bodies as body, lifecycle, millis, Conn};
+use crate::archive::sql::{bodies as body, lifecycle, millis, ArchivedRow, Conn};
 use crate::archive::{
     stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
     PreparedMessage, SearchText, StoreOutcome,
 };
 
 /// How many rows are archived with each fingerprint that a possible copy in the batch has, by
-/// queue (through the `messages_fingerprint` index).
+/// queue ([`archived_rows`]).
 async fn archived_copies(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     batch: &[PreparedMessage],
 ) -> Result<ArchivedCopies, sqlx::Error> {
-    let candidates: Vec<&PreparedMessage> = batch.iter().filter(|m| m.may_be_archived()).collect();
+    let keys: Vec<([u8; 32], Option<i64>)> = batch
+        .iter()
+        .filter(|m| m.may_be_archived())
+        .map(|m| (m.fingerprint, m.fingerprint_time))
+        .collect();
     let mut archived = ArchivedCopies::new();
-    for chunk in shaped(&candidates, ROWS_PER_STATEMENT) {
-        let mut q = QueryBuilder::<Sqlite>::new(
-            "SELECT queue, fingerprint, count(*) AS n FROM messages WHERE fingerprint IN (",
-        );
-        let mut list = q.separated(", ");
-        for m in chunk {
-            list.push_bind(&m.fingerprint[..]);
-        }
-        q.push(") GROUP BY queue, fingerprint");
-        for row in q.build().fetch_all(&mut **tx).await? {
-            let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
-            if let Ok(fingerprint) = fingerprint.try_into() {
-                archived.insert((row.try_get("queue")?, fingerprint), row.try_get("n")?);
-            }
-        }
+    for (_, queue, fingerprint) in archived_rows(tx, &keys).await? {
+        *archived.entry((queue, fingerprint)).or_default() += 1;
     }
     Ok(archived)
 }
 
-/// Rows per multi-row INSERT: 33 columns each stays far below SQLite's 32,766 parameters.
+/// The rows archived with these fingerprints ([`SqlArchive::archived_rows`]): among rows
+/// without a time (those archived before rows had one, and those whose content carries none)
+/// through `messages_fingerprint`; among the others through `messages_fingerprint_dated`,
+/// reading each of the times' entries (their fingerprints are in the index) — a row whose
+/// fingerprint is asked for has that fingerprint's time, so no other row matches. The indexes
+/// are named: the statistics of an archive whose bursts shared a second make a scan look
+/// cheaper. A statement's text depends on its number of keys only (a message without a time
+/// binds NULL), one of a few ([`shaped`]).
+///
+/// [`SqlArchive::archived_rows`]: crate::archive::sql::SqlArchive::archived_rows
+pub(super) async fn archived_rows(
+    conn: &mut SqliteConnection,
+    keys: &[([u8; 32], Option<i64>)],
+) -> Result<Vec<ArchivedRow>, sqlx::Error> {
+    // Each key once: a key in two chunks would find its rows twice.
+    let keys: Vec<([u8; 32], Option<i64>)> = keys
+        .iter()
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut rows = Vec::new();
+    for chunk in shaped(&keys, ROWS_PER_STATEMENT) {
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "SELECT id, queue, fingerprint FROM messages INDEXED BY messages_fingerprint \
+             WHERE fingerprint_time IS NULL AND fingerprint IN (",
+        );
+        let mut list = q.separated(", ");
+        for (fingerprint, _) in chunk {
+            list.push_bind(&fingerprint[..]);
+        }
+        q.push(
+            ") UNION ALL SELECT id, queue, fingerprint FROM messages \
+             INDEXED BY messages_fingerprint_dated WHERE fingerprint_time IN (",
+        );
+        let mut list = q.separated(", ");
+        for (_, time) in chunk {
+            list.push_bind(*time);
+        }
+        q.push(") AND fingerprint IN (");
+        let mut list = q.separated(", ");
+        for (fingerprint, _) in chunk {
+            list.push_bind(&fingerprint[..]);
+        }
+        q.push(")");
+        for row in q.build().fetch_all(&mut *conn).await? {
+            let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+            if let Ok(fingerprint) = fingerprint.try_into() {
+                rows.push((row.try_get("id")?, row.try_get("queue")?, fingerprint));
+            }
+        }
+    }
+    rows.sort_by_key(|(id, _, _)| *id);
+    Ok(rows)
+}
+
+/// Rows per multi-row INSERT: 34 columns each stays far below SQLite's 32,766 parameters.
 /// As many as a full batch (`--batch-size`'s default), so a backlog's batches go in whole.
 const ROWS_PER_STATEMENT: usize = 500;
 
@@ -75,7 +122,7 @@ async fn insert_messages(
     rows: &[(i64, &PreparedMessage)],
 ) -> Result<(), sqlx::Error> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO messages (id, fingerprint, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, failed_queue, replay_target_from, convention_problems) ",
+        "INSERT INTO messages (id, fingerprint, fingerprint_time, queue, vhost, broker, archived_at, exchange, routing_key, redelivered, message_id, correlation_id, content_type, content_encoding, body_size, properties, headers, deaths, death_problems, first_death_queue, first_death_reason, first_death_exchange, replay_exchange, replay_routing_key, error, replay_of, snippet, error_type, cause, message_type, convention, failed_queue, replay_target_from, convention_problems) ",
     );
     q.push_values(rows, |mut b, (id, m)| {
         let msg = &m.message;
@@ -83,6 +130,7 @@ async fn insert_messages(
         let target = m.history.replay_target.as_ref();
         b.push_bind(*id)
             .push_bind(&m.fingerprint[..])
+            .push_bind(m.fingerprint_time)
             .push_bind(&msg.queue)
             .push_bind(&msg.vhost)
             .push_bind(&msg.broker)

@@ -191,6 +191,14 @@ impl SqlArchive for SqliteArchive {
         q.build_query_scalar().fetch_all(&mut *conn).await
     }
 
+    async fn archived_rows(
+        &self,
+        keys: &[([u8; 32], Option<i64>)],
+    ) -> Result<Vec<super::sql::ArchivedRow>, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        ingest::archived_rows(&mut conn, keys).await
+    }
+
     async fn delete_messages(
         &self,
         conn: &mut Conn<'_>,

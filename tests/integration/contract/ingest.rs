@@ -299,3 +299,103 @@ async fn a_stored_batch_adds_to_the_totals_and_redeliveries_are_not_stored_twice
         "{related:?}"
     );
 }
+
+on_both_backends!(a_copy_is_found_by_its_time_and_one_from_before_by_its_fingerprint);
+/// A redelivery is looked up by the time its content carries and its fingerprint (the index
+/// in time order); a row archived before rows had a time, or whose content carries none, by
+/// its fingerprint alone. Either way each archived row stands for one copy, at ingest and at
+/// import.
+async fn a_copy_is_found_by_its_time_and_one_from_before_by_its_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = archive_url(dir.path()).await;
+    let died = |name: &str, time: u64| {
+        let mut m = delivery("orders.dlq", name, Some(REJECTED));
+        let headers = m.headers.as_mut().unwrap();
+        let Some(AmqpValue::Array(deaths)) = headers.get("x-death").cloned() else {
+            panic!("no x-death");
+        };
+        let deaths = deaths
+            .into_iter()
+            .map(|d| match d {
+                AmqpValue::Table(mut entry) => {
+                    entry.insert("time", AmqpValue::Timestamp(time));
+                    AmqpValue::Table(entry)
+                }
+                other => other,
+            })
+            .collect();
+        headers.insert("x-death", AmqpValue::Array(deaths));
+        m
+    };
+    let again = |mut m: IncomingMessage| {
+        m.redelivered = true;
+        m
+    };
+    let old = died("old", 1_700_000_000);
+    {
+        let archive = lazarus::archive::open(&url).await.unwrap();
+        assert_eq!(store(&*archive, vec![old.clone()]).await, (1, 0));
+    }
+    // The archive as the version before left it: no time, the fingerprint's index alone.
+    let version = migration_version(&url, "fingerprint_time");
+    let using = match url.starts_with("sqlite://") {
+        true => "",
+        false => "USING hash ",
+    };
+    execute_sql(
+        &url,
+        &format!(
+            "DROP INDEX messages_fingerprint_dated; DROP INDEX messages_fingerprint; \
+             ALTER TABLE messages DROP COLUMN fingerprint_time; \
+             CREATE INDEX messages_fingerprint ON messages {using}(fingerprint); \
+             DELETE FROM _sqlx_migrations WHERE version = {version}"
+        ),
+    )
+    .await;
+    let archive = lazarus::archive::open(&url).await.unwrap();
+    let archive = &*archive;
+    let mut stamped = delivery("orders.dlq", "stamped", None);
+    stamped.properties.timestamp = Some(1_700_000_500);
+    let bare = delivery("orders.dlq", "bare", None);
+    let (a, b) = (died("a", 1_700_000_100), died("b", 1_700_000_200));
+    let batch = vec![a.clone(), b.clone(), stamped.clone(), bare.clone()];
+    assert_eq!(store(archive, batch).await, (4, 0));
+    // Those with a time have it; the row from before and the bare message have none.
+    let dated = "SELECT count(*) FROM messages WHERE fingerprint_time IS NOT NULL";
+    assert_eq!(count_rows(&url, dated).await, 3);
+    let timed = "SELECT count(*) FROM messages WHERE fingerprint_time = 1700000200";
+    assert_eq!(count_rows(&url, timed).await, 1);
+
+    // Each redelivered once: every one a copy, however its row is found.
+    let all = [&old, &a, &b, &stamped, &bare];
+    let copies: Vec<IncomingMessage> = all.iter().map(|m| again((*m).clone())).collect();
+    assert_eq!(store(archive, copies).await, (0, 5));
+    // Two copies of b for its one row: one is new. The same time with other content is
+    // another message.
+    let b_again = again(b.clone());
+    let other = again(died("other", 1_700_000_200));
+    assert_eq!(
+        store(archive, vec![b_again.clone(), b_again, other]).await,
+        (2, 1)
+    );
+    // The old row, redelivered among dated ones in one batch, is still found.
+    assert_eq!(
+        store(archive, vec![again(a.clone()), again(old.clone())]).await,
+        (0, 2)
+    );
+
+    // Import finds the rows as ingest does: b twice now, the old row and the bare one once.
+    let keys: Vec<(String, [u8; 32], Option<i64>)> = [&old, &b, &bare]
+        .iter()
+        .map(|m| {
+            let p = PreparedMessage::new((*m).clone());
+            (p.message.queue.clone(), p.fingerprint, p.fingerprint_time)
+        })
+        .collect();
+    let ids = archive.ids_with_fingerprints(&keys).await.unwrap();
+    let found: Vec<usize> = keys
+        .iter()
+        .map(|(queue, fingerprint, _)| ids[&(queue.clone(), *fingerprint)].len())
+        .collect();
+    assert_eq!(found, [1, 2, 1]);
+}

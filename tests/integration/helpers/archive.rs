@@ -158,8 +158,6 @@ pub async fn count_rows(database_url: &str, sql: &str) -> i64 {
     }
 }
 
-/// Runs statements on an archive from outside the process that writes it: how a test makes
-/// an archive as an earlier version left it.
 /// The version of the migration named `name` (`0035_totals_broker.sql`: `totals_broker`) for
 /// the backend of `database_url`: found by its name, so renumbering it is a rename.
 pub fn migration_version(database_url: &str, name: &str) -> u32 {
@@ -178,6 +176,8 @@ pub fn migration_version(database_url: &str, name: &str) -> u32 {
         .unwrap_or_else(|| panic!("no migration {name} for {folder}"))
 }
 
+/// Runs statements on an archive from outside the process that writes it: how a test makes
+/// an archive as an earlier version left it.
 pub async fn execute_sql(database_url: &str, sql: &str) {
     use sqlx::{Connection, Executor};
     if database_url.starts_with("sqlite://") {
