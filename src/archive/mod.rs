@@ -43,7 +43,7 @@ pub use sqlite::SqliteArchive;
 pub use store::{
     Accounts, Actions, Archive, AuditLog, Carry, Console, Export, GroupNotes, Import, Index,
     Ingest, InstanceLock, JobLease, JobStore, MessageSearch, MessageStore, Noted, Notices,
-    Numbering, Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog, Upkeep,
+    Numbering, Reindex, ReindexProgress, ReplayLog, Retention, RetentionLog, Space, Upkeep,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -511,6 +511,11 @@ pub trait Retention: Send + Sync {
         run: i64,
         next_at: OffsetDateTime,
     ) -> Result<RetentionRun, ArchiveError>;
+}
+
+/// The space of deleted rows, given back after retention's passes and the web's purges.
+#[async_trait]
+pub trait Space: Send + Sync {
     /// Gives the space of deleted rows back to the file system, in small steps, where the
     /// backend does not itself (SQLite's incremental vacuum); pages freed.
     async fn reclaim_space(&self) -> Result<u64, ArchiveError>;
@@ -654,7 +659,8 @@ pub trait Upkeep: Send + Sync {
     async fn refresh_statistics(&self) -> Result<Vec<String>, ArchiveError>;
 }
 
-/// What the web may use: everything but storing deliveries and stepping replay jobs.
+/// What the web may use: everything but storing deliveries and stepping replay jobs (a
+/// purge gives its space back as retention does).
 pub trait Console:
     MessageStore
     + GroupNotes
@@ -666,6 +672,7 @@ pub trait Console:
     + Accounts
     + RetentionLog
     + Export
+    + Space
 {
 }
 
@@ -680,6 +687,7 @@ impl<T> Console for T where
         + Accounts
         + RetentionLog
         + Export
+        + Space
 {
 }
 

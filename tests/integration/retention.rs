@@ -300,12 +300,12 @@ async fn a_wrong_policy_is_refused_and_none_keeps_everything() {
     assert!(format!("{:#}", refused.err().expect("refused")).contains("given twice"));
 }
 
-#[tokio::test]
-async fn sqlite_gives_the_space_of_deleted_messages_back() {
-    let p = unique("vacuum");
+/// A SQLite archive of 40 dead letters of 256 KiB in DLQ `<p>.dlq` (checked to vacuum
+/// incrementally, as a new archive does), and its size in pages.
+async fn forty_big_messages(p: &str) -> (Topology, TestApp, String, i64) {
     let mut t = Topology::new().await;
-    t.queue(&format!("{p}.dlq"), Default::default()).await;
     let dlq = format!("{p}.dlq");
+    t.queue(&dlq, Default::default()).await;
     let app = TestApp::spawn(&[&dlq]).await;
     let auto_vacuum = count_rows(&app.database_url, "PRAGMA auto_vacuum").await;
     assert_eq!(auto_vacuum, 2, "a new archive vacuums incrementally");
@@ -326,6 +326,42 @@ async fn sqlite_gives_the_space_of_deleted_messages_back() {
     }
     app.wait_for_archived(40, Duration::from_secs(30)).await;
     let pages = count_rows(&app.database_url, "PRAGMA page_count").await;
+    (t, app, dlq, pages)
+}
+
+/// A purge (`POST /api/admin/purge`) gives the space back as retention does: the file shrinks
+/// once the answer is sent, with no free page left in it.
+#[tokio::test]
+async fn sqlite_gives_the_space_of_purged_messages_back() {
+    let (t, app, dlq, pages) = forty_big_messages(&unique("purge-vacuum")).await;
+    let purged = app
+        .post_json(
+            "/api/admin/purge",
+            json!({"filter": {"queue": dlq}, "note": "a customer's data removal request"}),
+            200,
+        )
+        .await;
+    assert_eq!(purged["purged"], 40);
+    let url = app.database_url.clone();
+    wait_showing(
+        "the purged messages' space given back",
+        Duration::from_secs(30),
+        async || {
+            let free = count_rows(&url, "PRAGMA freelist_count").await;
+            let now = count_rows(&url, "PRAGMA page_count").await;
+            match free == 0 && now < pages / 2 {
+                true => Ok(()),
+                false => Err(format!("{free} free pages; {now} pages, {pages} before")),
+            }
+        },
+    )
+    .await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn sqlite_gives_the_space_of_deleted_messages_back() {
+    let (t, app, _dlq, pages) = forty_big_messages(&unique("vacuum")).await;
     let pass = pass_at(&app, &policy(&["messages=1"]), 0).await;
     assert_eq!(pass.run.deleted, 39);
     let after = count_rows(&app.database_url, "PRAGMA page_count").await;

@@ -12,7 +12,7 @@ use super::{args, audit, from_millis, millis, now, ArchiveRow, Conn, Dialect, Sq
 use crate::archive::audit_text::retention_summary;
 use crate::archive::{
     Actor, ArchiveError, MessageStatus, QueueTotals, Retention, RetentionCount, RetentionLog,
-    RetentionRun, Scan,
+    RetentionRun, Scan, Space,
 };
 
 /// `'dismissed', 'settled', 'died_again'`: the resolved statuses, for `IN (...)`, in the
@@ -287,7 +287,10 @@ impl<T: SqlArchive> Retention for T {
         tx.commit().await?;
         Ok(record)
     }
+}
 
+#[async_trait]
+impl<T: SqlArchive> Space for T {
     async fn reclaim_space(&self) -> Result<u64, ArchiveError> {
         let db = self.db();
         if db.dialect() != Dialect::Sqlite {
