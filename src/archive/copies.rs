@@ -9,6 +9,26 @@ use super::PreparedMessage;
 /// messages of a batch that may be copies of archived ones.
 pub(crate) type ArchivedCopies = HashMap<(String, [u8; 32]), i64>;
 
+/// What each of a batch's possible copies is looked up by: its fingerprint and the time its
+/// content carries ([`fingerprint_time`](super::fingerprint_time)).
+pub(crate) fn copy_keys(batch: &[PreparedMessage]) -> Vec<([u8; 32], Option<i64>)> {
+    batch
+        .iter()
+        .filter(|m| m.may_be_archived())
+        .map(|m| (m.fingerprint, m.fingerprint_time))
+        .collect()
+}
+
+/// The rows a look-up by [`copy_keys`] found, as (id, queue, fingerprint), counted by queue
+/// and fingerprint.
+pub(crate) fn counted(rows: Vec<(i64, String, [u8; 32])>) -> ArchivedCopies {
+    let mut archived = ArchivedCopies::new();
+    for (_, queue, fingerprint) in rows {
+        *archived.entry((queue, fingerprint)).or_default() += 1;
+    }
+    archived
+}
+
 /// The messages of a batch to store: all but the redeliveries (and retries, see
 /// [`PreparedMessage::may_be_archived`]) that are copies of archived rows, each archived row
 /// standing for one such copy in the batch; and how many were left out (pure).

@@ -22,7 +22,7 @@ mod store;
 use std::sync::Arc;
 
 pub use accounts::{Actor, Grant, Grants, Rights, Role, TokenRecord, TokenSpec, UserRecord};
-pub(crate) use copies::{without_copies, ArchivedCopies};
+pub(crate) use copies::{copy_keys, counted, without_copies, ArchivedCopies};
 pub use exported::{read_unread_body, ExportLine};
 pub use failure::{failure, Failure, Framework, TRACE_HEADERS, TYPE_HEADERS};
 pub use group_notes::{GroupMinute, GroupNote, GroupNoteChange, GroupStatus};

@@ -10,8 +10,8 @@ use super::PostgresArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
 use crate::archive::sql::{bodies, lifecycle, millis, ArchivedRow, Conn};
 use crate::archive::{
-    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
-    PreparedMessage, StoreOutcome,
+    copy_keys, counted, stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest,
+    Numbering, PreparedMessage, StoreOutcome,
 };
 use crate::message::death::ReplayTarget;
 
@@ -21,16 +21,7 @@ async fn archived_copies(
     conn: &mut PgConnection,
     batch: &[PreparedMessage],
 ) -> Result<ArchivedCopies, sqlx::Error> {
-    let keys: Vec<([u8; 32], Option<i64>)> = batch
-        .iter()
-        .filter(|m| m.may_be_archived())
-        .map(|m| (m.fingerprint, m.fingerprint_time))
-        .collect();
-    let mut archived = ArchivedCopies::new();
-    for (_, queue, fingerprint) in archived_rows(conn, &keys).await? {
-        *archived.entry((queue, fingerprint)).or_default() += 1;
-    }
-    Ok(archived)
+    Ok(counted(archived_rows(conn, &copy_keys(batch)).await?))
 }
 
 /// The rows archived with these fingerprints ([`SqlArchive::archived_rows`]), in one query:

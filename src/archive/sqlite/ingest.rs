@@ -10,8 +10,8 @@ use super::SqliteArchive;
 use crate::archive::sql::overview::{overview, totals, Overview};
 use crate::archive::sql::{bodies as body, lifecycle, millis, ArchivedRow, Conn};
 use crate::archive::{
-    stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest, Numbering,
-    PreparedMessage, SearchText, StoreOutcome,
+    copy_keys, counted, stream_positions, without_copies, ArchiveError, ArchivedCopies, Ingest,
+    Numbering, PreparedMessage, SearchText, StoreOutcome,
 };
 
 /// How many rows are archived with each fingerprint that a possible copy in the batch has, by
@@ -20,16 +20,7 @@ async fn archived_copies(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     batch: &[PreparedMessage],
 ) -> Result<ArchivedCopies, sqlx::Error> {
-    let keys: Vec<([u8; 32], Option<i64>)> = batch
-        .iter()
-        .filter(|m| m.may_be_archived())
-        .map(|m| (m.fingerprint, m.fingerprint_time))
-        .collect();
-    let mut archived = ArchivedCopies::new();
-    for (_, queue, fingerprint) in archived_rows(tx, &keys).await? {
-        *archived.entry((queue, fingerprint)).or_default() += 1;
-    }
-    Ok(archived)
+    Ok(counted(archived_rows(tx, &copy_keys(batch)).await?))
 }
 
 /// The rows archived with these fingerprints ([`SqlArchive::archived_rows`]): among rows
